@@ -1,0 +1,5 @@
+"""Allow ``python -m pgferry``."""
+
+from pgferry.cli.main import main
+
+raise SystemExit(main())

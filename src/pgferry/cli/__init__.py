@@ -1,0 +1,1 @@
+"""The ``pgferry`` command line: argument handling and output, on top of the library."""

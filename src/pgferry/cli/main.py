@@ -1,0 +1,182 @@
+"""Entry point: ``pgferry [switches] CONFIG.ini COMMAND [ARGS]`` and ``pgferry diff ...``.
+
+Global switches may appear anywhere on the line, as with the original tools; everything
+else after the command goes to the command's own parser.  Expected failures
+(:class:`~pgferry.errors.PgferryError`) print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from pgferry import __version__
+from pgferry.cli.registry import COMMANDS, Context
+from pgferry.config import parse_set_options
+from pgferry.errors import PgferryError, UsageError
+
+# Modules that register commands; each owns one family of commands.
+COMMAND_MODULES = (
+    "pgferry.cli.cmd_queue",
+    "pgferry.cli.cmd_ticker",
+    "pgferry.cli.cmd_diff",
+    "pgferry.cli.cmd_node",
+    "pgferry.cli.cmd_tables",
+    "pgferry.cli.cmd_worker",
+    "pgferry.cli.cmd_sync",
+)
+
+USAGE = """usage: pgferry [switches] CONFIG.ini COMMAND [ARGS]
+       pgferry [switches] pgqd.ini ticker
+       pgferry diff SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE
+                    [--where COND] [--repair FILE] [--apply]
+
+switches:
+  -h, --help      show this help
+  -V, --version   print version
+  -v, --verbose   more output (repeat for Spark's own log)
+  -q, --quiet     warnings and errors only
+  -d, --daemon    run in the background (needs pidfile)
+  -s, --stop      stop a running daemon after its current loop
+  -r, --reload    make a running daemon re-read its config
+  -k, --kill      kill a running daemon
+  --ini           print a commented config template
+  --set KEY=VAL   override a config setting
+"""
+
+_FLAG_SWITCHES = {
+    "-v": "verbose",
+    "--verbose": "verbose",
+    "-q": "quiet",
+    "--quiet": "quiet",
+    "-d": "daemon",
+    "--daemon": "daemon",
+    "-s": "stop",
+    "--stop": "stop",
+    "-r": "reload",
+    "--reload": "reload",
+    "-k": "kill",
+    "--kill": "kill",
+    "--ini": "ini",
+    "-h": "help",
+    "--help": "help",
+    "-V": "version",
+    "--version": "version",
+}
+
+
+def load_commands() -> None:
+    for module in COMMAND_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def split_argv(argv: list[str]) -> tuple[dict[str, int], list[str], list[str], list[str]]:
+    """Separate global switches, leading positionals (config, command) and command args."""
+    flags: dict[str, int] = {}
+    sets: list[str] = []
+    positionals: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--set" and i + 1 < len(argv):
+            sets.append(argv[i + 1])
+            i += 2
+            continue
+        if token.startswith("--set="):
+            sets.append(token[6:])
+        elif token in _FLAG_SWITCHES:
+            name = _FLAG_SWITCHES[token]
+            flags[name] = flags.get(name, 0) + 1
+        elif (
+            len(token) > 2
+            and token[0] == "-"
+            and token[1] != "-"
+            and all(f"-{c}" in _FLAG_SWITCHES for c in token[1:])
+        ):
+            for c in token[1:]:
+                name = _FLAG_SWITCHES[f"-{c}"]
+                flags[name] = flags.get(name, 0) + 1
+        elif len(positionals) < 2 and not token.startswith("-") and not rest:
+            positionals.append(token)
+            if positionals[0] == "diff":
+                rest.extend(argv[i + 1 :])
+                break
+        else:
+            rest.append(token)
+        i += 1
+    return flags, sets, positionals, rest
+
+
+def run(argv: list[str]) -> int:
+    load_commands()
+    flags, sets, positionals, rest = split_argv(argv)
+    if flags.get("version"):
+        print(f"pgferry {__version__}")
+        return 0
+    if positionals[:1] == ["diff"]:
+        config_path, command_name = None, "diff"
+    elif flags.get("help") and len(positionals) < 2:
+        print(USAGE)
+        print("commands:")
+        for name in sorted(COMMANDS):
+            print(f"  {name:<16} {COMMANDS[name].help}")
+        return 0
+    elif flags.get("ini") and len(positionals) < 2:
+        from pgferry.cli.ini_template import template_for
+
+        print(template_for(positionals[0] if positionals else None))
+        return 0
+    elif len(positionals) < 2:
+        raise UsageError("expected CONFIG.ini COMMAND (see pgferry --help)")
+    else:
+        config_path, command_name = Path(positionals[0]), positionals[1]
+    cmd = COMMANDS.get(command_name)
+    if cmd is None:
+        raise UsageError(f"unknown command: {command_name} (see pgferry --help)")
+    if flags.get("help"):
+        rest = ["--help", *rest]
+    ctx = Context(
+        config_path=config_path,
+        command=command_name,
+        verbose=flags.get("verbose", 0),
+        quiet=bool(flags.get("quiet")),
+        daemon=bool(flags.get("daemon")),
+        overrides=parse_set_options(sets),
+    )
+    for switch in ("stop", "reload", "kill"):
+        if flags.get(switch):
+            return _signal(ctx, cmd.sections, switch)
+    return cmd.func(ctx, rest)
+
+
+def _signal(ctx: Context, sections: tuple[str, ...], action: str) -> int:
+    from pgferry.daemon import signal_running
+
+    config = ctx.config(sections)
+    print(signal_running(config.getpath("pidfile"), action))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except PgferryError as exc:
+        print(f"pgferry: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("pgferry: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

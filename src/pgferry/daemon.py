@@ -1,0 +1,219 @@
+"""Process control shared by every long-running pgferry job (ticker, worker).
+
+Implements the classic switches: ``-d`` detach (needs a pidfile), ``-s`` graceful stop
+(SIGINT), ``-r`` reload config (SIGHUP), ``-k`` kill (SIGTERM), and the pidfile rules:
+a live pidfile refuses a second instance, a stale one is ignored, the file is written
+atomically and removed on exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pgferry.errors import PgferryError
+
+log = logging.getLogger(__name__)
+
+SIGNAL_FOR_SWITCH = {"stop": signal.SIGINT, "reload": signal.SIGHUP, "kill": signal.SIGTERM}
+
+
+def read_pid(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_running(pidfile: Path | None, action: str) -> str:
+    """Send the signal for ``action`` (stop/reload/kill) to the process in ``pidfile``.
+
+    Returns the message to print; like the original, a missing process is not an error.
+    """
+    if pidfile is None:
+        return "No pidfile in config, nothing to do"
+    pid = read_pid(pidfile)
+    if pid is None or not pid_alive(pid):
+        return "No pidfile, process not running"
+    os.kill(pid, SIGNAL_FOR_SWITCH[action])
+    return f"Signal {SIGNAL_FOR_SWITCH[action].name} sent to process {pid}"
+
+
+def write_pidfile(pidfile: Path) -> None:
+    pid = read_pid(pidfile)
+    if pid is not None and pid != os.getpid() and pid_alive(pid):
+        raise PgferryError(f"Pidfile exists, another process running? ({pidfile}, pid {pid})")
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pidfile.with_name(pidfile.name + ".tmp")
+    tmp.write_text(f"{os.getpid()}\n")
+    os.replace(tmp, pidfile)
+
+
+def remove_pidfile(pidfile: Path) -> None:
+    if read_pid(pidfile) == os.getpid():
+        pidfile.unlink(missing_ok=True)
+
+
+def detach() -> None:
+    """Fork into the background: new session, standard streams to /dev/null."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+class Service:
+    """A loop that calls :meth:`work` until stopped.
+
+    Subclasses implement ``work() -> bool`` (True: more work is waiting, loop again at once;
+    False: sleep ``loop_delay``) and may override ``reload()`` (called after SIGHUP, before
+    the next loop) and ``shutdown()``.  An exception in ``work`` is logged once and the loop
+    sleeps ``exception_sleep`` seconds before retrying: a daemon never exits on a transient
+    fault.
+    """
+
+    loop_delay: float = 1.0
+    exception_sleep: float = 20.0
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self._reload_requested = False
+        self._last_sigint = 0.0
+
+    # --- to override ---------------------------------------------------------------------
+    def work(self) -> bool:
+        raise NotImplementedError
+
+    def reload(self) -> None:
+        """Re-read configuration; called in the main loop after SIGHUP."""
+
+    def shutdown(self) -> None:
+        """Release resources; called once when the loop ends."""
+
+    def on_error(self, exc: BaseException) -> None:
+        """Record a failure somewhere visible (node state, ...); logging is done already."""
+
+    # --- machinery -----------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+        signal.signal(signal.SIGHUP, self._on_sighup)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        now = time.monotonic()
+        if now - self._last_sigint < 1.0:
+            log.info("Double ^C, exiting at once")
+            raise SystemExit(1)
+        self._last_sigint = now
+        log.info("Got SIGINT, stopping after the current loop")
+        self.stopping = True
+
+    def _on_sighup(self, signum: int, frame: object) -> None:
+        self._reload_requested = True
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        log.info("Got SIGTERM, exiting")
+        raise SystemExit(1)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in small steps so stop and reload requests are noticed quickly."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and not self._reload_requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, 0.1))
+
+    def run_forever(self, once: bool = False) -> None:
+        error_message: str | None = None
+        try:
+            while not self.stopping:
+                if self._reload_requested:
+                    self._reload_requested = False
+                    log.info("Reloading config")
+                    self.reload()
+                try:
+                    more = self.work()
+                    error_message = None
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the loop must survive any fault
+                    message = exc_message(exc)
+                    if message != error_message:
+                        log.error("%s", message, exc_info=not isinstance(exc, PgferryError))
+                    else:
+                        log.warning("still failing: %s", message)
+                    error_message = message
+                    try:
+                        self.on_error(exc)
+                    except Exception as inner:  # noqa: BLE001
+                        log.debug("could not record error: %s", inner)
+                    self.sleep(self.exception_sleep)
+                    continue
+                if once:
+                    break
+                if not more:
+                    self.sleep(self.loop_delay)
+        finally:
+            self.shutdown()
+
+
+def exc_message(exc: BaseException) -> str:
+    from pgferry.db import error_text
+
+    if isinstance(exc, PgferryError):
+        return str(exc)
+    return f"{exc.__class__.__name__}: {error_text(exc)}"
+
+
+def run_service(
+    make_service: Callable[[], Service],
+    *,
+    pidfile: Path | None,
+    daemonize: bool,
+    setup_logging: Callable[[bool], None],
+) -> int:
+    """Start a service in the foreground or detached, with pidfile handling.
+
+    ``setup_logging(console)`` is called after detaching so that file handles are fresh.
+    """
+    if daemonize:
+        if pidfile is None:
+            raise PgferryError("Daemon needs pidfile")
+        pid = read_pid(pidfile)
+        if pid is not None and pid_alive(pid):
+            raise PgferryError(f"Pidfile exists, another process running? ({pidfile}, pid {pid})")
+        detach()
+    setup_logging(not daemonize)
+    if pidfile is not None:
+        write_pidfile(pidfile)
+    try:
+        service = make_service()
+        service.install_signal_handlers()
+        service.run_forever()
+    finally:
+        if pidfile is not None:
+            remove_pidfile(pidfile)
+    return 0

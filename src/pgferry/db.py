@@ -1,0 +1,85 @@
+"""The one seam between pgferry and the database driver (psycopg 3).
+
+Every connection goes through :func:`connect`, which turns driver errors into one-line
+:class:`~pgferry.errors.DatabaseError` messages that never contain a password.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import conninfo
+
+from pgferry.errors import DatabaseError
+
+APPLICATION_NAME = "pgferry"
+
+# libpq keywords whose values must never reach a log line or the terminal.
+_SECRET_KEYS = ("password", "sslpassword", "sslkey")
+_URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)")
+
+
+def mask_connstr(connstr: str) -> str:
+    """Return ``connstr`` with every secret replaced by ``[...]``.
+
+    Works on key=value strings and on URIs; text that is not a connection string is
+    returned with URI passwords masked only.
+    """
+    masked = _URI_PASSWORD.sub(r"\1[...]\3", connstr)
+    for key in _SECRET_KEYS:
+        masked = re.sub(rf"(\b{key}\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1[...]", masked, flags=re.I)
+    return masked
+
+
+def describe(connstr: str) -> str:
+    """A short, secret-free description of where ``connstr`` points (host:port/dbname)."""
+    try:
+        params = conninfo.conninfo_to_dict(connstr)
+    except psycopg.ProgrammingError:
+        return mask_connstr(connstr)
+    host = params.get("host") or params.get("hostaddr") or "local"
+    port = params.get("port") or "5432"
+    dbname = params.get("dbname") or params.get("user") or ""
+    return f"{host}:{port}/{dbname}"
+
+
+def error_text(exc: BaseException) -> str:
+    """One line describing a driver error, secrets masked."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else exc.__class__.__name__
+    return mask_connstr(first)
+
+
+def connect(
+    connstr: str,
+    *,
+    autocommit: bool = False,
+    application_name: str = APPLICATION_NAME,
+    connect_timeout: int = 10,
+    **kwargs,
+) -> psycopg.Connection:
+    """Open a connection; failures raise DatabaseError naming the target without secrets."""
+    try:
+        params = conninfo.conninfo_to_dict(connstr)
+    except psycopg.ProgrammingError as exc:
+        raise DatabaseError(f"invalid connection string: {error_text(exc)}") from None
+    params.setdefault("application_name", application_name)
+    params.setdefault("connect_timeout", str(connect_timeout))
+    try:
+        return psycopg.connect(conninfo.make_conninfo(**params), autocommit=autocommit, **kwargs)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot connect to {describe(connstr)}: {error_text(exc)}") from None
+
+
+@contextmanager
+def connection(connstr: str, **kwargs) -> Iterator[psycopg.Connection]:
+    """``with connection(dsn) as conn``: commit on success, roll back on error, then close."""
+    conn = connect(connstr, **kwargs)
+    try:
+        with conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{describe(connstr)}: {error_text(exc)}") from None

@@ -1,0 +1,37 @@
+"""Exception classes shared by every layer.
+
+Anything derived from :class:`PgferryError` is an expected failure: the CLI prints its
+message as one line and exits non-zero, without a traceback.
+"""
+
+
+class PgferryError(Exception):
+    """An expected failure with a message meant for the operator."""
+
+    exit_code = 1
+
+
+class UsageError(PgferryError):
+    """Bad command line arguments."""
+
+    exit_code = 2
+
+
+class ConfigError(PgferryError):
+    """A missing, unreadable or malformed configuration file or setting."""
+
+
+class DatabaseError(PgferryError):
+    """A database could not be reached or refused an operation."""
+
+
+class QueueError(PgferryError):
+    """Unknown queue or consumer, or a queue operation that is not allowed."""
+
+
+class NodeError(PgferryError):
+    """Cascade node set-up or state problem (wrong node type, unknown node, ...)."""
+
+
+class TableError(PgferryError):
+    """Unknown table, missing primary key, incompatible columns, ..."""

@@ -1,0 +1,63 @@
+"""Logging set-up shared by every pgferry command and daemon.
+
+Log lines go to the console (unless detached) and to ``logfile`` when configured.  A filter
+masks passwords in every record, whatever code produced it.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+
+from pgferry.db import mask_connstr
+
+LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
+LOG_SIZE = 10 * 1024 * 1024
+LOG_COUNT = 3
+
+
+class SecretMaskFilter(logging.Filter):
+    """Replace password values in the final message with ``[...]``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_connstr(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
+
+
+def setup_logging(
+    *,
+    logfile: Path | None = None,
+    verbose: int = 0,
+    quiet: bool = False,
+    console: bool = True,
+) -> None:
+    """Configure the root logger; safe to call again (handlers are replaced)."""
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
+    formatter = logging.Formatter(LOG_FORMAT)
+    mask = SecretMaskFilter()
+    if console:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(formatter)
+        stream.addFilter(mask)
+        root.addHandler(stream)
+    if logfile is not None:
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        filehandler = logging.handlers.RotatingFileHandler(
+            logfile, maxBytes=LOG_SIZE, backupCount=LOG_COUNT, encoding="utf-8"
+        )
+        filehandler.setFormatter(formatter)
+        filehandler.addFilter(mask)
+        root.addHandler(filehandler)
+    # py4j and Spark's Python side are chatty at INFO; keep them out unless debugging.
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)

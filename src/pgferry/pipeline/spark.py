@@ -1,0 +1,60 @@
+"""The one place that creates the SparkSession.
+
+``spark_master`` (default ``local[*]``) and every ``spark.*`` key of the config section are
+passed to the builder; nothing is downloaded at run time.  Spark's own log and console
+progress bars are hidden unless verbose.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+# Small defaults that suit batches of a few thousand rows; any spark.* key overrides them.
+DEFAULT_SETTINGS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def get_spark(
+    *,
+    master: str | None = None,
+    app_name: str = "pgferry",
+    settings: Mapping[str, str] | None = None,
+    verbose: bool = False,
+) -> SparkSession:
+    """Return the process's SparkSession, creating it on first use.
+
+    A second call returns the running session (Spark allows one per process); its master
+    and settings are those of the first call.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", _python())
+    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
+    for key, value in {**DEFAULT_SETTINGS, **(settings or {})}.items():
+        builder = builder.config(key, value)
+    if not verbose:
+        builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
+    log.debug("Spark session started: master=%s", session.sparkContext.master)
+    return session
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable

@@ -1,0 +1,1 @@
+"""Helpers for running real PostgreSQL clusters locally (tests, demo, benchmarks)."""

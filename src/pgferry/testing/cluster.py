@@ -1,0 +1,208 @@
+"""Throw-away PostgreSQL clusters on 127.0.0.1 for tests, the demo and benchmarks.
+
+initdb / pg_ctl are taken from PATH or the newest ``/usr/lib/postgresql/*/bin``.  PostgreSQL
+refuses to run as root, so when we are root the cluster directory is handed to the
+``postgres`` OS user and the server binaries run through ``runuser``; an ordinary user runs
+them directly.  The superuser is always called ``postgres`` and local TCP auth is ``trust``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pgferry.errors import PgferryError
+
+SUPERUSER = "postgres"
+RUN_AS = "postgres"  # OS user for the server binaries when we are root
+
+# Settings that make throw-away clusters fast; never appropriate for real data.
+FAST_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "shared_buffers": "128MB",
+    "max_wal_size": "2GB",
+    "log_min_messages": "warning",
+    "logging_collector": "off",
+}
+
+
+def find_pg_bin() -> Path:
+    """Directory holding initdb and pg_ctl, or a clear error."""
+    env = os.environ.get("PGFERRY_PG_BIN")
+    if env and (Path(env) / "initdb").exists():
+        return Path(env)
+    on_path = shutil.which("initdb")
+    if on_path and shutil.which("pg_ctl"):
+        return Path(on_path).parent
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+    )
+    for candidate in reversed(candidates):
+        if (Path(candidate) / "initdb").exists():
+            return Path(candidate)
+    raise PgferryError(
+        "PostgreSQL server binaries not found: put initdb and pg_ctl on PATH, "
+        "set PGFERRY_PG_BIN, or install postgresql (e.g. apt-get install postgresql)"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _chown_tree(path: Path) -> None:
+    shutil.chown(path, user=RUN_AS, group=None)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            shutil.chown(os.path.join(root, name), user=RUN_AS)
+
+
+@dataclass
+class LocalCluster:
+    """One PostgreSQL cluster in ``base_dir``, listening on 127.0.0.1:``port``."""
+
+    base_dir: Path
+    port: int = field(default_factory=free_port)
+    settings: dict[str, str] = field(default_factory=lambda: dict(FAST_SETTINGS))
+    bindir: Path = field(default_factory=find_pg_bin)
+
+    @property
+    def datadir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def logfile(self) -> Path:
+        return self.base_dir / "server.log"
+
+    def _run(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if _is_root():
+            cmd = ["runuser", "-u", RUN_AS, "--", *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise PgferryError(f"{args[0]} failed: {detail[-1] if detail else proc.returncode}")
+        return proc
+
+    def init(self) -> LocalCluster:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if _is_root():
+            _chown_tree(self.base_dir)
+        self._run(
+            "initdb",
+            "-D",
+            str(self.datadir),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
+        lines = [
+            f"port = {self.port}",
+            "listen_addresses = '127.0.0.1'",
+            "unix_socket_directories = ''",
+        ]
+        lines += [f"{key} = '{value}'" for key, value in self.settings.items()]
+        with (self.datadir / "postgresql.auto.conf").open("a") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return self
+
+    def start(self) -> LocalCluster:
+        self._run(
+            "pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60", "start"
+        )
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(
+            "pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "-t", "60", "stop", check=False
+        )
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def is_running(self) -> bool:
+        proc = self._run("pg_ctl", "-D", str(self.datadir), "status", check=False)
+        return proc.returncode == 0
+
+    def connstr(self, dbname: str = "postgres", **extra: str) -> str:
+        parts = [f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname={dbname}"]
+        parts += [f"{k}={v}" for k, v in extra.items()]
+        return " ".join(parts)
+
+    def psql(self, dbname: str, command: str) -> str:
+        proc = self._run(
+            "psql",
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            SUPERUSER,
+            "-d",
+            dbname,
+            "-c",
+            command,
+        )
+        return proc.stdout
+
+    def createdb(self, dbname: str) -> str:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.connstr(), autocommit=True) as conn:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(dbname)))
+        return self.connstr(dbname)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self._run("pg_isready", "-h", "127.0.0.1", "-p", str(self.port), check=False)
+            if proc.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise PgferryError(f"cluster on port {self.port} did not become ready")
+
+    def destroy(self) -> None:
+        if self.datadir.exists():
+            self.stop("immediate")
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def make_cluster(name: str, parent: Path | None = None, **settings: str) -> LocalCluster:
+    """Create and start a cluster in a fresh temporary directory."""
+    parent = parent or Path(tempfile.gettempdir())
+    base = Path(tempfile.mkdtemp(prefix=f"pgferry-{name}-", dir=parent))
+    if _is_root():
+        os.chmod(base, 0o755)
+    cluster = LocalCluster(base_dir=base)
+    cluster.settings.update(settings)
+    return cluster.init().start()
