@@ -1,0 +1,170 @@
+"""Per-node translation of SQL scripts queued by ``execute``.
+
+A script written on the root names the root's tables.  A subscriber may replicate a table
+under another name (``--dest-table``, another schema) or not at all.  Each statement is
+parsed with PostgreSQL's own parser (pglast / libpg_query) and planned per node:
+
+- it names no replicated table: run as written;
+- every replicated table it names is local here: run with those names rewritten to the
+  local ones (the statement is re-printed from its parse tree);
+- none of them is local here: skip it on this node;
+- a mix, or something we cannot rewrite safely (DO blocks, qualified column references to
+  a renamed table): :class:`ScriptTranslateError` — raised on the root by
+  :func:`check_script` before anything runs, so nothing is queued that would jam a node.
+
+Scripts with a ``--*--`` attribute header are not translated: the header decides where the
+script runs and ``@name@`` tags give local names (see :mod:`script_attrs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pglast
+from pglast import ast, parse_sql
+from pglast.keywords import UNRESERVED_KEYWORDS
+from pglast.stream import RawStream
+from pglast.visitors import Visitor
+
+from pgferry.errors import PgferryError
+
+DEFAULT_SCHEMA = "public"
+# Statements whose bodies are opaque to the parser: we cannot see which tables they touch.
+_OPAQUE = (ast.DoStmt,)
+_TRANSACTION_KINDS = {"TRANS_STMT_BEGIN", "TRANS_STMT_START", "TRANS_STMT_COMMIT"}
+
+
+class ScriptTranslateError(PgferryError):
+    """A statement that cannot be run safely on every node."""
+
+
+def quote_ident(name: str) -> str:
+    """Quote like PostgreSQL's quote_ident(): only when needed."""
+    simple = (
+        name
+        and (name[0].islower() or name[0] == "_")
+        and all(c.islower() or c.isdigit() or c == "_" for c in name)
+    )
+    if (
+        simple
+        and name.isascii()
+        and (
+            name
+            not in pglast.keywords.RESERVED_KEYWORDS
+            | pglast.keywords.TYPE_FUNC_NAME_KEYWORDS
+            | pglast.keywords.COL_NAME_KEYWORDS
+            or name in UNRESERVED_KEYWORDS
+        )
+    ):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(schema: str | None, relname: str) -> str:
+    """``schema.table`` in the registry's form (format('%I.%I'))."""
+    return f"{quote_ident(schema or DEFAULT_SCHEMA)}.{quote_ident(relname)}"
+
+
+def split_qualified(name: str) -> tuple[str, str]:
+    """Inverse of :func:`qualified` for names the registry stores."""
+    parsed = parse_sql(f"select from {name}")[0].stmt.fromClause[0]
+    return parsed.schemaname or DEFAULT_SCHEMA, parsed.relname
+
+
+@dataclass(frozen=True)
+class PlannedStatement:
+    sql: str
+    run: bool
+    note: str = ""
+
+
+class _Collector(Visitor):
+    def __init__(self) -> None:
+        self.relations: list[ast.RangeVar] = []
+        self.column_refs: list[ast.ColumnRef] = []
+
+    def visit_RangeVar(self, ancestors, node: ast.RangeVar) -> None:
+        self.relations.append(node)
+
+    def visit_ColumnRef(self, ancestors, node: ast.ColumnRef) -> None:
+        if len(node.fields) >= 3:
+            self.column_refs.append(node)
+
+
+def _statements(script: str) -> list[ast.RawStmt]:
+    try:
+        return list(parse_sql(script))
+    except pglast.parser.ParseError as exc:
+        raise ScriptTranslateError(f"cannot parse SQL: {exc}") from None
+
+
+def _is_transaction_control(stmt: ast.Node) -> bool:
+    return isinstance(stmt, ast.TransactionStmt) and str(stmt.kind.name) in _TRANSACTION_KINDS
+
+
+def plan_script(
+    script: str,
+    *,
+    queue_tables: set[str],
+    local_names: Mapping[str, str],
+) -> list[PlannedStatement]:
+    """Plan every statement of ``script`` for one node.
+
+    ``queue_tables``: every table replicated through the queue (registry form).
+    ``local_names``: source name -> local name, for the tables replicated on this node.
+    """
+    plan: list[PlannedStatement] = []
+    for number, raw in enumerate(_statements(script), start=1):
+        stmt = raw.stmt
+        if _is_transaction_control(stmt):
+            continue  # the script runs inside pgferry's own transaction
+        if isinstance(stmt, _OPAQUE):
+            raise ScriptTranslateError(
+                f"statement {number}: {type(stmt).__name__} bodies cannot be translated per node; "
+                "split it into plain statements or add a --*-- Local-Table header"
+            )
+        collector = _Collector()
+        collector(stmt)
+        named = [
+            (rv, qualified(rv.schemaname, rv.relname))
+            for rv in collector.relations
+            if qualified(rv.schemaname, rv.relname) in queue_tables
+        ]
+        if not named:
+            plan.append(PlannedStatement(RawStream()(stmt), True))
+            continue
+        local = [name for _, name in named if name in local_names]
+        foreign = sorted({name for _, name in named if name not in local_names})
+        if not local:
+            plan.append(
+                PlannedStatement(
+                    RawStream()(stmt), False, f"not replicated here: {', '.join(foreign)}"
+                )
+            )
+            continue
+        if foreign:
+            raise ScriptTranslateError(
+                f"statement {number} names tables replicated here and tables that are not "
+                f"({', '.join(foreign)})"
+            )
+        for column_ref in collector.column_refs:
+            parts = [getattr(f, "sval", None) for f in column_ref.fields]
+            if None not in parts[:2] and qualified(parts[-3], parts[-2]) in local_names:
+                raise ScriptTranslateError(
+                    f"statement {number}: schema-qualified column reference "
+                    f"{'.'.join(p or '*' for p in parts)}; use a table alias"
+                )
+        renamed = []
+        for rv, name in named:
+            target = local_names[name]
+            if target != name:
+                rv.schemaname, rv.relname = split_qualified(target)
+                renamed.append(f"{name} -> {target}")
+        plan.append(PlannedStatement(RawStream()(stmt), True, "; ".join(renamed)))
+    return plan
+
+
+def check_script(script: str, *, queue_tables: set[str]) -> None:
+    """Root-side validation: raise now for anything a subscriber could not translate."""
+    plan_script(script, queue_tables=queue_tables, local_names={t: t for t in queue_tables})
