@@ -4,6 +4,8 @@
 -- into (or captured from) this database.  merge_state follows the original's states:
 -- NULL (copy pending) -> 'in-copy' -> 'catching-up' -> 'ok'.  copy_snapshot is the snapshot
 -- under which the initial copy read the source: replay skips events visible in it.
+-- copy_group ties together the tables added by one command, so that the worker copies them
+-- from one snapshot.
 
 create schema if not exists ferry;
 
@@ -17,9 +19,14 @@ create table ferry.table_info (
     copy_snapshot   pg_snapshot,                -- snapshot the initial copy read
     skip_truncate   boolean not null default false,
     table_attrs     jsonb   not null default '{}',
+    copy_group      bigint,                     -- tables added in one command share one id
+    max_parallel_copy integer,                  -- --max-parallel-copy, NULL = parallel_copies
     added_at        timestamptz not null default now(),
     primary key (queue_name, table_name)
 );
+
+-- One value per add-table / resync command: the worker copies a group under one snapshot.
+create sequence ferry.copy_group_seq;
 
 create table ferry.seq_info (
     queue_name      text    not null,

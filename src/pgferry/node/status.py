@@ -1,0 +1,201 @@
+"""Gathering and drawing the cascade tree for ``status``.
+
+Every member listed in the local ``node_location`` is asked for its own view (type, provider,
+tick, error, table states) through its public location, in parallel.  Dead members are not
+contacted and unreachable ones are shown with the connection error, so ``status`` works from
+any node even when parts of the cascade are down.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pgferry.config import Config
+from pgferry.errors import PgferryError
+from pgferry.node import connect, model, queueops
+
+# Other nodes get a short connect timeout: status must not hang on a dead host.
+REMOTE_TIMEOUT = 5
+MAX_THREADS = 8
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    node_type: str | None = None
+    provider: str | None = None
+    dead: bool = False
+    reachable: bool = True
+    tables_ok: int = 0
+    tables_copying: int = 0
+    tables_other: int = 0
+    tick: int | None = None
+    tick_time: datetime | None = None
+    lag_seconds: float | None = None
+    paused: bool = False
+    error: str | None = None
+    last_seen: datetime | None = None
+    now: datetime | None = field(default=None, repr=False)
+
+
+@dataclass
+class StatusReport:
+    queue: str
+    local_node: str
+    nodes: list[NodeStatus]
+
+    def by_name(self) -> dict[str, NodeStatus]:
+        return {n.name: n for n in self.nodes}
+
+    def to_json(self) -> dict[str, Any]:
+        nodes = []
+        for n in self.nodes:
+            item = asdict(n)
+            item.pop("now")
+            for key in ("tick_time", "last_seen"):
+                if item[key] is not None:
+                    item[key] = item[key].isoformat()
+            nodes.append(item)
+        return {"queue": self.queue, "local_node": self.local_node, "nodes": nodes}
+
+
+def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeStatus:
+    """The view one node has of itself."""
+    node = model.load_node(conn, queue)
+    if node is None:
+        return NodeStatus(name=name, reachable=True, error="node not initialized here")
+    st = NodeStatus(name=node.node_name, node_type=node.node_type, provider=node.provider_node)
+    counts = conn.execute(
+        """
+        select count(*) filter (where merge_state = 'ok'),
+               count(*) filter (where merge_state in ('in-copy', 'catching-up')),
+               count(*) filter (where merge_state is null
+                                   or merge_state not in ('ok', 'in-copy', 'catching-up')),
+               now()
+          from ferry.table_info where queue_name = %s and local
+        """,
+        (queue,),
+    ).fetchone()
+    assert counts is not None
+    st.tables_ok, st.tables_copying, st.tables_other, st.now = counts
+    state = model.local_state(conn, queue, node.worker_name)
+    if state is not None:
+        st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
+        st.paused, st.error, st.last_seen = state.paused, state.cur_error, state.last_seen
+    if node.is_root:
+        # The root's position is its queue's newest tick; its lag is the ticker's lag.
+        st.tick, st.tick_time = queueops.last_tick(conn, queue)
+    return st
+
+
+def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStatus:
+    if member.dead:
+        return NodeStatus(name=member.node_name, dead=True, reachable=False)
+    try:
+        with connect.connect_remote(
+            config, member.node_location, autocommit=True, connect_timeout=REMOTE_TIMEOUT
+        ) as conn:
+            st = read_node_status(conn, queue, member.node_name)
+    except (PgferryError, psycopg.Error) as exc:
+        return NodeStatus(name=member.node_name, reachable=False, error=str(exc))
+    st.name = member.node_name
+    return st
+
+
+def gather(config: Config, conn: psycopg.Connection) -> StatusReport:
+    """Status of every member, the local node read through ``conn``."""
+    queue = connect.queue_name(config)
+    local = model.require_node(conn, queue)
+    local_status = read_node_status(conn, queue, local.node_name)
+    others = [m for m in model.members(conn, queue) if m.node_name != local.node_name]
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(others)))) as pool:
+        remote = list(pool.map(lambda m: _remote_status(config, queue, m), others))
+    nodes = [local_status, *remote]
+    _fill_lag(nodes)
+    return StatusReport(queue=queue, local_node=local.node_name, nodes=nodes)
+
+
+def _fill_lag(nodes: list[NodeStatus]) -> None:
+    """Root: time since its last tick.  Others: how far their tick is behind the root's."""
+    root = next((n for n in nodes if n.node_type == "root" and n.tick_time), None)
+    for n in nodes:
+        if n.tick_time is None or n.now is None:
+            continue
+        if n.node_type != "root" and root is not None and root.tick_time is not None:
+            n.lag_seconds = max(0.0, (root.tick_time - n.tick_time).total_seconds())
+        else:
+            n.lag_seconds = max(0.0, (n.now - n.tick_time).total_seconds())
+
+
+def format_lag(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def _info_lines(n: NodeStatus) -> list[str]:
+    lines = []
+    if n.dead:
+        lines.append("Node is marked dead")
+    elif n.reachable:
+        lines.append(f"Tables: {n.tables_ok}/{n.tables_copying}/{n.tables_other}")
+        lines.append(f"Lag: {format_lag(n.lag_seconds)}, Tick: {n.tick if n.tick is not None else '?'}")
+        if n.paused:
+            lines.append("PAUSED")
+    if n.error:
+        lines.append(f"ERR: {n.error}")
+    return lines
+
+
+def render_tree(report: StatusReport) -> str:
+    """The original's layout: one block per node, children drawn under their provider."""
+    nodes = report.by_name()
+    children: dict[str | None, list[str]] = {}
+    for n in report.nodes:
+        parent = n.provider if n.provider in nodes and n.node_type != "root" else None
+        children.setdefault(parent, []).append(n.name)
+    for names in children.values():
+        names.sort(key=lambda name: (nodes[name].node_type != "root", name))
+    out = [f"Queue: {report.queue}   Local node: {report.local_node}", ""]
+    width = max(len(n.name) + len(n.node_type or "?") for n in report.nodes) + 12
+
+    def title(n: NodeStatus) -> str:
+        tag = n.node_type or "?"
+        extra = " dead" if n.dead else "" if n.reachable else " unreachable"
+        return f"{n.name} ({tag}{extra})"
+
+    def draw(name: str, prefix: str, is_last: bool, top: bool) -> None:
+        n = nodes[name]
+        kids = children.get(name, [])
+        if top:
+            out.append(title(n))
+            info_prefix = "  " if not kids else "  |"
+        else:
+            out.append(f"{prefix}+--: {title(n)}")
+            base = prefix + ("     " if is_last else "|    ")
+            info_prefix = base + ("  |" if kids else "   ")
+        for line in _info_lines(n):
+            out.append(f"{info_prefix.ljust(width)}{line}")
+        child_prefix = "  " if top else prefix + ("     " if is_last else "|    ")
+        for i, kid in enumerate(kids):
+            draw(kid, child_prefix, i == len(kids) - 1, False)
+
+    seen: set[str] = set()
+    for i, name in enumerate(children.get(None, [])):
+        if i:
+            out.append("")
+        draw(name, "", True, True)
+        seen.add(name)
+    return "\n".join(out)

@@ -1,0 +1,141 @@
+"""What the local PostgreSQL catalog says about tables and sequences.
+
+Names come back in the raw (schema, name) form for matching, together with the server's
+own ``format('%I.%I')`` spelling that the registry stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgferry.errors import TableError
+
+# Schemas that never hold replicated objects.
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "ferry", "ferry_queue", "ferry_node")
+
+
+@dataclass(frozen=True)
+class RelName:
+    schema: str
+    name: str
+    fq: str  # format('%I.%I', schema, name)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.schema, self.name)
+
+
+def list_relations(conn: psycopg.Connection, kinds: str) -> list[RelName]:
+    """Tables (``kinds='r'``) or sequences (``'S'``) outside system schemas."""
+    relkinds = ["r", "p"] if kinds == "r" else ["S"]
+    rows = conn.execute(
+        """
+        select n.nspname, c.relname, format('%%I.%%I', n.nspname, c.relname)
+          from pg_catalog.pg_class c
+          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+         where c.relkind = any(%s) and not c.relispartition
+           and n.nspname <> all(%s)
+           and n.nspname not like 'pg\\_toast%%' and n.nspname not like 'pg\\_temp%%'
+         order by 1, 2
+        """,
+        (relkinds, list(SYSTEM_SCHEMAS)),
+    ).fetchall()
+    return [RelName(*r) for r in rows]
+
+
+def find_relation(conn: psycopg.Connection, schema: str, name: str, kinds: str) -> RelName | None:
+    relkinds = ["r", "p"] if kinds == "r" else ["S"]
+    row = conn.execute(
+        """
+        select n.nspname, c.relname, format('%%I.%%I', n.nspname, c.relname)
+          from pg_catalog.pg_class c
+          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+         where n.nspname = %s and c.relname = %s and c.relkind = any(%s)
+        """,
+        (schema, name, relkinds),
+    ).fetchone()
+    return None if row is None else RelName(*row)
+
+
+def fq_name(conn: psycopg.Connection, schema: str, name: str) -> str:
+    row = conn.execute("select format('%%I.%%I', %s::text, %s::text)", (schema, name)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def ident(schema: str, name: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def primary_key(conn: psycopg.Connection, fq: str) -> list[str]:
+    """Primary-key column names of ``fq`` in key order (empty when there is none)."""
+    rows = conn.execute(
+        """
+        select a.attname
+          from pg_catalog.pg_index i
+          cross join lateral unnest(i.indkey) with ordinality as k(attnum, ord)
+          join pg_catalog.pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+         where i.indrelid = %s::regclass and i.indisprimary
+         order by k.ord
+        """,
+        (fq,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_sql: str  # format_type() output: valid SQL type text
+    not_null: bool
+
+
+def columns(conn: psycopg.Connection, fq: str) -> list[Column]:
+    rows = conn.execute(
+        """
+        select attname, format_type(atttypid, atttypmod), attnotnull
+          from pg_catalog.pg_attribute
+         where attrelid = %s::regclass and attnum > 0 and not attisdropped
+         order by attnum
+        """,
+        (fq,),
+    ).fetchall()
+    return [Column(*r) for r in rows]
+
+
+def create_table(
+    conn: psycopg.Connection, schema: str, name: str, cols: list[Column], pkey: list[str]
+) -> None:
+    """Create ``schema.name`` with ``cols`` and ``pkey`` (the ``--create`` of add-table)."""
+    if not cols:
+        raise TableError(f"no columns to create table {schema}.{name}")
+    defs = [
+        sql.SQL("{} {}{}").format(
+            sql.Identifier(c.name),
+            sql.SQL(c.type_sql),  # server-generated type text, not operator input
+            sql.SQL(" not null" if c.not_null else ""),
+        )
+        for c in cols
+    ]
+    if pkey:
+        defs.append(
+            sql.SQL("primary key ({})").format(sql.SQL(", ").join(map(sql.Identifier, pkey)))
+        )
+    conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
+    conn.execute(
+        sql.SQL("create table {} ({})").format(ident(schema, name), sql.SQL(", ").join(defs))
+    )
+
+
+def create_sequence(conn: psycopg.Connection, schema: str, name: str) -> None:
+    conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
+    conn.execute(sql.SQL("create sequence {}").format(ident(schema, name)))
+
+
+def sequence_value(conn: psycopg.Connection, fq: str) -> int | None:
+    """Last value handed out by a sequence, None when it was never used."""
+    row = conn.execute("select pg_sequence_last_value(%s::regclass)", (fq,)).fetchone()
+    return None if row is None else row[0]

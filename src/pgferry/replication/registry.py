@@ -1,0 +1,235 @@
+"""The replication registry of one node: ``ferry.table_info`` and ``ferry.seq_info``.
+
+Plain reads and writes shared by the admin commands and the worker.  Table states follow the
+original: NULL (copy pending) -> 'in-copy' -> 'catching-up' -> 'ok'.  Everything runs in the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+MERGE_STATES = (None, "in-copy", "catching-up", "ok")
+_KEEP: Any = object()  # "leave this column as it is"
+
+
+@dataclass
+class TableEntry:
+    """One row of ``ferry.table_info``."""
+
+    queue_name: str
+    table_name: str
+    local: bool
+    merge_state: str | None
+    dest_table: str | None
+    copy_condition: str | None
+    copy_snapshot: str | None
+    skip_truncate: bool
+    table_attrs: dict[str, Any] = field(default_factory=dict)
+    copy_group: int | None = None
+    max_parallel_copy: int | None = None
+
+    @property
+    def dest_name(self) -> str:
+        """The local table events are applied to (``%I.%I`` form)."""
+        return self.dest_table or self.table_name
+
+    def display_attrs(self) -> dict[str, Any]:
+        """table_attrs as ``tables`` shows them (with dest_table when renamed)."""
+        attrs = dict(self.table_attrs)
+        if self.dest_table:
+            attrs.setdefault("dest_table", self.dest_table)
+        return attrs
+
+
+@dataclass
+class SeqEntry:
+    """One row of ``ferry.seq_info``."""
+
+    queue_name: str
+    seq_name: str
+    local: bool
+    last_value: int | None
+
+
+_TABLE_COLS = """queue_name, table_name, local, merge_state, dest_table, copy_condition,
+    copy_snapshot::text as copy_snapshot, skip_truncate, table_attrs, copy_group,
+    max_parallel_copy"""
+
+
+def list_tables(conn: psycopg.Connection, queue: str, local_only: bool = True) -> list[TableEntry]:
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"""
+            select {_TABLE_COLS} from ferry.table_info
+             where queue_name = %s and (local or not %s)
+             order by table_name
+            """,
+            (queue, local_only),
+        )
+        return cur.fetchall()
+
+
+def get_table(conn: psycopg.Connection, queue: str, table: str) -> TableEntry | None:
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"select {_TABLE_COLS} from ferry.table_info where queue_name = %s and table_name = %s",
+            (queue, table),
+        )
+        return cur.fetchone()
+
+
+def next_copy_group(conn: psycopg.Connection) -> int:
+    row = conn.execute("select nextval('ferry.copy_group_seq')").fetchone()
+    assert row is not None
+    return row[0]
+
+
+def register_table(conn: psycopg.Connection, entry: TableEntry) -> None:
+    """Insert or replace a table's row (``local`` registration)."""
+    conn.execute(
+        """
+        insert into ferry.table_info
+            (queue_name, table_name, local, merge_state, dest_table, copy_condition,
+             copy_snapshot, skip_truncate, table_attrs, copy_group, max_parallel_copy)
+        values (%s, %s, %s, %s, %s, %s, %s::pg_snapshot, %s, %s, %s, %s)
+        on conflict (queue_name, table_name) do update set
+            local = excluded.local, merge_state = excluded.merge_state,
+            dest_table = excluded.dest_table, copy_condition = excluded.copy_condition,
+            copy_snapshot = excluded.copy_snapshot, skip_truncate = excluded.skip_truncate,
+            table_attrs = excluded.table_attrs, copy_group = excluded.copy_group,
+            max_parallel_copy = excluded.max_parallel_copy
+        """,
+        (
+            entry.queue_name,
+            entry.table_name,
+            entry.local,
+            entry.merge_state,
+            entry.dest_table,
+            entry.copy_condition,
+            entry.copy_snapshot,
+            entry.skip_truncate,
+            Jsonb(entry.table_attrs),
+            entry.copy_group,
+            entry.max_parallel_copy,
+        ),
+    )
+
+
+def unregister_table(conn: psycopg.Connection, queue: str, table: str) -> bool:
+    cur = conn.execute(
+        "delete from ferry.table_info where queue_name = %s and table_name = %s", (queue, table)
+    )
+    return cur.rowcount > 0
+
+
+def set_merge_state(
+    conn: psycopg.Connection,
+    queue: str,
+    table: str,
+    state: str | None,
+    snapshot: str | None = _KEEP,
+) -> None:
+    """Move a table to ``state``; ``snapshot`` (pg_snapshot text) is stored when given.
+
+    The worker owns every transition except the admin ones (add, resync).
+    """
+    if state not in MERGE_STATES:
+        raise ValueError(f"bad merge_state: {state!r}")
+    if snapshot is _KEEP:
+        conn.execute(
+            "update ferry.table_info set merge_state = %s where queue_name = %s and table_name = %s",
+            (state, queue, table),
+        )
+    else:
+        conn.execute(
+            """
+            update ferry.table_info set merge_state = %s, copy_snapshot = %s::pg_snapshot
+             where queue_name = %s and table_name = %s
+            """,
+            (state, snapshot, queue, table),
+        )
+
+
+def set_copy_snapshot(
+    conn: psycopg.Connection, queue: str, table: str, snapshot: str | None
+) -> None:
+    conn.execute(
+        """
+        update ferry.table_info set copy_snapshot = %s::pg_snapshot
+         where queue_name = %s and table_name = %s
+        """,
+        (snapshot, queue, table),
+    )
+
+
+def resync_tables(conn: psycopg.Connection, queue: str, tables: list[str]) -> int:
+    """Put ``tables`` back to copy-pending as one copy group; returns the group id."""
+    group = next_copy_group(conn)
+    conn.execute(
+        """
+        update ferry.table_info set merge_state = null, copy_snapshot = null, copy_group = %s
+         where queue_name = %s and table_name = any(%s)
+        """,
+        (group, queue, tables),
+    )
+    return group
+
+
+def list_seqs(conn: psycopg.Connection, queue: str, local_only: bool = True) -> list[SeqEntry]:
+    with conn.cursor(row_factory=class_row(SeqEntry)) as cur:
+        cur.execute(
+            """
+            select queue_name, seq_name, local, last_value from ferry.seq_info
+             where queue_name = %s and (local or not %s) order by seq_name
+            """,
+            (queue, local_only),
+        )
+        return cur.fetchall()
+
+
+def register_seq(
+    conn: psycopg.Connection, queue: str, seq: str, last_value: int | None, local: bool = True
+) -> None:
+    conn.execute(
+        """
+        insert into ferry.seq_info (queue_name, seq_name, local, last_value)
+        values (%s, %s, %s, %s)
+        on conflict (queue_name, seq_name)
+        do update set local = excluded.local, last_value = excluded.last_value
+        """,
+        (queue, seq, local, last_value),
+    )
+
+
+def unregister_seq(conn: psycopg.Connection, queue: str, seq: str) -> bool:
+    cur = conn.execute(
+        "delete from ferry.seq_info where queue_name = %s and seq_name = %s", (queue, seq)
+    )
+    return cur.rowcount > 0
+
+
+def set_seq_last_value(conn: psycopg.Connection, queue: str, seq: str, value: int) -> None:
+    """Record a sequence value; never moves it backwards."""
+    conn.execute(
+        """
+        update ferry.seq_info set last_value = greatest(coalesce(last_value, %s), %s)
+         where queue_name = %s and seq_name = %s
+        """,
+        (value, value, queue, seq),
+    )
+
+
+def attrs_text(attrs: dict[str, Any]) -> str:
+    """``{'copy_condition': 'userid<1000'}`` as the original's ``tables`` printed it."""
+    return repr(attrs) if attrs else ""
+
+
+def attrs_json(attrs: dict[str, Any]) -> str:
+    return json.dumps(attrs, ensure_ascii=False)

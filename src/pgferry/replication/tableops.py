@@ -1,0 +1,312 @@
+"""add-table, remove-table, resync and missing: registry changes checked against the node.
+
+Every operation runs in one local transaction: a bad name, a missing primary key or an
+unreachable provider leaves the registry and the triggers exactly as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgferry.config import Config
+from pgferry.db import error_text
+from pgferry.errors import NodeError, TableError, UsageError
+from pgferry.node import connect, model
+from pgferry.replication import capture, catalog, registry
+from pgferry.replication.names import NamePattern, parse_pattern, split_qualified
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AddTableOptions:
+    all: bool = False
+    dest_table: str | None = None
+    copy_condition: str | None = None
+    max_parallel_copy: int | None = None
+    create: bool = False
+    no_triggers: bool = False
+    skip_truncate: bool = False
+    expect_sync: bool = False
+    force: bool = False
+
+
+def resolve(
+    patterns: Iterable[NamePattern], candidates: list[tuple[str, str]], what: str
+) -> list[tuple[str, str]]:
+    """Every candidate named by the patterns, in order, each once; unknown names fail."""
+    chosen: list[tuple[str, str]] = []
+    for pattern in patterns:
+        found = pattern.select(candidates)
+        if not found and not pattern.is_glob:
+            raise TableError(f"{what} not found: {pattern.raw}")
+        if not found:
+            log.warning("no %s matches %s", what.lower(), pattern.raw)
+        chosen += [c for c in found if c not in chosen]
+    return chosen
+
+
+def provider_conn(config: Config, node: model.NodeInfo) -> psycopg.Connection:
+    if node.provider_location is None:
+        raise NodeError(f"Node {node.node_name} has no provider location")
+    return connect.connect_remote(config, node.provider_location)
+
+
+def add_tables(
+    config: Config, conn: psycopg.Connection, args: list[str], opts: AddTableOptions
+) -> list[str]:
+    """Register tables on the local node; returns the names added (``%I.%I``)."""
+    queue = connect.queue_name(config)
+    node = model.require_node(conn, queue)
+    if not args and not opts.all:
+        raise UsageError("add-table: give TABLE names or --all")
+    if node.is_root:
+        for flag, value in (
+            ("--dest-table", opts.dest_table),
+            ("--copy-condition", opts.copy_condition),
+            ("--create", opts.create),
+        ):
+            if value:
+                raise UsageError(f"add-table: {flag} is for branch and leaf nodes only")
+        return _add_on_root(conn, queue, args, opts)
+    with provider_conn(config, node) as prov:
+        return _add_on_subscriber(conn, prov, queue, args, opts)
+
+
+def _split_all(names: Iterable[str]) -> list[tuple[str, str]]:
+    return [split_qualified(n) for n in names]
+
+
+def _add_on_root(
+    conn: psycopg.Connection, queue: str, args: list[str], opts: AddTableOptions
+) -> list[str]:
+    tables = catalog.list_relations(conn, "r")
+    by_key = {t.key: t for t in tables}
+    if opts.all:
+        wanted = _missing_names(conn, queue, "r")
+        keys = [t.key for t in tables if t.fq in wanted]
+    else:
+        keys = resolve(map(parse_pattern, args), list(by_key), "Table")
+    group = registry.next_copy_group(conn)
+    added: list[str] = []
+    for key in keys:
+        fq = by_key[key].fq
+        if not catalog.primary_key(conn, fq):
+            raise TableError(f"Primary key missing on table: {fq}")
+        existing = registry.get_table(conn, queue, fq)
+        if existing is not None and existing.local and not opts.force:
+            log.info("Table already added: %s", fq)
+            continue
+        attrs = {"no_triggers": True} if opts.no_triggers else {}
+        registry.register_table(
+            conn,
+            registry.TableEntry(
+                queue_name=queue,
+                table_name=fq,
+                local=True,
+                merge_state="ok",
+                dest_table=None,
+                copy_condition=None,
+                copy_snapshot=None,
+                skip_truncate=opts.skip_truncate,
+                table_attrs=attrs,
+                copy_group=group,
+                max_parallel_copy=opts.max_parallel_copy,
+            ),
+        )
+        if not opts.no_triggers:
+            capture.attach(conn, queue, fq, deny=False)
+        added.append(fq)
+    return added
+
+
+def _missing_names(conn: psycopg.Connection, queue: str, kind: str) -> set[str]:
+    rows = conn.execute("select obj_kind, obj_name from ferry.local_missing(%s)", (queue,))
+    return {name for k, name in rows.fetchall() if k == kind}
+
+
+def _add_on_subscriber(
+    conn: psycopg.Connection,
+    prov: psycopg.Connection,
+    queue: str,
+    args: list[str],
+    opts: AddTableOptions,
+) -> list[str]:
+    provider_tables = [t.table_name for t in registry.list_tables(prov, queue)]
+    keys = _split_all(provider_tables)
+    fq_of = dict(zip(keys, provider_tables, strict=True))
+    if opts.all:
+        local = {t.table_name for t in registry.list_tables(conn, queue)}
+        chosen = [k for k in keys if fq_of[k] not in local]
+    else:
+        try:
+            chosen = resolve(map(parse_pattern, args), keys, "Table")
+        except TableError as exc:
+            raise TableError(f"{exc} (not registered on the provider)") from None
+    if opts.dest_table and len(chosen) != 1:
+        raise UsageError("add-table: --dest-table needs exactly one table")
+    group = registry.next_copy_group(conn)
+    added: list[str] = []
+    for key in chosen:
+        src = fq_of[key]
+        existing = registry.get_table(conn, queue, src)
+        if existing is not None and existing.local and not opts.force:
+            log.info("Table already added: %s", src)
+            continue
+        dest = _local_dest(conn, prov, src, opts)
+        if not catalog.primary_key(conn, dest):
+            raise TableError(f"Primary key missing on table: {dest}")
+        if opts.copy_condition:
+            _check_condition(prov, src, opts.copy_condition)
+        attrs: dict[str, object] = {}
+        if opts.copy_condition:
+            attrs["copy_condition"] = opts.copy_condition
+        if opts.skip_truncate:
+            attrs["skip_truncate"] = True
+        if opts.no_triggers:
+            attrs["no_triggers"] = True
+        if opts.max_parallel_copy:
+            attrs["max_parallel_copy"] = opts.max_parallel_copy
+        registry.register_table(
+            conn,
+            registry.TableEntry(
+                queue_name=queue,
+                table_name=src,
+                local=True,
+                merge_state="ok" if opts.expect_sync else None,
+                dest_table=dest if dest != src else None,
+                copy_condition=opts.copy_condition,
+                copy_snapshot=None,
+                skip_truncate=opts.skip_truncate and not opts.expect_sync,
+                table_attrs=attrs,
+                copy_group=group,
+                max_parallel_copy=opts.max_parallel_copy,
+            ),
+        )
+        if not opts.no_triggers:
+            capture.attach(conn, queue, dest, deny=True)
+        added.append(src)
+    return added
+
+
+def _local_dest(
+    conn: psycopg.Connection, prov: psycopg.Connection, src: str, opts: AddTableOptions
+) -> str:
+    """The local table for ``src``: --dest-table or the same name, created with --create."""
+    pattern = parse_pattern(opts.dest_table) if opts.dest_table else None
+    if pattern is None:
+        schema, name = split_qualified(src)
+        candidates = [(schema, name)]
+    else:
+        if pattern.is_glob:
+            raise UsageError("add-table: --dest-table cannot be a pattern")
+        candidates = [(s, n) for s in pattern.schema.spellings() for n in pattern.name.spellings()]
+    for schema, name in candidates:
+        found = catalog.find_relation(conn, schema, name, "r")
+        if found is not None:
+            return found.fq
+    if not opts.create:
+        shown = opts.dest_table or src
+        raise TableError(f"Table not found on local node: {shown} (use --create to create it)")
+    schema, name = candidates[0]
+    cols = catalog.columns(prov, src)
+    pkey = catalog.primary_key(prov, src)
+    catalog.create_table(conn, schema, name, cols, pkey)
+    fq = catalog.fq_name(conn, schema, name)
+    log.info("Created table %s", fq)
+    return fq
+
+
+def _check_condition(prov: psycopg.Connection, src: str, condition: str) -> None:
+    """Fail early on a condition the source table cannot evaluate."""
+    schema, name = split_qualified(src)
+    query = sql.SQL("select 1 from {} where ({}) limit 0").format(
+        catalog.ident(schema, name),
+        sql.SQL(condition),  # operator-written SQL expression, by design
+    )
+    try:
+        with prov.transaction():
+            prov.execute(query)
+    except psycopg.Error as exc:
+        raise TableError(f"bad --copy-condition for {src}: {error_text(exc)}") from None
+
+
+def remove_tables(
+    config: Config, conn: psycopg.Connection, args: list[str], all_: bool, force: bool
+) -> list[str]:
+    queue = connect.queue_name(config)
+    node = model.require_node(conn, queue)
+    entries = {t.table_name: t for t in registry.list_tables(conn, queue)}
+    if all_:
+        names = list(entries)
+    else:
+        if not args:
+            raise UsageError("remove-table: give TABLE names or --all")
+        keys = _split_all(entries)
+        fq_of = dict(zip(keys, entries, strict=True))
+        names = []
+        for pattern in map(parse_pattern, args):
+            found = pattern.select(keys)
+            if not found and not pattern.is_glob and not force:
+                raise TableError(f"Table not registered: {pattern.raw}")
+            names += [fq_of[k] for k in found if fq_of[k] not in names]
+    for fq in names:
+        entry = entries[fq]
+        if not entry.table_attrs.get("no_triggers"):
+            capture.detach(conn, queue, entry.dest_name)
+        registry.unregister_table(conn, queue, fq)
+        log.info("Table removed: %s%s", fq, "" if node.is_root else " (local)")
+    return names
+
+
+def resync(
+    config: Config, conn: psycopg.Connection, args: list[str], all_: bool
+) -> list[str]:
+    queue = connect.queue_name(config)
+    node = model.require_node(conn, queue)
+    if node.is_root:
+        raise NodeError(f"resync is not possible on the root node: {node.node_name}")
+    entries = [t.table_name for t in registry.list_tables(conn, queue)]
+    if all_:
+        names = entries
+    else:
+        if not args:
+            raise UsageError("resync: give TABLE names or --all")
+        keys = _split_all(entries)
+        fq_of = dict(zip(keys, entries, strict=True))
+        try:
+            names = [fq_of[k] for k in resolve(map(parse_pattern, args), keys, "Table")]
+        except TableError as exc:
+            raise TableError(f"{exc} (not added on this node)") from None
+    with provider_conn(config, node) as prov:
+        on_provider = {t.table_name for t in registry.list_tables(prov, queue)}
+    for fq in names:
+        if fq not in on_provider:
+            raise TableError(f"Table not replicated on the provider: {fq}")
+    if names:
+        registry.resync_tables(conn, queue, names)
+    for fq in names:
+        log.info("Table %s will be copied again", fq)
+    return names
+
+
+def missing(config: Config, conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """(obj_kind, obj_name): 'r' tables, 'S' sequences that could be added here."""
+    queue = connect.queue_name(config)
+    node = model.require_node(conn, queue)
+    if node.is_root:
+        rows = conn.execute("select obj_kind, obj_name from ferry.local_missing(%s)", (queue,))
+        return [(r[0], r[1]) for r in rows.fetchall()]
+    local_tables = {t.table_name for t in registry.list_tables(conn, queue)}
+    local_seqs = {s.seq_name for s in registry.list_seqs(conn, queue)}
+    with provider_conn(config, node) as prov:
+        tables = [t.table_name for t in registry.list_tables(prov, queue)]
+        seqs = [s.seq_name for s in registry.list_seqs(prov, queue)]
+    result = [("r", t) for t in tables if t not in local_tables]
+    result += [("S", s) for s in seqs if s not in local_seqs]
+    return result
