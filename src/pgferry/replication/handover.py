@@ -1,0 +1,130 @@
+"""Initial copy of newly attached tables and the exact hand-over to replay (design-notes §4).
+
+While the worker copies, it replays nothing, so the copy snapshot C is taken after the last
+applied tick: every event committed before C is in the copy and is skipped by replay
+(``pg_visible_in_snapshot``), every later one is applied.  Tables attached by one command
+(same ``added_at``) are copied together from one snapshot, at most ``parallel_copies`` of
+them per round.  The filter stays until an applied tick's snapshot has xmin >= xmax(C):
+then no event can be visible in C any more and the table becomes ``ok``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from pgferry.errors import TableError
+from pgferry.replication.routes import Route
+
+log = logging.getLogger(__name__)
+
+# A crash during the copy leaves 'in-copy': the table is copied again (copy truncates).
+PENDING_STATES = (None, "in-copy")
+
+
+def pending_group(
+    conn: psycopg.Connection, queue: str, routes: dict[str, Route], limit: int
+) -> list[Route]:
+    """The oldest group of tables waiting for their copy (at most ``limit`` tables)."""
+    rows = conn.execute(
+        """
+        select table_name from ferry.table_info
+         where queue_name = %s and local and (merge_state is null or merge_state = 'in-copy')
+           and added_at = (select min(added_at) from ferry.table_info
+                            where queue_name = %s and local
+                              and (merge_state is null or merge_state = 'in-copy'))
+         order by table_name
+        """,
+        (queue, queue),
+    ).fetchall()
+    return [routes[r[0]] for r in rows if r[0] in routes][: max(1, limit)]
+
+
+def provider_ready(prov: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
+    """Tables that the provider does not yet hold in state ok (we must wait for those)."""
+    rows = prov.execute(
+        """
+        select t.name from unnest(%s::text[]) as t(name)
+         where not exists (select 1 from ferry.table_info i
+                            where i.queue_name = %s and i.table_name = t.name
+                              and i.local and i.merge_state = 'ok')
+        """,
+        (tables, queue),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def set_state(
+    conn: psycopg.Connection,
+    queue: str,
+    tables: list[str],
+    state: str | None,
+    snapshot: str | None = None,
+) -> None:
+    conn.execute(
+        """
+        update ferry.table_info set merge_state = %s, copy_snapshot = %s::pg_snapshot
+         where queue_name = %s and table_name = any(%s)
+        """,
+        (state, snapshot, queue, tables),
+    )
+
+
+def copy_group(
+    *,
+    spark_factory: Callable[[], object],
+    local: psycopg.Connection,
+    provider: psycopg.Connection,
+    provider_dsn: str,
+    local_dsn: str,
+    queue: str,
+    group: list[Route],
+) -> bool:
+    """Copy one group; False when the provider is not ready yet (nothing changed)."""
+    names = [r.table_name for r in group]
+    waiting = provider_ready(provider, queue, names)
+    provider.rollback()
+    if waiting:
+        log.info("Table %s not OK on provider, waiting", ", ".join(waiting))
+        return False
+    from pgferry.pipeline.copy import CopyTask, copy_tables
+
+    with local.transaction():
+        set_state(local, queue, names, "in-copy")
+    tasks = [
+        CopyTask(
+            source_table=r.table_name,
+            dest_table=r.dest_fq,
+            copy_condition=r.copy_condition,
+            skip_truncate=r.skip_truncate,
+        )
+        for r in group
+    ]
+    log.info("Copying %s", ", ".join(names))
+    result = copy_tables(spark_factory(), provider_dsn, local_dsn, tasks)
+    snapshot = str(result.snapshot)
+    if not snapshot:
+        raise TableError(f"copy of {', '.join(names)} returned no snapshot")
+    with local.transaction():
+        set_state(local, queue, names, "catching-up", snapshot)
+    log.info("Copied %s (%s rows), catching up", ", ".join(names), result.rows)
+    return True
+
+
+def promote(conn: psycopg.Connection, queue: str, tick_snapshot: str | None) -> list[str]:
+    """Tables whose copy snapshot lies wholly before ``tick_snapshot`` become ok."""
+    if tick_snapshot is None:
+        return []
+    rows = conn.execute(
+        """
+        update ferry.table_info set merge_state = 'ok', copy_snapshot = null
+         where queue_name = %s and local and merge_state = 'catching-up'
+           and (copy_snapshot is null
+                or pg_snapshot_xmax(copy_snapshot) <= pg_snapshot_xmin(%s::pg_snapshot))
+        returning table_name
+        """,
+        (queue, tick_snapshot),
+    ).fetchall()
+    return [r[0] for r in rows]

@@ -1,0 +1,150 @@
+"""Where each replicated table's events go on this node, and how they are filtered.
+
+A :class:`Route` joins one row of ``ferry.table_info`` with what the local catalog says of
+its destination table (schema, name, primary key, columns), so replay can compose every
+statement with :mod:`psycopg.sql` without guessing at quoting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgferry.errors import TableError
+
+# Table states whose events replay applies (NULL / in-copy tables are copied later).
+APPLY_STATES = ("ok", "catching-up")
+
+
+@dataclass(frozen=True)
+class Route:
+    table_name: str  # queue-visible source name, as in ev_extra1
+    dest_schema: str
+    dest_name: str
+    pk: tuple[str, ...]
+    columns: tuple[str, ...]  # insertable columns of the destination
+    merge_state: str | None
+    copy_condition: str | None
+    copy_snapshot: str | None
+    skip_truncate: bool
+    dest_fq: str  # the destination as format('%I.%I') writes it
+
+    @property
+    def dest(self) -> sql.Composable:
+        return sql.Identifier(self.dest_schema, self.dest_name)
+
+    @property
+    def dest_text(self) -> str:
+        return f"{self.dest_schema}.{self.dest_name}"
+
+    @property
+    def applies(self) -> bool:
+        return self.merge_state in APPLY_STATES
+
+
+def resolve_table(conn: psycopg.Connection, name: str) -> tuple[int, str, str, str]:
+    """(oid, schema, name, quoted name) of a 'schema.table' text as stored in the registry."""
+    row = conn.execute(
+        """
+        select c.oid::int, n.nspname, c.relname, format('%%I.%%I', n.nspname, c.relname)
+          from pg_class c join pg_namespace n on n.oid = c.relnamespace
+         where c.oid = to_regclass(%s)
+        """,
+        (name,),
+    ).fetchone()
+    if row is None:
+        raise TableError(f"Table not found: {name}")
+    return row[0], row[1], row[2], row[3]
+
+
+def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[str, ...], ...]:
+    """(primary key columns, insertable columns) of the table ``oid``."""
+    pk = conn.execute(
+        """
+        select array_agg(a.attname order by k.ord)
+          from pg_index i
+          cross join lateral unnest(i.indkey) with ordinality as k(attnum, ord)
+          join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+         where i.indrelid = %s and i.indisprimary
+        """,
+        (oid,),
+    ).fetchone()
+    if pk is None or not pk[0]:
+        raise TableError(f"Primary key missing on table: {label}")
+    cols = conn.execute(
+        """
+        select array_agg(attname order by attnum) from pg_attribute
+         where attrelid = %s and attnum > 0 and not attisdropped and attgenerated = ''
+        """,
+        (oid,),
+    ).fetchone()
+    return tuple(pk[0]), tuple(cols[0] or ())
+
+
+def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
+    """Every local table of the queue on this node, keyed by its queue-visible name."""
+    rows = conn.execute(
+        """
+        select table_name, coalesce(dest_table, table_name), merge_state, copy_condition,
+               copy_snapshot::text, skip_truncate
+          from ferry.table_info
+         where queue_name = %s and local
+         order by table_name
+        """,
+        (queue_name,),
+    ).fetchall()
+    routes: dict[str, Route] = {}
+    for table_name, dest, state, cond, snap, skip_truncate in rows:
+        oid, schema, name, fq = resolve_table(conn, dest)
+        pk, columns = table_shape(conn, oid, dest)
+        routes[table_name] = Route(
+            table_name, schema, name, pk, columns, state, cond or None, snap, skip_truncate, fq
+        )
+    return routes
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """Split a 'schema.table' name in ``format('%I.%I')`` form into its two identifiers.
+
+    Unqualified names are taken as ``public``.  Quoted parts may hold dots and doubled quotes.
+    """
+    parts: list[str] = []
+    buf: list[str] = []
+    i, quoted = 0, False
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == '"':
+                if i + 1 < len(name) and name[i + 1] == '"':
+                    buf.append('"')
+                    i += 1
+                else:
+                    quoted = False
+            else:
+                buf.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch.lower())
+        i += 1
+    parts.append("".join(buf))
+    if quoted or len(parts) > 2 or not all(parts):
+        raise TableError(f"Invalid table name: {name}")
+    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+
+
+def source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str] | None:
+    """Columns of the source table on the provider, or None when it has no such table."""
+    row = conn.execute(
+        """
+        select array_agg(attname) from pg_attribute
+         where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped
+        """,
+        (table_name,),
+    ).fetchone()
+    return frozenset(row[0]) if row and row[0] else None

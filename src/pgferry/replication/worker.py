@@ -1,0 +1,320 @@
+"""The replication worker: one loop per node, run by ``pgferry CONFIG.ini worker``.
+
+Root: heartbeat and sequence publishing; nothing is read from any queue.
+Branch / leaf: take the next batch from the provider's queue, replay it into the local
+database (:mod:`pgferry.replication.replay`) in one transaction that also records the
+batch's tick, commit, and only then finish the batch on the provider (design-notes §2).
+A batch whose tick is already recorded was applied before a crash: it is finished without
+applying it again.  A branch also forwards every event into its own queue in the same
+transaction and mirrors the provider's tick after the commit.
+
+Tables waiting for their initial copy are copied between batches (:mod:`.handover`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from pgferry.config import Config
+from pgferry.daemon import Service, exc_message
+from pgferry.db import describe, error_text
+from pgferry.errors import DatabaseError, NodeError
+from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.replication import batches, forward, handover, replay, sequences, state
+from pgferry.replication.eventsql import range_query
+from pgferry.replication.routes import load_routes, source_columns
+
+log = logging.getLogger(__name__)
+
+REPLICA_REMEDY = (
+    "cannot set session_replication_role = replica: {detail}; "
+    "connect as a role allowed to set it "
+    "(PostgreSQL 15: GRANT SET ON PARAMETER session_replication_role TO <role>)"
+)
+
+
+@dataclass
+class WorkerSettings:
+    queue: str
+    local_dsn: str
+    loop_delay: float
+    exception_sleep: float
+    connection_lifetime: float
+    parallel_copies: int
+    local_max_events: int  # batches estimated at most this big are replayed without Spark
+    batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
+    read_parts: int  # ev_id ranges read in parallel per Spark batch
+
+    @classmethod
+    def from_config(cls, config: Config) -> WorkerSettings:
+        return cls(
+            queue=queue_name(config),
+            local_dsn=local_connstr(config),
+            loop_delay=config.getfloat("loop_delay", 1.0),
+            exception_sleep=config.getfloat("exception_sleep", 20.0),
+            connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
+            parallel_copies=config.getint("parallel_copies", 1),
+            local_max_events=config.getint("replay_local_events", 2000),
+            batch_min_events=config.getint("replay_batch_events", 100000),
+            read_parts=config.getint("replay_read_parts", 4),
+        )
+
+
+class Worker(Service):
+    """The node's worker loop; see the module docstring."""
+
+    def __init__(
+        self, config: Config, verbose: int = 0, overrides: dict[str, str] | None = None
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.overrides = dict(overrides or {})
+        self.verbose = verbose
+        self._apply_settings()
+        self.local: psycopg.Connection | None = None
+        self.provider: psycopg.Connection | None = None
+        self.provider_dsn: str | None = None
+        self._connected_at = 0.0
+        self._spark = None
+        self.stop_after_tick: int | None = None  # set by tests / compare: stop right there
+        self.batches_applied = 0
+
+    def _apply_settings(self) -> None:
+        self.settings = WorkerSettings.from_config(self.config)
+        self.loop_delay = self.settings.loop_delay
+        self.exception_sleep = self.settings.exception_sleep
+
+    # --- Service hooks -------------------------------------------------------------------
+    def reload(self) -> None:
+        from pgferry.config import load_config
+
+        self.config = load_config(self.config.path, (self.config.section,), self.overrides)
+        self._apply_settings()
+        self._disconnect()
+
+    def shutdown(self) -> None:
+        self._disconnect()
+        if self._spark is not None:
+            with contextlib.suppress(Exception):  # best effort at exit
+                self._spark.stop()
+            self._spark = None
+
+    def on_error(self, exc: BaseException) -> None:
+        self._disconnect()
+        message = exc_message(exc)
+        with psycopg.connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
+            node = state.load_node(conn, self.settings.queue)
+            state.record_error(conn, self.settings.queue, node.consumer_name, message)
+
+    def work(self) -> bool:
+        try:
+            return self._work()
+        except psycopg.Error as exc:
+            # One line for the log and status; the connection is reopened next loop.
+            raise DatabaseError(error_text(exc)) from None
+
+    # --- connections ---------------------------------------------------------------------
+    def _disconnect(self) -> None:
+        for conn in (self.local, self.provider):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+        self.local = self.provider = None
+
+    def _local(self) -> psycopg.Connection:
+        lifetime = self.settings.connection_lifetime
+        if (
+            self.local is not None
+            and lifetime > 0
+            and time.monotonic() - self._connected_at > lifetime
+        ):
+            self._disconnect()
+        if self.local is None or self.local.closed:
+            from pgferry.db import connect
+
+            conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
+            self._set_replica_role(conn)
+            self.local = conn
+            self._connected_at = time.monotonic()
+        return self.local
+
+    def _provider(self, location: str) -> psycopg.Connection:
+        dsn = remote_connstr(self.config, location)
+        if self.provider is not None and (self.provider.closed or dsn != self.provider_dsn):
+            self.provider.close()
+            self.provider = None
+        if self.provider is None:
+            from pgferry.db import connect
+
+            self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
+            self.provider_dsn = dsn
+        return self.provider
+
+    def _set_replica_role(self, conn: psycopg.Connection) -> None:
+        # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.
+        try:
+            conn.execute("set session_replication_role = replica")
+            conn.commit()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.close()
+            raise DatabaseError(REPLICA_REMEDY.format(detail=error_text(exc))) from None
+
+    def spark(self):
+        """The Spark session, created on first use (a root worker never starts one)."""
+        if self._spark is None:
+            from pgferry.pipeline.spark import get_spark
+
+            self._spark = get_spark(
+                master=self.config.spark_master,
+                app_name=f"pgferry-{self.config.job_name}",
+                settings=self.config.spark_settings(),
+                verbose=self.verbose > 1,
+            )
+        return self._spark
+
+    # --- the loop ------------------------------------------------------------------------
+    def _work(self) -> bool:
+        local = self._local()
+        with local.transaction():
+            node = state.load_node(local, self.settings.queue)
+        if node.node_type == "root":
+            return self._root_step(local, node)
+        if node.paused:
+            with local.transaction():
+                state.heartbeat(local, node.queue_name, node.consumer_name)
+            return False
+        return self._subscriber_step(local, node)
+
+    def _root_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
+        with local.transaction():
+            sent = sequences.publish(local, node.queue_name)
+            state.heartbeat(local, node.queue_name, node.consumer_name)
+        if sent:
+            log.debug("published %d sequence values", sent)
+        return False
+
+    def _subscriber_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
+        assert node.provider_location is not None
+        provider = self._provider(node.provider_location)
+        queue, consumer = node.queue_name, node.consumer_name
+        with local.transaction():
+            routes = load_routes(local, queue)
+            seqs = sequences.local_sequences(local, queue)
+
+        group = handover.pending_group(local, queue, routes, self.settings.parallel_copies)
+        local.rollback()
+        if group:
+            copied = handover.copy_group(
+                spark_factory=self.spark,
+                local=local,
+                provider=provider,
+                provider_dsn=self.provider_dsn or "",
+                local_dsn=self.settings.local_dsn,
+                queue=queue,
+                group=group,
+            )
+            if copied:
+                return True
+
+        behind = self._behind(provider, queue, node.last_tick_id)
+        batch_id = batches.next_batch(
+            provider,
+            queue,
+            consumer,
+            behind=behind,
+            min_count=self.settings.batch_min_events,
+        )
+        if batch_id is None:
+            with local.transaction():
+                state.heartbeat(local, queue, consumer)
+            return False
+        batch = batches.batch_info(provider, batch_id)
+
+        if node.last_tick_id == batch.tick_id:
+            # Applied before a crash, finish was lost: finish now, apply nothing.
+            log.info("Batch %s (tick %s) already applied, finishing it", batch_id, batch.tick_id)
+            if node.node_type == "branch":
+                forward.ensure_tick(local, queue, batch)
+            batches.finish_batch(provider, batch_id)
+            return True
+        if node.last_tick_id is not None and node.last_tick_id != batch.prev_tick_id:
+            raise NodeError(
+                f"Lost position: batch {batch_id} spans ticks {batch.prev_tick_id}..{batch.tick_id}"
+                f" but the last tick applied here is {node.last_tick_id}"
+            )
+
+        stats = self._apply(local, provider, node, batch, routes, seqs)
+        if node.node_type == "branch":
+            forward.ensure_tick(local, queue, batch)
+        batches.finish_batch(provider, batch_id)
+        self.batches_applied += 1
+        log.debug(
+            "batch %s tick %s: %d upserts, %d deletes, %d truncates",
+            batch_id,
+            batch.tick_id,
+            stats.upserts,
+            stats.deletes,
+            stats.truncates,
+        )
+        if self.stop_after_tick is not None and batch.tick_id >= self.stop_after_tick:
+            self.stopping = True
+        return True
+
+    def _behind(self, provider: psycopg.Connection, queue: str, last_tick: int | None) -> bool:
+        top = batches.last_tick(provider, queue)
+        return top is not None and last_tick is not None and top - last_tick > 2
+
+    def _apply(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
+        queue, consumer = node.queue_name, node.consumer_name
+        batch_sql = batches.batch_event_sql(provider, batch.batch_id)
+        active = [r for r in routes.values() if r.applies]
+        estimate = None
+        if batch.event_seq is not None and batch.prev_event_seq is not None:
+            estimate = batch.event_seq - batch.prev_event_seq
+        use_spark = bool(active) and (estimate is None or estimate > self.settings.local_max_events)
+        parts = self.settings.read_parts if use_spark else 1
+        ranges = replay.split_ranges(batch.prev_event_seq, batch.event_seq, parts)
+        queries = [range_query(batch_sql, active, seqs, lo, hi) for lo, hi in ranges]
+        src_cols = {r.table_name: source_columns(provider, r.table_name) for r in active}
+        if use_spark:
+            replay.stage_batch(
+                spark_factory=self.spark,
+                provider_dsn=self.provider_dsn or "",
+                local_dsn=self.settings.local_dsn,
+                local_conn=local,
+                consumer=consumer,
+                batch_id=batch.batch_id,
+                queries=queries,
+                use_spark=True,
+            )
+        with local.transaction():
+            if not use_spark and (active or seqs):
+                replay.stage_batch(
+                    spark_factory=self.spark,
+                    provider_dsn=self.provider_dsn or "",
+                    local_dsn=self.settings.local_dsn,
+                    local_conn=local,
+                    consumer=consumer,
+                    batch_id=batch.batch_id,
+                    queries=queries,
+                    use_spark=False,
+                )
+            stats = replay.apply_staged(local, consumer, batch.batch_id, routes, src_cols)
+            if node.node_type == "branch":
+                forward.forward_events(local, provider, queue, batch_sql)
+            done = handover.promote(local, queue, batch.tick_snapshot)
+            state.record_tick(
+                local, queue, consumer, batch.tick_id, batch.tick_time, batch.prev_tick_id
+            )
+        for table in done:
+            log.info("Table %s is now ok", table)
+        return stats
+
+
+def describe_target(config: Config) -> str:
+    return describe(local_connstr(config))
