@@ -35,27 +35,20 @@ def unregister_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> 
     conn.execute("select ferry_queue.unregister_consumer(%s, %s)", (queue, consumer))
 
 
-def consumer_last_tick(conn: psycopg.Connection, queue: str, consumer: str) -> int | None:
-    """The tick a consumer has completed (where its next batch starts)."""
+def consumer_last_tick(
+    conn: psycopg.Connection, queue: str, consumer: str
+) -> tuple[int | None, datetime | None]:
+    """Id and time of the tick a consumer has completed (where its next batch starts)."""
     row = conn.execute(
-        "select last_tick from ferry_queue.get_consumer_info(%s, %s)", (queue, consumer)
+        "select last_tick, now() - lag from ferry_queue.get_consumer_info(%s, %s)",
+        (queue, consumer),
     ).fetchone()
-    return None if row is None else row[0]
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def last_tick(conn: psycopg.Connection, queue: str) -> tuple[int | None, datetime | None]:
     """Id and time of the newest tick of ``queue``."""
     row = conn.execute(
-        "select last_tick_id, last_tick_time from ferry_queue.get_queue_info(%s)", (queue,)
+        "select last_tick_id, now() - ticker_lag from ferry_queue.get_queue_info(%s)", (queue,)
     ).fetchone()
     return (None, None) if row is None else (row[0], row[1])
-
-
-def tick_time(conn: psycopg.Connection, queue: str, tick_id: int | None) -> datetime | None:
-    """Time of one tick of ``queue`` (None when unknown)."""
-    if tick_id is None:
-        return None
-    row = conn.execute(
-        "select tick_time from ferry_queue.get_tick(%s, %s)", (queue, tick_id)
-    ).fetchone()
-    return None if row is None else row[0]

@@ -44,7 +44,8 @@ def build_request(
     provider_location: str | None,
     check_location: bool = True,
 ) -> NodeRequest:
-    """Fill arguments from ini ``node_name`` / ``public_node_location`` / ``initial_provider_location``."""
+    """Fill missing arguments from the ini (node_name, public_node_location,
+    initial_provider_location), as the original does."""
     if node_type not in NODE_TYPES:
         raise UsageError(f"unknown node type: {node_type}")
     name = node_name or config.getopt("node_name")
@@ -84,7 +85,9 @@ def create_node(config: Config, req: NodeRequest) -> bool:
             else:
                 _create_subscriber(config, conn, queue, worker, req)
         except psycopg.Error as exc:
-            raise DatabaseError(f"{describe(connect.local_connstr(config))}: {error_text(exc)}") from None
+            raise DatabaseError(
+                f"{describe(connect.local_connstr(config))}: {error_text(exc)}"
+            ) from None
     log.info(
         'Node "%s" initialized for queue "%s" with type "%s"', req.node_name, queue, req.node_type
     )
@@ -142,15 +145,15 @@ def _create_subscriber(
                 queueops.register_consumer(prov, queue, worker)
                 prov.execute(
                     """
-                    insert into ferry_node.subscriber_info (queue_name, subscriber_node, worker_name)
+                    insert into ferry_node.subscriber_info
+                        (queue_name, subscriber_node, worker_name)
                     values (%s, %s, %s)
                     on conflict (queue_name, subscriber_node)
                     do update set worker_name = excluded.worker_name
                     """,
                     (queue, req.node_name, worker),
                 )
-                tick_id = queueops.consumer_last_tick(prov, queue, worker)
-                tick_time = queueops.tick_time(prov, queue, tick_id)
+                tick_id, tick_time = queueops.consumer_last_tick(prov, queue, worker)
                 for member in model.members(prov, queue):
                     model.register_location(
                         conn, queue, member.node_name, member.node_location, member.dead

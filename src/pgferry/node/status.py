@@ -151,7 +151,9 @@ def _info_lines(n: NodeStatus) -> list[str]:
         lines.append("Node is marked dead")
     elif n.reachable:
         lines.append(f"Tables: {n.tables_ok}/{n.tables_copying}/{n.tables_other}")
-        lines.append(f"Lag: {format_lag(n.lag_seconds)}, Tick: {n.tick if n.tick is not None else '?'}")
+        lines.append(
+            f"Lag: {format_lag(n.lag_seconds)}, Tick: {n.tick if n.tick is not None else '?'}"
+        )
         if n.paused:
             lines.append("PAUSED")
     if n.error:
@@ -185,7 +187,7 @@ def render_tree(report: StatusReport) -> str:
         else:
             out.append(f"{prefix}+--: {title(n)}")
             base = prefix + ("     " if is_last else "|    ")
-            info_prefix = base + ("  |" if kids else "   ")
+            info_prefix = base + ("|" if kids else "")
         for line in _info_lines(n):
             out.append(f"{info_prefix.ljust(width)}{line}")
         child_prefix = "  " if top else prefix + ("     " if is_last else "|    ")

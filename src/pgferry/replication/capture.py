@@ -1,8 +1,9 @@
-"""Capture and deny triggers of registered tables, through the queue layer's functions.
+"""Capture and deny triggers of registered tables.
 
-On a root the capture trigger writes each row change into the queue; on a subscriber the
-same call with ``deny`` makes direct writes fail, while the worker (running with
-``session_replication_role = replica``) still applies.
+On a root the queue layer's capture trigger writes each row change into the queue; on a
+subscriber ``ferry.attach_deny`` makes direct writes fail (the worker, running with
+``session_replication_role = replica``, still applies).  Both use the same trigger names,
+so one detach removes either.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import psycopg
 
 
 def attach(conn: psycopg.Connection, queue: str, fq: str, *, deny: bool) -> None:
-    conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, %s)", (queue, fq, deny))
+    if deny:
+        conn.execute("select ferry.attach_deny(%s, %s::regclass)", (queue, fq))
+    else:
+        conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, false)", (queue, fq))
 
 
 def detach(conn: psycopg.Connection, queue: str, fq: str) -> None:

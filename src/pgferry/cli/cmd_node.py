@@ -1,0 +1,129 @@
+"""Node commands: create-root, create-branch, create-leaf, members, status, node-info."""
+
+from __future__ import annotations
+
+from pgferry.cli import output
+from pgferry.cli.nodecommon import local_tx, start
+from pgferry.cli.registry import Context, command
+from pgferry.db import mask_connstr
+from pgferry.node import connect, model, setup, status
+
+
+def _create(ctx: Context, argv: list[str], node_type: str) -> int:
+    parser = ctx.parser(
+        "NODE [PUBLIC_CONNSTR]" + ("" if node_type == "root" else " --provider=CONNSTR")
+    )
+    parser.add_argument("node", nargs="?")
+    parser.add_argument("location", nargs="?")
+    if node_type != "root":
+        parser.add_argument("--provider", help="connect string of the provider node")
+    if node_type == "branch":
+        parser.add_argument("--sync-watermark", help="accepted for compatibility; ignored")
+    parser.add_argument("--nocheck", action="store_true", help="skip the public connstr check")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    req = setup.build_request(
+        config,
+        node_type,
+        args.node,
+        args.location,
+        getattr(args, "provider", None),
+        check_location=not args.nocheck,
+    )
+    setup.create_node(config, req)
+    return 0
+
+
+@command("create-root", "make this database the root node of the queue")
+def cmd_create_root(ctx: Context, argv: list[str]) -> int:
+    return _create(ctx, argv, "root")
+
+
+@command("create-branch", "make this database a branch node (full queue copy)")
+def cmd_create_branch(ctx: Context, argv: list[str]) -> int:
+    return _create(ctx, argv, "branch")
+
+
+@command("create-leaf", "make this database a leaf node (data only)")
+def cmd_create_leaf(ctx: Context, argv: list[str]) -> int:
+    return _create(ctx, argv, "leaf")
+
+
+@command("members", "list the nodes of the cascade (locations without secrets)")
+def cmd_members(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        queue = connect.queue_name(config)
+        model.require_node(conn, queue)
+        rows = model.members(conn, queue)
+    if args.json:
+        output.print_json(
+            [
+                {"node_name": m.node_name, "dead": m.dead, "node_location": m.masked_location}
+                for m in rows
+            ]
+        )
+    else:
+        output.print_table(
+            ["node_name", "dead", "node_location"],
+            [(m.node_name, m.dead, m.masked_location) for m in rows],
+        )
+    return 0
+
+
+@command("status", "show the cascade tree with lag, tick, table states and errors")
+def cmd_status(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        report = status.gather(config, conn)
+    if args.json:
+        output.print_json(report.to_json())
+    else:
+        print(status.render_tree(report))
+    return 0
+
+
+@command("node-info", "show the local node: name, type, queue, provider, locations")
+def cmd_node_info(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    queue = connect.queue_name(config)
+    with local_tx(config) as conn:
+        node = model.require_node(conn, queue)
+        state = model.local_state(conn, queue, node.worker_name)
+    flags = []
+    if state is not None:
+        if state.paused:
+            flags.append("PAUSED")
+        if not state.uptodate:
+            flags.append("NON-UP-TO-DATE")
+        if state.cur_error:
+            flags.append("ERROR")
+    info = {
+        "node_name": node.node_name,
+        "node_type": node.node_type,
+        "queue_name": queue,
+        "status": " ".join(flags) or "OK",
+        "worker_name": node.worker_name,
+        "provider_node": node.provider_node,
+        "local_location": mask_connstr(connect.local_connstr(config)),
+        "public_location": mask_connstr(node.location or ""),
+        "provider_location": mask_connstr(node.provider_location or "") or None,
+        "last_tick": state.last_tick_id if state else None,
+        "error": state.cur_error if state else None,
+    }
+    if args.json:
+        output.print_json(info)
+    else:
+        width = max(map(len, info))
+        for key, value in info.items():
+            print(f"{key.ljust(width)} : {'' if value is None else value}")
+    return 0

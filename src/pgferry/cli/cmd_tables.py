@@ -1,0 +1,222 @@
+"""Replication registry commands: add/remove tables and sequences, list them, resync, wait."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pgferry.cli import output
+from pgferry.cli.nodecommon import local_tx, start
+from pgferry.cli.registry import Context, command
+from pgferry.errors import PgferryError, UsageError
+from pgferry.node import connect, model
+from pgferry.replication import registry, seqops, tableops
+
+log = logging.getLogger(__name__)
+
+
+@command("add-table", "attach tables to the local node")
+def cmd_add_table(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("TABLE... [options]")
+    parser.add_argument("tables", nargs="*")
+    parser.add_argument("--all", action="store_true", help="every table not yet added")
+    parser.add_argument("--dest-table", help="local table name when different")
+    parser.add_argument("--copy-condition", help="WHERE expression filtering copy and replay")
+    parser.add_argument("--max-parallel-copy", type=int, help="copy concurrency cap")
+    parser.add_argument("--create", action="store_true", help="create missing local table")
+    parser.add_argument("--create-full", action="store_true", help="same as --create")
+    parser.add_argument("--no-triggers", action="store_true", help="attach without triggers")
+    parser.add_argument("--skip-truncate", action="store_true", help="copy without TRUNCATE")
+    parser.add_argument("--expect-sync", action="store_true", help="no copy: state ok at once")
+    parser.add_argument("--force", action="store_true", help="re-add an already added table")
+    parser.add_argument("--wait-sync", action="store_true", help="then wait until all ok")
+    args = parser.parse_args(argv)
+    if args.max_parallel_copy is not None and args.max_parallel_copy < 1:
+        raise UsageError("add-table: --max-parallel-copy must be at least 1")
+    config = start(ctx)
+    opts = tableops.AddTableOptions(
+        all=args.all,
+        dest_table=args.dest_table,
+        copy_condition=args.copy_condition,
+        max_parallel_copy=args.max_parallel_copy,
+        create=args.create or args.create_full,
+        no_triggers=args.no_triggers,
+        skip_truncate=args.skip_truncate,
+        expect_sync=args.expect_sync,
+        force=args.force,
+    )
+    with local_tx(config) as conn:
+        added = tableops.add_tables(config, conn, args.tables, opts)
+    for name in added:
+        log.info("Table added: %s", name)
+    if args.wait_sync:
+        return _wait_sync(ctx, 1.0, None)
+    return 0
+
+
+@command("remove-table", "detach tables from the local node")
+def cmd_remove_table(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("TABLE... [--all] [--force]")
+    parser.add_argument("tables", nargs="*")
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--force", action="store_true", help="ignore names not added")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        tableops.remove_tables(config, conn, args.tables, args.all, args.force)
+    return 0
+
+
+@command("tables", "list local tables with their state")
+def cmd_tables(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json] [--names-only]")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--names-only", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    queue = connect.queue_name(config)
+    with local_tx(config) as conn:
+        model.require_node(conn, queue)
+        tables = registry.list_tables(conn, queue)
+    if args.json:
+        output.print_json(
+            [
+                {
+                    "table_name": t.table_name,
+                    "merge_state": t.merge_state,
+                    "dest_table": t.dest_name,
+                    "copy_condition": t.copy_condition,
+                    "copy_group": t.copy_group,
+                    "max_parallel_copy": t.max_parallel_copy,
+                    "skip_truncate": t.skip_truncate,
+                    "table_attrs": t.table_attrs,
+                }
+                for t in tables
+            ]
+        )
+    elif args.names_only:
+        for t in tables:
+            print(t.table_name)
+    else:
+        output.print_table(
+            ["table_name", "merge_state", "table_attrs"],
+            [
+                (t.table_name, str(t.merge_state), registry.attrs_text(t.display_attrs()))
+                for t in tables
+            ],
+        )
+    return 0
+
+
+@command("seqs", "list sequences with their last value")
+def cmd_seqs(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    queue = connect.queue_name(config)
+    with local_tx(config) as conn:
+        model.require_node(conn, queue)
+        seqs = registry.list_seqs(conn, queue)
+    rows = [(s.seq_name, s.local, s.last_value) for s in seqs]
+    if args.json:
+        output.print_json(
+            [dict(zip(("seq_name", "local", "last_value"), r, strict=True)) for r in rows]
+        )
+    else:
+        output.print_table(["seq_name", "local", "last_value"], rows)
+    return 0
+
+
+@command("missing", "tables and sequences that could be added here")
+def cmd_missing(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--json]")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        rows = tableops.missing(config, conn)
+    if args.json:
+        output.print_json([{"obj_kind": k, "obj_name": n} for k, n in rows])
+    else:
+        output.print_table(["obj_kind", "obj_name"], rows, title="Missing objects on node")
+    return 0
+
+
+@command("add-seq", "attach sequences to the local node")
+def cmd_add_seq(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("SEQ... [--all] [--create]")
+    parser.add_argument("seqs", nargs="*")
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--create", action="store_true")
+    parser.add_argument("--create-full", action="store_true")
+    parser.add_argument("--force", action="store_true", help="accepted for compatibility")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        seqops.add_seqs(
+            config, conn, args.seqs, all_=args.all, create=args.create or args.create_full
+        )
+    return 0
+
+
+@command("remove-seq", "detach sequences from the local node")
+def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("SEQ... [--all]")
+    parser.add_argument("seqs", nargs="*")
+    parser.add_argument("--all", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        seqops.remove_seqs(config, conn, args.seqs, args.all)
+    return 0
+
+
+@command("resync", "copy tables again from the provider")
+def cmd_resync(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("TABLE... [--all]")
+    parser.add_argument("tables", nargs="*")
+    parser.add_argument("--all", action="store_true")
+    args = parser.parse_args(argv)
+    config = start(ctx)
+    with local_tx(config) as conn:
+        tableops.resync(config, conn, args.tables, args.all)
+    return 0
+
+
+@command("wait-sync", "wait until every local table is in state ok")
+def cmd_wait_sync(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--poll=SECONDS] [--timeout=SECONDS]")
+    parser.add_argument("--poll", type=float, default=2.0, help="seconds between checks")
+    parser.add_argument("--timeout", type=float, help="give up after this many seconds")
+    args = parser.parse_args(argv)
+    start(ctx)
+    return _wait_sync(ctx, args.poll, args.timeout)
+
+
+def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
+    config = ctx.config()
+    queue = connect.queue_name(config)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done: set[str] = set()
+    last_msg = None
+    while True:
+        with local_tx(config) as conn:
+            model.require_node(conn, queue)
+            tables = registry.list_tables(conn, queue)
+        pending = [t for t in tables if t.merge_state != "ok"]
+        for t in tables:
+            if t.merge_state == "ok" and t.table_name not in done:
+                if last_msg is not None:
+                    log.info("%s: done", t.table_name)
+                done.add(t.table_name)
+        if not pending:
+            log.info("All tables in sync")
+            return 0
+        msg = f"{len(pending)}/{len(tables)} table(s) to copy"
+        if msg != last_msg:
+            log.info(msg)
+            last_msg = msg
+        if deadline is not None and time.monotonic() >= deadline:
+            raise PgferryError(f"wait-sync: timed out, {msg}")
+        time.sleep(poll)  # polling the state written by the worker, not synchronising

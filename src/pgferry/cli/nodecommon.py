@@ -1,0 +1,36 @@
+"""Shared start of the node admin commands: logging set-up and the local connection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from pgferry import db
+from pgferry.cli.registry import Context
+from pgferry.config import Config
+from pgferry.errors import DatabaseError
+from pgferry.log import setup_logging
+from pgferry.node import connect
+
+
+def start(ctx: Context) -> Config:
+    """Load the config (failing clearly on a missing ``db``/``queue_name``) and set up logs."""
+    config = ctx.config()
+    config.get("db")
+    config.get("queue_name")
+    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    return config
+
+
+@contextmanager
+def local_tx(config: Config) -> Iterator[psycopg.Connection]:
+    """The local database in one transaction: committed on success, rolled back on error."""
+    connstr = connect.local_connstr(config)
+    conn = connect.connect_local(config)
+    try:
+        with conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{db.describe(connstr)}: {db.error_text(exc)}") from None
