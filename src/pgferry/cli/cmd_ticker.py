@@ -1,0 +1,42 @@
+"""``pgferry [-d|-s|-r|-k] pgqd.ini ticker``: run the ticker daemon.
+
+Reads a ``[pgqd]`` section (``[pgferry_ticker]`` also accepted); ``-s``/``-r``/``-k`` are
+handled by the dispatcher through the pidfile.
+"""
+
+from __future__ import annotations
+
+from pgferry.cli.registry import Context, command
+from pgferry.config import TICKER_SECTIONS, load_config
+
+
+@command("ticker", "run the ticker daemon (pgqd.ini)", sections=TICKER_SECTIONS)
+def cmd_ticker(ctx: Context, argv: list[str]) -> int:
+    from pgferry.daemon import run_service
+    from pgferry.log import setup_logging
+    from pgferry.queue.ticker import TickerService, TickerSettings
+
+    ctx.parser("", "Tick every queue database of a cluster.").parse_args(argv)
+    config = ctx.config(TICKER_SECTIONS)
+    settings = TickerSettings.from_config(config)  # fail before detaching
+
+    def reread() -> TickerSettings:
+        assert ctx.config_path is not None
+        return TickerSettings.from_config(
+            load_config(ctx.config_path, TICKER_SECTIONS, ctx.overrides)
+        )
+
+    def logging_setup(console: bool) -> None:
+        setup_logging(
+            logfile=config.getpath("logfile"),
+            verbose=ctx.verbose,
+            quiet=ctx.quiet,
+            console=console,
+        )
+
+    return run_service(
+        lambda: TickerService(settings, reread),
+        pidfile=config.getpath("pidfile"),
+        daemonize=ctx.daemon,
+        setup_logging=logging_setup,
+    )

@@ -1,0 +1,5 @@
+"""The transactional event queue: Python side of the ``ferry_queue`` SQL schema.
+
+- :mod:`pgferry.queue.consumer`  read batches of events (register, loop, finish)
+- :mod:`pgferry.queue.ticker`    the ticker daemon (ticks, rotation, retry) for many databases
+"""

@@ -1,0 +1,257 @@
+"""The ticker daemon (pgqd's job): ticks, rotation and retry for every queue database.
+
+One :class:`TickerService` watches a whole PostgreSQL cluster.  It lists the databases
+through ``initial_database`` (or takes ``database_list``), and for each one that has the
+``ferry_queue`` schema it calls ``ferry_queue.ticker()`` every ``ticker_period``, runs the
+maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks) every
+``maint_period`` and moves due retry events back every ``retry_period``.  A database that
+is missing, lacks the schema or fails is retried later; one failing database never stops
+the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import conninfo, sql
+
+from pgferry.config import Config
+from pgferry.daemon import Service
+from pgferry.db import connect, error_text
+from pgferry.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "pgferry ticker"
+# After an SQL error on a database, wait this long before reconnecting (as pgqd does),
+# unless check_period is shorter.
+ERROR_RETRY_DELAY = 10.0
+# A retry/maint function returning non-zero is called again; this bounds one round.
+MAX_REPEATS = 1000
+
+
+@dataclass
+class TickerSettings:
+    """The ``[pgqd]`` settings, validated once."""
+
+    base_connstr: str = ""
+    initial_database: str = "template1"
+    database_list: list[str] = field(default_factory=list)
+    ticker_period: float = 1.0
+    maint_period: float = 120.0
+    retry_period: float = 30.0
+    check_period: float = 60.0
+    stats_period: float = 30.0
+    connection_lifetime: float = 3600.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> TickerSettings:
+        settings = cls(
+            base_connstr=config.get("base_connstr", ""),
+            initial_database=config.get("initial_database", "template1"),
+            database_list=config.getlist("database_list"),
+            ticker_period=config.getfloat("ticker_period", 1.0),
+            maint_period=config.getfloat("maint_period", 120.0),
+            retry_period=config.getfloat("retry_period", 30.0),
+            check_period=config.getfloat("check_period", 60.0),
+            stats_period=config.getfloat("stats_period", 30.0),
+            connection_lifetime=config.getfloat("connection_lifetime", 3600.0),
+        )
+        for name in ("ticker_period", "maint_period", "retry_period", "check_period"):
+            if getattr(settings, name) <= 0:
+                raise ConfigError(f"{config.path}: setting '{name}' must be positive")
+        try:
+            params = conninfo.conninfo_to_dict(settings.base_connstr)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"{config.path}: invalid base_connstr: {error_text(exc)}") from None
+        if "dbname" in params:
+            raise ConfigError(f"{config.path}: base_connstr must not contain dbname")
+        return settings
+
+    def connstr(self, dbname: str) -> str:
+        return conninfo.make_conninfo(self.base_connstr, dbname=dbname)
+
+
+@dataclass
+class DatabaseState:
+    """Connection and timers of one watched database."""
+
+    name: str
+    conn: psycopg.Connection | None = None
+    connected_at: float = 0.0
+    next_try: float = 0.0
+    next_tick: float = 0.0
+    next_maint: float = 0.0
+    next_retry: float = 0.0
+    last_error: str | None = None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self.conn = None
+
+
+class TickerService(Service):
+    """The daemon loop; :meth:`work` is one round over every watched database.
+
+    ``reload_settings`` (called after SIGHUP) re-reads the config file.
+    """
+
+    exception_sleep = ERROR_RETRY_DELAY
+
+    def __init__(
+        self,
+        settings: TickerSettings,
+        reload_settings: Callable[[], TickerSettings] | None = None,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self._reload_settings = reload_settings
+        self.databases: dict[str, DatabaseState] = {}
+        self.next_check = 0.0
+        self.next_stats = time.monotonic() + settings.stats_period
+        self.stats = {"ticks": 0, "maint": 0, "retry": 0}
+
+    # --- discovery -----------------------------------------------------------------------
+    def discover(self) -> list[str]:
+        if self.settings.database_list:
+            return list(self.settings.database_list)
+        with connect(
+            self.settings.connstr(self.settings.initial_database),
+            autocommit=True,
+            application_name=APPLICATION_NAME,
+        ) as conn:
+            rows = conn.execute(
+                "select datname from pg_database"
+                " where not datistemplate and datallowconn order by datname"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def refresh_databases(self, now: float) -> None:
+        try:
+            names = self.discover()
+        except Exception as exc:  # noqa: BLE001 - keep serving the known databases
+            log.warning("cannot list databases: %s", error_text(exc))
+            self.next_check = now + min(self.settings.check_period, ERROR_RETRY_DELAY)
+            return
+        self.next_check = now + self.settings.check_period
+        for name in names:
+            if name not in self.databases:
+                log.debug("watching database %s", name)
+                self.databases[name] = DatabaseState(name)
+        for name in list(self.databases):
+            if name not in names:
+                log.info("database %s is gone, no longer watched", name)
+                self.databases.pop(name).close()
+
+    # --- per database --------------------------------------------------------------------
+    def _open(self, db: DatabaseState, now: float) -> bool:
+        """Connect when due; False when the database cannot be served now."""
+        lifetime = self.settings.connection_lifetime
+        if db.conn is not None and (db.conn.closed or now - db.connected_at > lifetime):
+            db.close()
+        if db.conn is not None:
+            return True
+        if now < db.next_try:
+            return False
+        conn = connect(
+            self.settings.connstr(db.name), autocommit=True, application_name=APPLICATION_NAME
+        )
+        row = conn.execute("select to_regprocedure('ferry_queue.ticker()') is not null").fetchone()
+        if not row or not row[0]:
+            conn.close()
+            db.next_try = now + self.settings.check_period
+            log.debug("database %s has no ferry_queue, checking again later", db.name)
+            return False
+        db.conn, db.connected_at = conn, now
+        db.next_tick = db.next_maint = db.next_retry = now
+        log.info("%s: ticking", db.name)
+        return True
+
+    def _maint(self, conn: psycopg.Connection) -> int:
+        ops = conn.execute(
+            "select func_name, func_arg from ferry_queue.maint_operations()"
+        ).fetchall()
+        count = 0
+        for func_name, func_arg in ops:
+            func = sql.Identifier(*func_name.split("."))
+            if func_arg is None:
+                query = sql.SQL("select {}()").format(func)
+            else:
+                query = sql.SQL("select {}({})").format(func, sql.Literal(func_arg))
+            for _ in range(MAX_REPEATS):
+                row = conn.execute(query).fetchone()
+                count += 1
+                if not row or not row[0]:
+                    break
+        return count
+
+    def _retry(self, conn: psycopg.Connection) -> int:
+        moved = 0
+        for _ in range(MAX_REPEATS):
+            row = conn.execute("select ferry_queue.maint_retry_events()").fetchone()
+            if not row or not row[0]:
+                break
+            moved += row[0]
+        return moved
+
+    def serve(self, db: DatabaseState, now: float) -> None:
+        try:
+            if not self._open(db, now):
+                return
+            assert db.conn is not None
+            if now >= db.next_tick:
+                row = db.conn.execute("select ferry_queue.ticker()").fetchone()
+                self.stats["ticks"] += row[0] if row and row[0] else 0
+                db.next_tick = now + self.settings.ticker_period
+            if now >= db.next_maint:
+                self.stats["maint"] += self._maint(db.conn)
+                db.next_maint = now + self.settings.maint_period
+            if now >= db.next_retry:
+                self.stats["retry"] += self._retry(db.conn)
+                db.next_retry = now + self.settings.retry_period
+            if db.last_error is not None:
+                log.info("%s: working again", db.name)
+                db.last_error = None
+        except Exception as exc:  # noqa: BLE001 - one database must not stop the others
+            message = error_text(exc)
+            if message != db.last_error:
+                log.warning("%s: %s", db.name, message)
+            db.last_error = message
+            db.close()
+            db.next_try = now + min(ERROR_RETRY_DELAY, self.settings.check_period)
+
+    # --- loop ----------------------------------------------------------------------------
+    def work(self) -> bool:
+        now = time.monotonic()
+        if now >= self.next_check:
+            self.refresh_databases(now)
+        for db in list(self.databases.values()):
+            self.serve(db, now)
+        if now >= self.next_stats:
+            log.info("{ticks: %(ticks)d, maint: %(maint)d, retry: %(retry)d}", self.stats)
+            self.stats = dict.fromkeys(self.stats, 0)
+            self.next_stats = now + self.settings.stats_period
+        return False
+
+    def reload(self) -> None:
+        if self._reload_settings is None:
+            return
+        self.settings = self._reload_settings()
+        self.next_check = 0.0  # database_list may have changed
+
+    def shutdown(self) -> None:
+        for db in self.databases.values():
+            db.close()
+        log.info("ticker stopped")
+
+    @property
+    def loop_delay(self) -> float:  # type: ignore[override]
+        # Wake often enough for the shortest period; each wake-up only compares timers.
+        return min(self.settings.ticker_period, 1.0)
