@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "pgferry.cli.cmd_tables",
     "pgferry.cli.cmd_worker",
     "pgferry.cli.cmd_sync",
+    "pgferry.cli.cmd_execute",
 )
 
 USAGE = """usage: pgferry [switches] CONFIG.ini COMMAND [ARGS]
