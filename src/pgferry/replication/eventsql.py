@@ -45,14 +45,14 @@ def range_query(
     """SQL text reading events with ``lo < ev_id <= hi`` (open ends when None)."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
-    keys = sql.SQL(" ").join(
+    keys = [
         sql.SQL("when {} then {}").format(sql.Literal(r.table_name), _key_expr(r)) for r in routes
-    )
-    conds = sql.SQL(" ").join(
+    ]
+    conds = [
         sql.SQL("when {} then {}").format(sql.Literal(r.table_name), _cond_expr(r))
         for r in routes
         if r.copy_condition
-    )
+    ]
     # Events already contained in a table's initial copy are skipped (design-notes §4).
     skips = [
         sql.SQL("(e.ev_extra1 = {} and pg_visible_in_snapshot(e.ev_txid::text::xid8, {}))").format(
@@ -74,9 +74,15 @@ def range_query(
     if skips:
         where.append(sql.SQL("not ({})").format(sql.SQL(" or ").join(skips)))
     upsert = (
-        sql.SQL("case e.ev_extra1 {} else 'U' end").format(conds) if conds.seq else (sql.SQL("'U'"))
+        sql.SQL("case e.ev_extra1 {} else 'U' end").format(sql.SQL(" ").join(conds))
+        if conds
+        else sql.SQL("'U'")
     )
-    key = sql.SQL("case e.ev_extra1 {} end").format(keys) if keys.seq else sql.SQL("null")
+    key = (
+        sql.SQL("case e.ev_extra1 {} end").format(sql.SQL(" ").join(keys))
+        if keys
+        else sql.SQL("null")
+    )
     query = sql.SQL(
         """
         select distinct on (x.table_name, x.row_key) x.*

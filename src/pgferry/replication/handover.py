@@ -3,17 +3,19 @@
 While the worker copies, it replays nothing, so the copy snapshot C is taken after the last
 applied tick: every event committed before C is in the copy and is skipped by replay
 (``pg_visible_in_snapshot``), every later one is applied.  Tables attached by one command
-(same ``added_at``) are copied together from one snapshot, at most ``parallel_copies`` of
-them per round.  The filter stays until an applied tick's snapshot has xmin >= xmax(C):
+(same ``copy_group``) are copied together from one snapshot, at most ``parallel_copies``
+of them at once.  The filter stays until an applied tick's snapshot has xmin >= xmax(C):
 then no event can be visible in C any more and the table becomes ``ok``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
 import psycopg
+from psycopg import conninfo
 
 from pgferry.errors import TableError
 from pgferry.replication.routes import Route
@@ -24,22 +26,21 @@ log = logging.getLogger(__name__)
 PENDING_STATES = (None, "in-copy")
 
 
-def pending_group(
-    conn: psycopg.Connection, queue: str, routes: dict[str, Route], limit: int
-) -> list[Route]:
-    """The oldest group of tables waiting for their copy (at most ``limit`` tables)."""
+def pending_group(conn: psycopg.Connection, queue: str, routes: dict[str, Route]) -> list[Route]:
+    """The oldest group of tables (one add-table command) waiting for their copy."""
     rows = conn.execute(
         """
-        select table_name from ferry.table_info
+        select table_name, copy_group from ferry.table_info
          where queue_name = %s and local and (merge_state is null or merge_state = 'in-copy')
-           and added_at = (select min(added_at) from ferry.table_info
-                            where queue_name = %s and local
-                              and (merge_state is null or merge_state = 'in-copy'))
-         order by table_name
+         order by copy_group nulls last, table_name
         """,
-        (queue, queue),
+        (queue,),
     ).fetchall()
-    return [routes[r[0]] for r in rows if r[0] in routes][: max(1, limit)]
+    if not rows:
+        return []
+    first_group = rows[0][1]
+    names = [r[0] for r in rows if r[1] == first_group] if first_group is not None else [rows[0][0]]
+    return [routes[n] for n in names if n in routes]
 
 
 def provider_ready(prov: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
@@ -81,6 +82,7 @@ def copy_group(
     local_dsn: str,
     queue: str,
     group: list[Route],
+    max_parallel: int,
 ) -> bool:
     """Copy one group; False when the provider is not ready yet (nothing changed)."""
     names = [r.table_name for r in group]
@@ -103,14 +105,34 @@ def copy_group(
         for r in group
     ]
     log.info("Copying %s", ", ".join(names))
-    result = copy_tables(spark_factory(), provider_dsn, local_dsn, tasks)
+    result = copy_tables(
+        spark_factory(),
+        provider_dsn,
+        replica_dsn(local_dsn),
+        tasks,
+        max_parallel=max(1, max_parallel),
+    )
     snapshot = str(result.snapshot)
     if not snapshot:
         raise TableError(f"copy of {', '.join(names)} returned no snapshot")
     with local.transaction():
         set_state(local, queue, names, "catching-up", snapshot)
-    log.info("Copied %s (%s rows), catching up", ", ".join(names), result.rows)
+    # A tick after the copy lets the hand-over finish without waiting for an idle tick.
+    with contextlib.suppress(psycopg.Error):
+        provider.execute("select ferry_queue.force_tick(%s)", (queue,))
+    log.info("Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values()))
     return True
+
+
+def replica_dsn(dsn: str) -> str:
+    """``dsn`` whose sessions run with session_replication_role = replica.
+
+    The copy's own TRUNCATE and COPY must pass the subscriber's deny-write triggers.
+    """
+    params = conninfo.conninfo_to_dict(dsn)
+    opts = str(params.get("options") or "")
+    params["options"] = f"{opts} -c session_replication_role=replica".strip()
+    return conninfo.make_conninfo(**params)
 
 
 def promote(conn: psycopg.Connection, queue: str, tick_snapshot: str | None) -> list[str]:

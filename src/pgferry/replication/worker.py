@@ -206,7 +206,7 @@ class Worker(Service):
             routes = load_routes(local, queue)
             seqs = sequences.local_sequences(local, queue)
 
-        group = handover.pending_group(local, queue, routes, self.settings.parallel_copies)
+        group = handover.pending_group(local, queue, routes)
         local.rollback()
         if group:
             copied = handover.copy_group(
@@ -217,6 +217,7 @@ class Worker(Service):
                 local_dsn=self.settings.local_dsn,
                 queue=queue,
                 group=group,
+                max_parallel=self.settings.parallel_copies,
             )
             if copied:
                 return True
