@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+
+from pgferry.db import mask_connstr
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,28 @@ def get_spark(
     session.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
     log.debug("Spark session started: master=%s", session.sparkContext.master)
     return session
+
+
+def job_error(exc: BaseException) -> str:
+    """The operator-facing line of a failed Spark job (the task's own error, secrets masked).
+
+    A task that raised a PgferryError shows up on the driver wrapped in a Java exception
+    carrying the Python traceback; its last ``...Error: message`` line is what matters.
+    """
+    text = str(exc)
+    best = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        match = _ERROR_LINE.match(stripped)
+        if match:
+            best = match.group(2)
+    if not best:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        best = lines[0] if lines else exc.__class__.__name__
+    return mask_connstr(best)
+
+
+_ERROR_LINE = re.compile(r"^(pgferry\.errors\.\w+|psycopg\.[\w.]+|\w*Error): (.+)$")
 
 
 def _python() -> str:

@@ -1,0 +1,264 @@
+"""Compare: row count and an order-independent checksum per primary-key bucket, both sides.
+
+The databases do the work: each Spark task runs one aggregate per side over a contiguous group
+of key buckets (``width_bucket`` over sampled key boundaries), returning per bucket the row
+count and ``sum(hashtextextended(row::text, 0))``.  PostgreSQL sums bigints into numeric and
+the driver adds Python ints, so nothing overflows (Spark's ANSI mode would raise on a plain
+64-bit sum).  Buckets are small, so the differing ones tell repair exactly where to look.
+
+Both sides are read at one logical point each: snapshots given by the caller (exported at a
+tick by the replication worker) or exported here for the duration of the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from pgferry.db import connect, describe, error_text
+from pgferry.errors import DatabaseError, PgferryError
+from pgferry.pipeline.keyranges import Key, KeyRange, KeySpec, merge_buckets, sample_boundaries
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark import job_error
+from pgferry.pipeline.tables import TableInfo, resolve_table
+
+log = logging.getLogger(__name__)
+
+# Text forms of values must not depend on per-session settings of either side.
+SESSION_SETTINGS = (
+    "set timezone = 'UTC'",
+    "set datestyle = 'ISO, YMD'",
+    "set intervalstyle = 'postgres'",
+    "set extra_float_digits = 1",
+    "set bytea_output = 'hex'",
+)
+# Buckets summed by one task; several groups per table keep both cores busy.
+GROUPS_PER_CORE = 4
+
+
+@dataclass(frozen=True)
+class CompareTask:
+    source_table: str
+    dest_table: str
+    copy_condition: str | None = None  # applied on the source only
+    dest_condition: str | None = None  # applied on the destination only
+
+
+@dataclass
+class TableComparison:
+    source_table: str
+    dest_table: str
+    pkey: tuple[str, ...]
+    src_rows: int = 0
+    src_checksum: int = 0
+    dst_rows: int = 0
+    dst_checksum: int = 0
+    ranges: list[KeyRange] = field(default_factory=list)  # differing key ranges
+
+    @property
+    def matches(self) -> bool:
+        return not self.ranges and (self.src_rows, self.src_checksum) == (
+            self.dst_rows,
+            self.dst_checksum,
+        )
+
+    def lines(self) -> list[str]:
+        """Report in the original's words."""
+        out = [
+            f"srcdb: {self.src_rows} rows, checksum={self.src_checksum}",
+            f"dstdb: {self.dst_rows} rows, checksum={self.dst_checksum}",
+        ]
+        if self.matches:
+            out.append(f"{self.dest_table}: ok")
+        else:
+            out.append(f"{self.dest_table}: Results do not match!")
+            for rng in self.ranges:
+                out.append(f"  differs: {rng.describe(self.pkey)}")
+        return out
+
+
+@dataclass(frozen=True)
+class _Side:
+    schema: str
+    name: str
+    condition: str | None
+
+
+@dataclass(frozen=True)
+class _Group:
+    table_no: int
+    first_bucket: int  # global number of the group's first bucket
+    lower: Key | None
+    upper: Key | None
+    thresholds: tuple[Key, ...]  # boundaries inside the group
+
+
+@dataclass(frozen=True)
+class _TablePlan:
+    src: _Side
+    dst: _Side
+    columns: tuple[str, ...]
+    key: KeySpec
+
+
+@dataclass(frozen=True)
+class _Job:
+    src_connstr: str
+    dst_connstr: str
+    src_snapshot: str
+    dst_snapshot: str
+    plans: tuple[_TablePlan, ...]
+
+
+@dataclass
+class _Prepared:
+    """Tables resolved and split: shared by compare and repair."""
+
+    tasks: list[CompareTask]
+    sources: list[TableInfo]
+    dests: list[TableInfo]
+    plans: list[_TablePlan]
+    boundaries: list[list[Key]]
+
+
+def compare_tables(
+    spark,
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CompareTask],
+    *,
+    src_snapshot: str | None = None,
+    dst_snapshot: str | None = None,
+) -> list[TableComparison]:
+    """Compare each task's tables; the result lists per table totals and differing ranges."""
+    if not tasks:
+        raise PgferryError("compare: no tables given")
+    with (
+        maybe_snapshot(src_connstr, src_snapshot) as src_snap,
+        maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
+    ):
+        prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
+        job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
+        groups = _groups(prepared.boundaries, spark.sparkContext.defaultParallelism)
+        try:
+            spark.sparkContext.setJobDescription("pgferry compare")
+            results = (
+                spark.sparkContext.parallelize(groups, max(1, len(groups)))
+                .map(lambda g: (g.table_no, _sum_group(job, g)))
+                .collect()
+            )
+        except PgferryError:
+            raise
+        except Exception as exc:
+            raise DatabaseError(f"compare failed: {job_error(exc)}") from None
+    out = []
+    for table_no, task in enumerate(tasks):
+        comparison = TableComparison(
+            task.source_table, task.dest_table, prepared.plans[table_no].key.names
+        )
+        src_b: dict[int, tuple[int, int]] = {}
+        dst_b: dict[int, tuple[int, int]] = {}
+        for no, (src_part, dst_part) in results:
+            if no == table_no:
+                src_b.update(src_part)
+                dst_b.update(dst_part)
+        comparison.src_rows = sum(c for c, _ in src_b.values())
+        comparison.src_checksum = sum(s for _, s in src_b.values())
+        comparison.dst_rows = sum(c for c, _ in dst_b.values())
+        comparison.dst_checksum = sum(s for _, s in dst_b.values())
+        differing = [b for b in set(src_b) | set(dst_b) if src_b.get(b) != dst_b.get(b)]
+        comparison.ranges = merge_buckets(prepared.boundaries[table_no], differing)
+        out.append(comparison)
+    return out
+
+
+def prepare(
+    src_connstr: str, dst_connstr: str, tasks: list[CompareTask], src_snapshot: str
+) -> _Prepared:
+    """Resolve both sides, check keys, sample key boundaries on the source snapshot."""
+    with connect(dst_connstr, autocommit=True) as conn:
+        dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
+    conn = open_in_snapshot(src_connstr, src_snapshot)
+    try:
+        sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
+        plans, boundaries = [], []
+        for task, src, dst in zip(tasks, sources, dests, strict=True):
+            key = KeySpec.of(src)
+            if dst.require_pkey() != key.names:
+                raise DatabaseError(
+                    f"primary keys differ: {src.display} ({', '.join(key.names)}) vs "
+                    f"{dst.display} ({', '.join(dst.pkey)})"
+                )
+            have = set(dst.column_names)
+            columns = tuple(c for c in src.column_names if c in have)
+            plans.append(
+                _TablePlan(
+                    _Side(src.schema, src.name, task.copy_condition),
+                    _Side(dst.schema, dst.name, task.dest_condition),
+                    columns,
+                    key,
+                )
+            )
+            boundaries.append(sample_boundaries(conn, src, key))
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
+    finally:
+        conn.close()
+    return _Prepared(tasks, sources, dests, plans, boundaries)
+
+
+def _groups(boundaries: list[list[Key]], parallelism: int) -> list[_Group]:
+    groups: list[_Group] = []
+    for table_no, bounds in enumerate(boundaries):
+        buckets = len(bounds) + 1
+        count = max(1, min(buckets, parallelism * GROUPS_PER_CORE))
+        size = math.ceil(buckets / count)
+        for first in range(0, buckets, size):
+            last = min(buckets, first + size)  # exclusive
+            lower = bounds[first - 1] if first > 0 else None
+            upper = bounds[last - 1] if last - 1 < len(bounds) else None
+            groups.append(_Group(table_no, first, lower, upper, tuple(bounds[first : last - 1])))
+    return groups
+
+
+def _sum_group(job: _Job, group: _Group) -> tuple[dict[int, tuple[int, int]], ...]:
+    plan = job.plans[group.table_no]
+    return (
+        _sum_side(job.src_connstr, job.src_snapshot, plan, plan.src, group),
+        _sum_side(job.dst_connstr, job.dst_snapshot, plan, plan.dst, group),
+    )
+
+
+def _sum_side(
+    connstr: str, snapshot: str, plan: _TablePlan, side: _Side, group: _Group
+) -> dict[int, tuple[int, int]]:
+    """Per global bucket: (rows, checksum) of one side (runs on an executor)."""
+    where = [plan.key.predicate(KeyRange(group.lower, group.upper))]
+    if side.condition:
+        where.append(sql.SQL("({})").format(sql.SQL(side.condition)))
+    row_text = sql.SQL("row({})::text").format(
+        sql.SQL(", ").join(map(sql.Identifier, plan.columns))
+    )
+    query = sql.SQL(
+        "select {bucket}, count(*), coalesce(sum(hashtextextended({row}, 0)), 0)::text"
+        " from only {table} where {where} group by 1"
+    ).format(
+        bucket=plan.key.bucket(group.thresholds),
+        row=row_text,
+        table=sql.Identifier(side.schema, side.name),
+        where=sql.SQL(" and ").join(where),
+    )
+    conn = open_in_snapshot(connstr, snapshot)
+    try:
+        for setting in SESSION_SETTINGS:
+            conn.execute(setting)
+        rows = conn.execute(query).fetchall()
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{describe(connstr)}: {error_text(exc)}") from None
+    finally:
+        conn.close()
+    return {group.first_bucket + int(b): (int(c), int(s)) for b, c, s in rows}

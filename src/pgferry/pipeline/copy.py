@@ -1,0 +1,398 @@
+"""Initial copy: many tables, one exported snapshot, parallel Spark tasks, COPY streams.
+
+Each source table is split into heap block ranges (``ctid`` TID range scans work for any key
+type).  A Spark task copies one range: it imports the snapshot on the source, streams
+``COPY (select ...) TO STDOUT`` straight into ``COPY ... FROM STDIN`` on the destination
+(bytes are passed through, never parsed), and in the SAME destination transaction records the
+range in ``ferry_copy.range_done``.  That record is inserted first, so a retried or duplicated
+task either waits for the first one and then skips the range, or redoes a range whose first
+attempt rolled back: rows are never duplicated nor lost.
+
+The destination is prepared by the driver (TRUNCATE unless ``skip_truncate``; secondary indexes
+dropped and rebuilt afterwards), rows are loaded with ``session_replication_role = replica``
+(no triggers, no FK checks: tables of one copy load in any order), and ANALYZE runs at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pgferry.db import connect, describe, error_text
+from pgferry.errors import DatabaseError, PgferryError, TableError
+from pgferry.pipeline.progress import TableProgress
+from pgferry.pipeline.snapshot import exported_snapshot, open_in_snapshot
+from pgferry.pipeline.spark import job_error
+from pgferry.pipeline.tables import TableInfo, common_columns, resolve_table
+
+log = logging.getLogger(__name__)
+
+# A range of this many 8 kB blocks (32 MB) is big enough that per-task overhead is noise.
+RANGE_BLOCKS = 4096
+# Below this a table is not worth splitting for parallelism.
+MIN_SPLIT_BLOCKS = 512
+# Bytes gathered before one write to the destination: one COPY message per row is slow.
+WRITE_CHUNK = 1 << 20
+JOB_RETRIES = 2
+
+_BOOKKEEPING_SQL = """
+create schema if not exists ferry_copy;
+create table if not exists ferry_copy.range_done (
+    copy_id     text    not null,
+    dest_table  text    not null,
+    range_no    integer not null,
+    rows        bigint  not null default 0,
+    done_at     timestamptz not null default now(),
+    primary key (copy_id, dest_table, range_no)
+);
+create table if not exists ferry_copy.saved_index (
+    dest_table  text not null,
+    index_name  text not null,
+    index_def   text not null,
+    saved_at    timestamptz not null default now(),
+    primary key (dest_table, index_name)
+);
+"""
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """One table to copy."""
+
+    source_table: str  # 'schema.table' (as format('%I.%I') prints it)
+    dest_table: str  # local name, may differ (other schema/table)
+    copy_condition: str | None = None  # WHERE expression evaluated on the source table
+    skip_truncate: bool = False
+
+
+@dataclass
+class CopyResult:
+    snapshot: str  # pg_current_snapshot()::text of the exporting transaction
+    rows: dict[str, int] = field(default_factory=dict)  # rows copied per dest_table
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _TablePlan:
+    """What an executor needs to copy ranges of one table (plain, picklable values)."""
+
+    dest_key: str  # the task's dest_table as given: the key of CopyResult.rows
+    src_schema: str
+    src_name: str
+    dst_schema: str
+    dst_name: str
+    columns: tuple[str, ...]
+    condition: str | None
+    tid_ranges: bool  # False for partitioned sources (no heap of their own)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    plan_no: int
+    range_no: int
+    lo_block: int | None
+    hi_block: int | None  # None: open-ended, so rows in blocks added since sizing still count
+
+
+@dataclass(frozen=True)
+class _Job:
+    src_connstr: str
+    dst_connstr: str
+    snapshot_id: str
+    copy_id: str
+    plans: tuple[_TablePlan, ...]
+    fail_once: str | None = None  # test hook: "DIR:stage", see _maybe_fail
+
+
+def copy_tables(
+    spark,
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CopyTask],
+    *,
+    max_parallel: int | None = None,
+    progress: bool | None = None,
+    _fail_once: str | None = None,
+) -> CopyResult:
+    """Copy ``tasks`` from source to destination under ONE exported snapshot.
+
+    Returns the snapshot (for the replay hand-over) and the rows copied per dest_table.
+    ``_fail_once`` is a test hook making the first attempt of every table's first range fail.
+    """
+    if not tasks:
+        raise PgferryError("copy: no tables given")
+    started = time.monotonic()
+    copy_id = uuid.uuid4().hex
+    with exported_snapshot(src_connstr) as snap:
+        with connect(src_connstr, autocommit=True) as conn:
+            sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
+        with connect(dst_connstr, autocommit=True) as conn:
+            dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
+        plans, units = _plan(tasks, sources, dests, spark.sparkContext.defaultParallelism)
+        job = _Job(src_connstr, dst_connstr, snap.snapshot_id, copy_id, tuple(plans), _fail_once)
+        _prepare_destination(dst_connstr, tasks, dests)
+        totals = _estimates(tasks, sources)
+        with TableProgress(
+            "copy", totals, lambda: _done_rows(dst_connstr, copy_id), enabled=progress
+        ):
+            _run_units(spark, job, units, max_parallel)
+        rows = _done_rows(dst_connstr, copy_id)
+    _finish_destination(dst_connstr, dests, copy_id)
+    result = CopyResult(snapshot=snap.txid_snapshot, rows={t.dest_table: 0 for t in tasks})
+    result.rows.update(rows)
+    result.seconds = time.monotonic() - started
+    for table, count in result.rows.items():
+        log.info("copy %s: %d rows", table, count)
+    return result
+
+
+def _plan(
+    tasks: list[CopyTask], sources: list[TableInfo], dests: list[TableInfo], parallelism: int
+) -> tuple[list[_TablePlan], list[_Unit]]:
+    plans: list[_TablePlan] = []
+    units: list[tuple[int, _Unit]] = []
+    for plan_no, (task, src, dst) in enumerate(zip(tasks, sources, dests, strict=True)):
+        columns = common_columns(src, dst)
+        if not columns:
+            raise TableError(f"{src.display} and {dst.display} have no column in common")
+        skipped = sorted(set(src.column_names) - set(columns))
+        if skipped:
+            log.info("copy %s: ignoring source columns %s", task.dest_table, ", ".join(skipped))
+        tid = not src.partitioned
+        plans.append(
+            _TablePlan(
+                task.dest_table,
+                src.schema,
+                src.name,
+                dst.schema,
+                dst.name,
+                columns,
+                task.copy_condition,
+                tid,
+            )
+        )
+        for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, parallelism)):
+            units.append((src.pages, _Unit(plan_no, range_no, lo, hi)))
+    # Biggest tables first: the last tasks to start are then the short ones.
+    units.sort(key=lambda item: -item[0])
+    return plans, [u for _, u in units]
+
+
+def block_ranges(pages: int, parallelism: int = 1) -> list[tuple[int | None, int | None]]:
+    """Split ``pages`` heap blocks into ranges; the first starts at 0, the last is open."""
+    if pages <= MIN_SPLIT_BLOCKS:
+        return [(None, None)]
+    count = max(math.ceil(pages / RANGE_BLOCKS), min(parallelism, pages // MIN_SPLIT_BLOCKS))
+    step = math.ceil(pages / count)
+    bounds = list(range(0, pages, step))
+    return [
+        (None if i == 0 else lo, None if i == len(bounds) - 1 else bounds[i + 1])
+        for i, lo in enumerate(bounds)
+    ]
+
+
+def _estimates(tasks: list[CopyTask], sources: list[TableInfo]) -> dict[str, int | None]:
+    return {
+        t.dest_table: (s.est_rows if s.est_rows > 0 and not t.copy_condition else None)
+        for t, s in zip(tasks, sources, strict=True)
+    }
+
+
+def _prepare_destination(dst_connstr: str, tasks: list[CopyTask], dests: list[TableInfo]) -> None:
+    """Bookkeeping tables, then TRUNCATE and drop secondary indexes, in one transaction."""
+    try:
+        with connect(dst_connstr, autocommit=True) as conn:
+            # A concurrent first copy may create the same objects: serialise on a lock.
+            with conn.transaction():
+                conn.execute("select pg_advisory_xact_lock(hashtext('ferry_copy.bookkeeping'))")
+                conn.execute(_BOOKKEEPING_SQL)
+            with conn.transaction():
+                seen: set[str] = set()
+                for task, dst in zip(tasks, dests, strict=True):
+                    if task.skip_truncate or dst.display in seen:
+                        continue
+                    seen.add(dst.display)
+                    conn.execute(sql.SQL("truncate table {}").format(dst.ident))
+                    _drop_secondary_indexes(conn, dst)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{describe(dst_connstr)}: {error_text(exc)}") from None
+
+
+def _drop_secondary_indexes(conn: psycopg.Connection, dst: TableInfo) -> None:
+    # Indexes that back a constraint (primary key, unique, exclusion) stay: dropping them
+    # would mean dropping the constraint.  The others are rebuilt once the data is in.
+    rows = conn.execute(
+        """
+        select c.relname, pg_get_indexdef(i.indexrelid)
+        from pg_index i join pg_class c on c.oid = i.indexrelid
+        where i.indrelid = %s::regclass
+          and not exists (select 1 from pg_constraint k where k.conindid = i.indexrelid)
+        """,
+        (dst.display,),
+    ).fetchall()
+    # saved_index survives a crash: the next finished copy of the table rebuilds them.
+    for name, definition in rows:
+        conn.execute(
+            "insert into ferry_copy.saved_index (dest_table, index_name, index_def)"
+            " values (%s, %s, %s) on conflict do nothing",
+            (dst.display, name, definition),
+        )
+        conn.execute(sql.SQL("drop index {}").format(sql.Identifier(dst.schema, name)))
+
+
+def _finish_destination(dst_connstr: str, dests: list[TableInfo], copy_id: str) -> None:
+    """Rebuild dropped indexes, forget this copy's bookkeeping, ANALYZE."""
+    dest_names = sorted({d.display for d in dests})
+    with connect(dst_connstr, autocommit=True) as conn:
+        try:
+            with conn.transaction():
+                saved = conn.execute(
+                    "select dest_table, index_name, index_def from ferry_copy.saved_index"
+                    " where dest_table = any(%s)",
+                    (dest_names,),
+                ).fetchall()
+                for dest, name, definition in saved:
+                    log.info("copy %s: rebuilding index %s", dest, name)
+                    conn.execute(definition)
+                conn.execute(
+                    "delete from ferry_copy.saved_index where dest_table = any(%s)", (dest_names,)
+                )
+                conn.execute("delete from ferry_copy.range_done where copy_id = %s", (copy_id,))
+            for dst in {d.display: d for d in dests}.values():
+                conn.execute(sql.SQL("analyze {}").format(dst.ident))
+        except psycopg.Error as exc:
+            raise DatabaseError(f"{describe(dst_connstr)}: {error_text(exc)}") from None
+
+
+def _done_rows(dst_connstr: str, copy_id: str) -> dict[str, int]:
+    with connect(dst_connstr, autocommit=True) as conn:
+        rows = conn.execute(
+            "select dest_table, sum(rows)::bigint from ferry_copy.range_done"
+            " where copy_id = %s group by dest_table",
+            (copy_id,),
+        ).fetchall()
+    return {table: int(count) for table, count in rows}
+
+
+def _run_units(spark, job: _Job, units: list[_Unit], max_parallel: int | None) -> None:
+    """Run the Spark job; when it fails, run it again: finished ranges are skipped."""
+    sc = spark.sparkContext
+    slices = len(units) if not max_parallel else max(1, min(len(units), max_parallel))
+    if slices < len(units):
+        # Round-robin so each slice gets a mix of big and small ranges.
+        groups = [units[i::slices] for i in range(slices)]
+    else:
+        groups = [[u] for u in units]
+    for attempt in range(JOB_RETRIES + 1):
+        try:
+            sc.setJobDescription("pgferry copy")
+            sc.parallelize(groups, len(groups)).map(lambda g: _copy_group(job, g)).collect()
+            return
+        except PgferryError:
+            raise
+        except Exception as exc:
+            message = job_error(exc)
+            if attempt == JOB_RETRIES:
+                raise DatabaseError(f"copy failed: {message}") from None
+            log.warning("copy job failed (%s); retrying unfinished ranges", message)
+
+
+def _copy_group(job: _Job, units: list[_Unit]) -> int:
+    return sum(copy_range(job, unit) for unit in units)
+
+
+def copy_range(job: _Job, unit: _Unit) -> int:
+    """Copy one range (runs on an executor); returns its row count."""
+    plan = job.plans[unit.plan_no]
+    src = open_in_snapshot(job.src_connstr, job.snapshot_id)
+    try:
+        dst = connect(job.dst_connstr)
+        try:
+            return _copy_range(job, plan, unit, src, dst)
+        except psycopg.Error as exc:
+            raise DatabaseError(
+                f"copy {plan.dest_key} range {unit.range_no}: {error_text(exc)}"
+            ) from None
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def _copy_range(
+    job: _Job, plan: _TablePlan, unit: _Unit, src: psycopg.Connection, dst: psycopg.Connection
+) -> int:
+    cols = sql.SQL(", ").join(map(sql.Identifier, plan.columns))
+    where: list[sql.Composable] = []
+    if plan.tid_ranges and unit.lo_block is not None:
+        where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({unit.lo_block},0)")))
+    if plan.tid_ranges and unit.hi_block is not None:
+        where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({unit.hi_block},0)")))
+    if plan.condition:
+        where.append(sql.SQL("({})").format(sql.SQL(plan.condition)))
+    select = sql.SQL("select {} from only {}").format(
+        cols, sql.Identifier(plan.src_schema, plan.src_name)
+    )
+    if where:
+        select = sql.SQL("{} where {}").format(select, sql.SQL(" and ").join(where))
+    copy_out = sql.SQL("copy ({}) to stdout").format(select)
+    copy_in = sql.SQL("copy {} ({}) from stdin").format(
+        sql.Identifier(plan.dst_schema, plan.dst_name), cols
+    )
+    with dst.transaction():
+        dst.execute("set local session_replication_role = replica")
+        # Claim the range first: a concurrent duplicate blocks here until we finish, then
+        # sees our row and skips; if we roll back, it copies the range itself.
+        claimed = dst.execute(
+            "insert into ferry_copy.range_done (copy_id, dest_table, range_no)"
+            " values (%s, %s, %s) on conflict do nothing returning 1",
+            (job.copy_id, plan.dest_key, unit.range_no),
+        ).fetchone()
+        if claimed is None:
+            return 0
+        with src.cursor() as scur, dst.cursor() as dcur:
+            with scur.copy(copy_out) as out, dcur.copy(copy_in) as inp:
+                buf = bytearray()
+                for data in out:
+                    buf += data
+                    if len(buf) >= WRITE_CHUNK:
+                        inp.write(buf)
+                        buf = bytearray()
+                        _maybe_fail(job, plan, unit, "mid")
+                if buf:
+                    inp.write(buf)
+            rows = dcur.rowcount
+        _maybe_fail(job, plan, unit, "mid")
+        dst.execute(
+            "update ferry_copy.range_done set rows = %s, done_at = now()"
+            " where copy_id = %s and dest_table = %s and range_no = %s",
+            (rows, job.copy_id, plan.dest_key, unit.range_no),
+        )
+    _maybe_fail(job, plan, unit, "after")
+    return rows
+
+
+def _maybe_fail(job: _Job, plan: _TablePlan, unit: _Unit, stage: str) -> None:
+    """Test hook: fail the first attempt of range 0 of every table at ``stage``.
+
+    ``mid`` fails inside the destination transaction (rows written, not committed); ``after``
+    fails once the range is committed, before the task reports success.
+    """
+    if not job.fail_once or unit.range_no != 0:
+        return
+    folder, _, want = job.fail_once.rpartition(":")
+    if want != stage:
+        return
+    marker = Path(folder) / f"{plan.dest_key.replace('/', '_')}.{stage}"
+    if marker.exists():
+        return
+    marker.write_text(str(os.getpid()))
+    raise RuntimeError(f"injected failure ({stage}) in {plan.dest_key} range 0")

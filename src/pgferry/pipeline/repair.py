@@ -1,0 +1,331 @@
+"""Repair: find the exact rows that differ and write (optionally apply) SQL that fixes them.
+
+Both sides are read at one logical point each (the caller's snapshots or exported ones), only
+inside the given key ranges when compare found some, as all-text columns: each Spark task
+runs ``COPY (...) TO STDOUT (FORMAT csv)`` and parses it with pyarrow into Arrow batches
+(``mapInArrow``).  Spark then full-outer-joins the sides on the primary key and keeps rows
+that are missing, extra or changed; values are compared as PostgreSQL prints them, NULL-aware.
+The fix is INSERT / UPDATE / DELETE with quoted literals, in a file, and with ``apply`` run on
+the destination in ONE transaction with ``session_replication_role = replica``.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pgferry.db import connect, describe, error_text
+from pgferry.errors import DatabaseError, PgferryError
+from pgferry.pipeline.compare import (
+    SESSION_SETTINGS,
+    CompareTask,
+    _groups,
+    _TablePlan,
+    prepare,
+)
+from pgferry.pipeline.keyranges import KeyRange
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark import job_error
+
+log = logging.getLogger(__name__)
+
+# Statements sent to the server per round trip when applying.
+APPLY_CHUNK = 500
+
+
+@dataclass
+class RepairResult:
+    source_table: str
+    dest_table: str
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    sql_path: Path | None = None
+    applied: bool = False
+
+    @property
+    def changes(self) -> int:
+        return self.inserts + self.updates + self.deletes
+
+    def line(self) -> str:
+        state = "applied" if self.applied else f"written to {self.sql_path}"
+        return (
+            f"{self.dest_table}: missed {self.inserts} inserts, {self.updates} updates, "
+            f"{self.deletes} deletes ({state})"
+        )
+
+
+@dataclass(frozen=True)
+class _ReadJob:
+    connstrs: tuple[str, str]  # source, destination
+    snapshots: tuple[str, str]
+    plans: tuple[_TablePlan, ...]
+    ranges: tuple[tuple[int, KeyRange], ...]  # (table_no, range)
+
+
+def repair_tables(
+    spark,
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CompareTask],
+    *,
+    fix_dir: Path,
+    apply: bool,
+    src_snapshot: str | None = None,
+    dst_snapshot: str | None = None,
+    ranges: Mapping[str, Sequence[KeyRange]] | None = None,
+    fix_file: Path | None = None,
+) -> list[RepairResult]:
+    """Find and fix differences; ``ranges`` (per dest_table) limits where to look.
+
+    The fix for each table goes to ``fix_dir/fix.<dest_table>.sql`` (or ``fix_file`` when
+    there is exactly one table).
+    """
+    if not tasks:
+        raise PgferryError("repair: no tables given")
+    if fix_file is not None and len(tasks) != 1:
+        raise PgferryError("repair: fix_file needs exactly one table")
+    with (
+        maybe_snapshot(src_connstr, src_snapshot) as src_snap,
+        maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
+    ):
+        prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
+        work: list[tuple[int, KeyRange]] = []
+        groups = _groups(prepared.boundaries, spark.sparkContext.defaultParallelism)
+        for table_no, task in enumerate(tasks):
+            if ranges is not None and task.dest_table in ranges:
+                work += [(table_no, r) for r in ranges[task.dest_table]]
+            else:
+                work += [
+                    (g.table_no, KeyRange(g.lower, g.upper))
+                    for g in groups
+                    if g.table_no == table_no
+                ]
+        job = _ReadJob(
+            (src_connstr, dst_connstr), (src_snap, dst_snap), tuple(prepared.plans), tuple(work)
+        )
+        try:
+            diffs = _find_differences(spark, job, len(tasks))
+        except PgferryError:
+            raise
+        except Exception as exc:
+            raise DatabaseError(f"repair failed: {job_error(exc)}") from None
+    results = []
+    fix_dir.mkdir(parents=True, exist_ok=True)
+    with connect(dst_connstr, autocommit=True) as conn:
+        for table_no, task in enumerate(tasks):
+            dest = prepared.dests[table_no]
+            result = RepairResult(task.source_table, task.dest_table)
+            plan = prepared.plans[table_no]
+            statements = _fix_sql(conn, dest.ident, plan, diffs[table_no], result)
+            result.sql_path = fix_file or fix_dir / f"fix.{_file_safe(dest.display)}.sql"
+            _write_fix(result.sql_path, dest.display, statements)
+            if apply and statements:
+                _apply(dst_connstr, conn, statements)
+                result.applied = True
+            log.info("repair %s", result.line())
+            results.append(result)
+    return results
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "table"
+
+
+def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
+    """Per table: (kind, src values, dst values) of every differing row."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    out: list[list[tuple]] = [[] for _ in range(tables)]
+    if not job.ranges:
+        return out
+    width = max(len(p.columns) for p in job.plans)
+    schema = StructType(
+        [StructField("t", IntegerType(), False), StructField("k", StringType(), False)]
+        + [StructField(f"c{i}", StringType(), True) for i in range(width)]
+    )
+    spec_schema = StructType([StructField("side", IntegerType()), StructField("r", IntegerType())])
+    sc = spark.sparkContext
+    sides = []
+    for side in (0, 1):
+        specs = [(side, i) for i in range(len(job.ranges))]
+        slices = max(1, min(len(specs), sc.defaultParallelism * 4))
+        frame = spark.createDataFrame(sc.parallelize(specs, slices), spec_schema)
+        sides.append(frame.mapInArrow(lambda batches: _read_batches(job, batches, width), schema))
+    src, dst = sides[0].alias("s"), sides[1].alias("d")
+    cond = (F.col("s.t") == F.col("d.t")) & (F.col("s.k") == F.col("d.k"))
+    joined = src.join(dst, cond, "full_outer")
+    missing = F.col("d.t").isNull()
+    extra = F.col("s.t").isNull()
+    changed = F.lit(False)
+    for i in range(width):
+        changed = changed | ~F.col(f"s.c{i}").eqNullSafe(F.col(f"d.c{i}"))
+    kind = F.when(missing, F.lit("insert")).when(extra, F.lit("delete")).otherwise(F.lit("update"))
+    picked = joined.where(missing | extra | changed).select(
+        F.coalesce(F.col("s.t"), F.col("d.t")).alias("t"),
+        F.coalesce(F.col("s.k"), F.col("d.k")).alias("k"),
+        kind.alias("kind"),
+        F.array(*[F.col(f"s.c{i}") for i in range(width)]).alias("src"),
+        F.array(*[F.col(f"d.c{i}") for i in range(width)]).alias("dst"),
+    )
+    sc.setJobDescription("pgferry repair")
+    for row in picked.collect():
+        out[row["t"]].append((row["k"], row["kind"], list(row["src"]), list(row["dst"])))
+    return out
+
+
+def _read_batches(job: _ReadJob, batches: Iterator, width: int) -> Iterator:
+    """Executor side: for each (side, range) spec, COPY the range out as Arrow batches."""
+    import pyarrow as pa
+
+    conns: dict[int, psycopg.Connection] = {}
+    try:
+        for batch in batches:
+            for side, range_no in zip(
+                batch.column("side").to_pylist(), batch.column("r").to_pylist(), strict=True
+            ):
+                conn = conns.get(side)
+                if conn is None:
+                    conn = open_in_snapshot(job.connstrs[side], job.snapshots[side])
+                    for setting in SESSION_SETTINGS:
+                        conn.execute(setting)
+                    conns[side] = conn
+                table_no, rng = job.ranges[range_no]
+                plan = job.plans[table_no]
+                table = _read_range(conn, plan, side, rng, width)
+                if table.num_rows:
+                    table = table.add_column(0, "k", _key_column(table, len(plan.key.names)))
+                    table = table.add_column(
+                        0, "t", pa.array([table_no] * table.num_rows, pa.int32())
+                    )
+                    yield from table.to_batches()
+    except psycopg.Error as exc:
+        raise DatabaseError(f"repair read: {error_text(exc)}") from None
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def _key_column(table, nkey: int):
+    """One join key per row: key texts joined by NUL, which PostgreSQL text never contains."""
+    import pyarrow.compute as pc
+
+    if nkey == 1:
+        return table.column("c0")
+    return pc.binary_join_element_wise(*[table.column(f"c{i}") for i in range(nkey)], "\x00")
+
+
+def _ordered_columns(plan: _TablePlan) -> list[str]:
+    """Key columns first, then the rest: the join reads keys at fixed positions."""
+    return list(plan.key.names) + [c for c in plan.columns if c not in plan.key.names]
+
+
+def _read_range(conn: psycopg.Connection, plan: _TablePlan, side: int, rng: KeyRange, width: int):
+    import pyarrow as pa
+    from pyarrow import csv
+
+    names = _ordered_columns(plan)
+    target = plan.src if side == 0 else plan.dst
+    where = [plan.key.predicate(rng)]
+    if target.condition:
+        where.append(sql.SQL("({})").format(sql.SQL(target.condition)))
+    query = sql.SQL("copy (select {} from only {} where {}) to stdout (format csv)").format(
+        sql.SQL(", ").join(map(sql.Identifier, names)),
+        sql.Identifier(target.schema, target.name),
+        sql.SQL(" and ").join(where),
+    )
+    buf = io.BytesIO()
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        for data in copy:
+            buf.write(data)
+    cols = [f"c{i}" for i in range(width)]
+    if buf.tell() == 0:
+        return pa.table({c: pa.array([], pa.string()) for c in cols})
+    buf.seek(0)
+    table = csv.read_csv(
+        buf,
+        read_options=csv.ReadOptions(column_names=cols[: len(names)]),
+        parse_options=csv.ParseOptions(newlines_in_values=True),
+        convert_options=csv.ConvertOptions(
+            column_types={c: pa.string() for c in cols[: len(names)]},
+            # PostgreSQL's CSV: NULL is an unquoted empty field, '' is a quoted one.
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    for c in cols[len(names) :]:
+        table = table.append_column(c, pa.nulls(table.num_rows, pa.string()))
+    return table
+
+
+def _fix_sql(
+    conn: psycopg.Connection,
+    dest: sql.Identifier,
+    plan: _TablePlan,
+    diffs: list[tuple],
+    result: RepairResult,
+) -> list[str]:
+    names = _ordered_columns(plan)
+    nkey = len(plan.key.names)
+    deletes, updates, inserts = [], [], []
+
+    def key_match(values: list) -> sql.Composable:
+        return sql.SQL(" and ").join(
+            sql.SQL("{} = {}").format(sql.Identifier(n), sql.Literal(v))
+            for n, v in zip(names[:nkey], values[:nkey], strict=True)
+        )
+
+    for _key, kind, src, dst in sorted(diffs, key=lambda d: d[0]):
+        if kind == "delete":
+            stmt = sql.SQL("delete from only {} where {};").format(dest, key_match(dst))
+            deletes.append(stmt.as_string(conn))
+        elif kind == "insert":
+            stmt = sql.SQL("insert into {} ({}) values ({});").format(
+                dest,
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.SQL(", ").join(sql.Literal(v) for v in src[: len(names)]),
+            )
+            inserts.append(stmt.as_string(conn))
+        else:
+            changed = [
+                sql.SQL("{} = {}").format(sql.Identifier(n), sql.Literal(src[i]))
+                for i, n in enumerate(names)
+                if i >= nkey and src[i] != dst[i]
+            ]
+            stmt = sql.SQL("update only {} set {} where {};").format(
+                dest, sql.SQL(", ").join(changed), key_match(src)
+            )
+            updates.append(stmt.as_string(conn))
+    result.inserts, result.updates, result.deletes = len(inserts), len(updates), len(deletes)
+    # Deletes first, inserts last: a row re-keyed on the source never collides with itself.
+    return deletes + updates + inserts
+
+
+def _write_fix(path: Path, table: str, statements: list[str]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write(f"-- pgferry repair of {table}: {len(statements)} statements\n")
+        fh.write("begin;\nset local session_replication_role = replica;\n")
+        for stmt in statements:
+            fh.write(stmt + "\n")
+        fh.write("commit;\n")
+
+
+def _apply(dst_connstr: str, conn: psycopg.Connection, statements: list[str]) -> None:
+    try:
+        with conn.transaction():
+            conn.execute("set local session_replication_role = replica")
+            for i in range(0, len(statements), APPLY_CHUNK):
+                conn.execute("\n".join(statements[i : i + APPLY_CHUNK]).encode())
+    except psycopg.Error as exc:
+        raise DatabaseError(
+            f"{describe(dst_connstr)}: applying the fix failed, nothing changed: {error_text(exc)}"
+        ) from None
