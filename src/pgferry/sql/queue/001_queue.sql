@@ -956,56 +956,59 @@ begin
 end;
 $$;
 
-create function ferry_queue.detach_capture(i_queue text, i_table regclass) returns integer
+create function ferry_queue.detach_capture(queue text, tbl regclass) returns integer
 language plpgsql as $$
+declare
+    v_queue text := detach_capture.queue;
 begin
-    execute format('drop trigger if exists %I on %s', format('_ferry_%s_capture', i_queue),
-                   i_table);
-    execute format('drop trigger if exists %I on %s', format('_ferry_%s_truncate', i_queue),
-                   i_table);
+    execute format('drop trigger if exists %I on %s', '_ferry_' || v_queue || '_capture', tbl);
+    execute format('drop trigger if exists %I on %s', '_ferry_' || v_queue || '_truncate', tbl);
     return 1;
 end;
 $$;
 
+-- (Re)create the capture triggers of queue on tbl; deny => true makes them refuse writes.
 create function ferry_queue.attach_capture(
-    i_queue text, i_table regclass, i_deny boolean default false)
+    queue text, tbl regclass, deny boolean default false)
 returns integer
 language plpgsql as $$
 declare
+    v_queue text := attach_capture.queue;
+    v_row   text := '_ferry_' || attach_capture.queue || '_capture';
+    v_trunc text := '_ferry_' || attach_capture.queue || '_truncate';
     v_name  text;
     v_pk    text[];
-    v_args  text;
 begin
-    perform ferry_queue.find_queue(i_queue);
+    perform ferry_queue.find_queue(v_queue);
     select format('%I.%I', n.nspname, c.relname) into v_name
       from pg_class c join pg_namespace n on n.oid = c.relnamespace
-     where c.oid = i_table;
+     where c.oid = tbl;
     select array_agg(a.attname::text order by k.ord) into v_pk
       from pg_index i
       cross join lateral unnest(i.indkey) with ordinality k(attnum, ord)
       join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
-     where i.indrelid = i_table and i.indisprimary;
-    if v_pk is null and not i_deny then
+     where i.indrelid = tbl and i.indisprimary;
+    if v_pk is null and not deny then
         raise exception 'Primary key missing on table: %', v_name;
     end if;
-    perform ferry_queue.detach_capture(i_queue, i_table);
-    if i_deny then
+    perform ferry_queue.detach_capture(v_queue, tbl);
+    if deny then
         execute format('create trigger %I after insert or update or delete on %s'
                        ' for each row execute function ferry_queue.deny_write(%L, %L)',
-                       format('_ferry_%s_capture', i_queue), i_table, i_queue, v_name);
+                       v_row, tbl, v_queue, v_name);
         execute format('create trigger %I after truncate on %s'
                        ' for each statement execute function ferry_queue.deny_write(%L, %L)',
-                       format('_ferry_%s_truncate', i_queue), i_table, i_queue, v_name);
+                       v_trunc, tbl, v_queue, v_name);
         return 1;
     end if;
-    select string_agg(quote_literal(x), ', ') into v_args from unnest(v_pk) x;
     execute format('create trigger %I after insert or update or delete on %s'
                    ' for each row execute function ferry_queue.capture(%L, %L, %L, %s)',
-                   format('_ferry_%s_capture', i_queue), i_table, i_queue, v_name,
-                   (select string_agg(quote_ident(x), ',') from unnest(v_pk) x), v_args);
+                   v_row, tbl, v_queue, v_name,
+                   (select string_agg(quote_ident(x), ',') from unnest(v_pk) x),
+                   (select string_agg(quote_literal(x), ', ') from unnest(v_pk) x));
     execute format('create trigger %I after truncate on %s'
                    ' for each statement execute function ferry_queue.capture_truncate(%L, %L)',
-                   format('_ferry_%s_truncate', i_queue), i_table, i_queue, v_name);
+                   v_trunc, tbl, v_queue, v_name);
     return 1;
 end;
 $$;
