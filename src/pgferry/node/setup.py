@@ -107,8 +107,8 @@ def _check_public_location(config: Config, conn: psycopg.Connection, location: s
 
 
 def _install(conn: psycopg.Connection) -> None:
-    for applied in schema.install(conn, ("ferry",)):
-        log.info("Installed %s", applied)
+    """queue, node and ferry schemas, brought up to date (logged by the installer)."""
+    schema.install(conn, ("ferry",))
 
 
 def _create_root(conn: psycopg.Connection, queue: str, worker: str, req: NodeRequest) -> None:
