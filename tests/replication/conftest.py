@@ -72,6 +72,11 @@ class Pair:
         self.workers.append(w)
         return w
 
+    def root_worker(self) -> Worker:
+        w = Worker(self.root_cfg)
+        self.workers.append(w)
+        return w
+
     def last_tick(self, dsn: str | None = None) -> int | None:
         rows = self.sql(
             dsn or self.leaf_dsn,

@@ -1,0 +1,65 @@
+"""Exactly-once apply: a crash between the local commit and finish_batch applies nothing twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgferry.errors import NodeError
+from pgferry.replication import batches
+
+COUNTER = """
+create table applied (n bigint);
+insert into applied values (0);
+create function count_applied() returns trigger language plpgsql as $$
+begin update applied set n = n + 1; return null; end $$;
+create trigger count_applied after insert or update or delete on public.t
+    for each row execute function count_applied();
+-- replay runs as replica: only an ALWAYS trigger sees it
+alter table public.t enable always trigger count_applied;
+"""
+
+
+def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
+    pair.root("create table public.t (id int primary key, v int)")
+    pair.leaf("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    pair.catch_up()
+    pair.leaf(COUNTER)
+    pair.root("insert into t select g, 0 from generate_series(1, 10) g")
+    tick = pair.tick()
+
+    class Crash(Exception):
+        pass
+
+    def crash(conn, batch_id):
+        raise Crash("killed before finish_batch")
+
+    real_finish = batches.finish_batch
+    monkeypatch.setattr(batches, "finish_batch", crash)
+    worker = pair.worker()
+    with pytest.raises(Crash):
+        worker.work()
+    worker._disconnect()
+    assert pair.last_tick() == tick  # the apply committed
+    assert pair.leaf("select n from applied") == [(10,)]
+
+    monkeypatch.setattr(batches, "finish_batch", real_finish)
+    restarted = pair.worker()
+    assert restarted.work() is True  # same batch again: finished, not applied
+    assert pair.leaf("select n from applied") == [(10,)]
+    pair.catch_up(restarted)
+    assert pair.leaf("select n from applied") == [(10,)]
+    pair.same("t")
+
+
+def test_lost_position_is_an_error(pair) -> None:
+    pair.root("create table public.t (id int primary key, v int)")
+    pair.leaf("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    worker = pair.catch_up()
+    pair.root("insert into t values (1, 1)")
+    pair.tick()
+    pair.leaf("update ferry_node.local_state set last_tick_id = last_tick_id - 1")
+    with pytest.raises(NodeError, match="Lost position"):
+        worker.work()
+    assert pair.leaf("select count(*) from t") == [(0,)]
