@@ -1,0 +1,79 @@
+"""``pgferry diff``: compare any two tables (and write or apply the fix) without a config file.
+
+    pgferry diff SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND]
+                 [--repair FILE] [--apply] [--set spark_master=...] [--set spark.x=...]
+
+Exit status: 0 when the tables match (or the fix was applied), 1 when they differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgferry.cli.registry import Context, command
+from pgferry.db import connect, describe
+from pgferry.errors import UsageError
+from pgferry.log import setup_logging
+
+
+@command("diff", "compare two tables, optionally write/apply the fix", needs_config=False)
+def cmd_diff(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser(
+        "SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND] [--repair FILE] [--apply]",
+        description="Compare two tables with the same columns and primary key.",
+    )
+    parser.prog = "pgferry diff"
+    parser.usage = "pgferry diff " + parser.usage.split(" diff ", 1)[-1]
+    parser.add_argument("src_connstr")
+    parser.add_argument("src_table")
+    parser.add_argument("dst_connstr")
+    parser.add_argument("dst_table")
+    parser.add_argument("--where", help="WHERE expression applied on both sides")
+    parser.add_argument("--repair", metavar="FILE", type=Path, help="write the fix SQL here")
+    parser.add_argument("--apply", action="store_true", help="apply the fix (needs --repair)")
+    args = parser.parse_args(argv)
+    if args.apply and args.repair is None:
+        raise UsageError("pgferry diff: --apply needs --repair FILE")
+    setup_logging(verbose=ctx.verbose, quiet=ctx.quiet)
+
+    # Check the tables before Spark starts: bad input fails fast with one line.
+    from pgferry.pipeline.tables import require_same_columns, resolve_table
+
+    with connect(args.src_connstr, autocommit=True) as conn:
+        src = resolve_table(conn, args.src_table, describe(args.src_connstr))
+    with connect(args.dst_connstr, autocommit=True) as conn:
+        dst = resolve_table(conn, args.dst_table, describe(args.dst_connstr))
+    require_same_columns(src, dst)
+
+    from pgferry.pipeline.compare import CompareTask, compare_tables
+    from pgferry.pipeline.spark import get_spark
+
+    spark = get_spark(
+        master=ctx.overrides.get("spark_master"),
+        app_name="pgferry-diff",
+        settings={k: v for k, v in ctx.overrides.items() if k.startswith("spark.")},
+        verbose=ctx.verbose > 1,
+    )
+    task = CompareTask(src.display, dst.display, args.where, args.where)
+    (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])
+    for line in result.lines():
+        print(line)
+    if result.matches:
+        return 0
+    if args.repair is None:
+        return 1
+
+    from pgferry.pipeline.repair import repair_tables
+
+    (fixed,) = repair_tables(
+        spark,
+        args.src_connstr,
+        args.dst_connstr,
+        [task],
+        fix_dir=args.repair.parent,
+        fix_file=args.repair,
+        apply=args.apply,
+        ranges={task.dest_table: result.ranges},
+    )
+    print(fixed.line())
+    return 0 if fixed.applied or (args.apply and not fixed.changes) else 1

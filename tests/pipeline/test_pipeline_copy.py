@@ -1,0 +1,158 @@
+"""Initial copy: one snapshot for all tables, conditions, renames, odd names, retried tasks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from pipeline_sql import fetch, one, run_sql
+
+from pgferry.errors import TableError
+from pgferry.pipeline import copy as copy_mod
+from pgferry.pipeline.copy import CopyTask, block_ranges, copy_tables
+
+
+def _pair_tables(connstr: str, rows: int = 0) -> None:
+    run_sql(
+        connstr,
+        "create table pay (id int primary key, amount numeric not null, note text)",
+        "create table ledger (id int primary key, pay_id int not null, total numeric)",
+    )
+    if rows:
+        run_sql(
+            connstr,
+            f"insert into pay select g, g % 97, repeat('x', 40) from generate_series(1, {rows}) g",
+            f"insert into ledger select g, g, g % 97 from generate_series(1, {rows}) g",
+            "analyze",
+        )
+
+
+def test_block_ranges_cover_everything() -> None:
+    assert block_ranges(10) == [(None, None)]
+    ranges = block_ranges(20_000, parallelism=2)
+    assert ranges[0][0] is None and ranges[-1][1] is None
+    for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False):
+        assert hi == lo
+
+
+def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, monkeypatch) -> None:
+    src, dst = both
+    _pair_tables(src, rows=60_000)
+    _pair_tables(dst)
+    # Small ranges: many tasks, so the writer gets to commit between them.
+    monkeypatch.setattr(copy_mod, "MIN_SPLIT_BLOCKS", 8)
+    monkeypatch.setattr(copy_mod, "RANGE_BLOCKS", 64)
+    stop = threading.Event()
+    written = [0]
+
+    def writer() -> None:
+        import psycopg
+
+        with psycopg.connect(src, autocommit=True) as conn:
+            next_id = 100_000
+            while not stop.is_set():
+                # One transaction touches both tables: a consistent copy has both or neither.
+                with conn.transaction():
+                    conn.execute("insert into pay values (%s, 1, 'live')", (next_id,))
+                    conn.execute("insert into ledger values (%s, %s, 1)", (next_id, next_id))
+                next_id += 1
+                written[0] += 1
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while written[0] < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        result = copy_tables(
+            spark, src, dst, [CopyTask("public.pay", "public.pay"), CopyTask("ledger", "ledger")]
+        )
+        before_end = written[0]
+    finally:
+        stop.set()
+        thread.join()
+    assert before_end > 20
+    pay_ids = {r[0] for r in fetch(dst, "select id from pay")}
+    ledger_ids = {r[0] for r in fetch(dst, "select id from ledger")}
+    assert pay_ids == ledger_ids
+    # Exactly the rows visible in the returned snapshot, for both tables.
+    visible = "where pg_visible_in_snapshot(xmin::text::xid8, %s::pg_snapshot)"
+    expect_pay = fetch(
+        src, f"select id, amount, note from pay {visible} order by id", (result.snapshot,)
+    )
+    assert fetch(dst, "select id, amount, note from pay order by id") == expect_pay
+    assert result.rows == {"public.pay": len(expect_pay), "ledger": len(ledger_ids)}
+    assert len(expect_pay) < one(src, "select count(*) from pay")
+    # No bookkeeping is left behind; the table was analyzed.
+    assert one(dst, "select count(*) from ferry_copy.range_done") == 0
+    assert one(dst, "select reltuples from pg_class where relname = 'pay'") > 0
+
+
+def test_copy_condition_rename_and_unicode_names(spark, both) -> None:
+    src, dst = both
+    run_sql(
+        src,
+        'create schema "Mixed Case"',
+        'create table "Mixed Case"."Tåble Ω" ("Key" int primary key, "Col A" text, "ünï" int)',
+        """insert into "Mixed Case"."Tåble Ω"
+           select g, 'v' || g, g * 2 from generate_series(1, 1000) g""",
+    )
+    run_sql(
+        dst,
+        'create schema "other place"',
+        # Different column order and an extra column with a default: copy goes by name.
+        """create table "other place"."Ren amed" ("ünï" int, extra text default 'd',
+               "Col A" text, "Key" int primary key)""",
+        'create index "by col" on "other place"."Ren amed" ("Col A")',
+        """insert into "other place"."Ren amed" values (1, 'old', 'old', -1)""",
+    )
+    task = CopyTask('"Mixed Case"."Tåble Ω"', '"other place"."Ren amed"', '"Key" % 10 = 0')
+    result = copy_tables(spark, src, dst, [task])
+    assert result.rows == {'"other place"."Ren amed"': 100}
+    rows = fetch(
+        dst, 'select "Key", "Col A", "ünï", extra from "other place"."Ren amed" order by "Key"'
+    )
+    assert rows[0] == (10, "v10", 20, "d") and rows[-1] == (1000, "v1000", 2000, "d")
+    assert len(rows) == 100
+    # The secondary index was dropped for the load and rebuilt.
+    assert fetch(
+        dst, "select indexname from pg_indexes where tablename = 'Ren amed' order by 1"
+    ) == [("Ren amed_pkey",), ("by col",)]
+
+
+def test_skip_truncate_keeps_rows(spark, both) -> None:
+    src, dst = both
+    run_sql(src, "create table t (id int primary key)", "insert into t values (1), (2)")
+    run_sql(dst, "create table t (id int primary key)", "insert into t values (7)")
+    copy_tables(spark, src, dst, [CopyTask("t", "t", skip_truncate=True)])
+    assert fetch(dst, "select id from t order by id") == [(1,), (2,), (7,)]
+    copy_tables(spark, src, dst, [CopyTask("t", "t")])
+    assert fetch(dst, "select id from t order by id") == [(1,), (2,)]
+
+
+@pytest.mark.parametrize("stage", ["mid", "after"])
+def test_retried_task_neither_duplicates_nor_loses(spark, both, tmp_path, monkeypatch, stage):
+    src, dst = both
+    _pair_tables(src, rows=20_000)
+    _pair_tables(dst)
+    monkeypatch.setattr(copy_mod, "MIN_SPLIT_BLOCKS", 8)
+    monkeypatch.setattr(copy_mod, "RANGE_BLOCKS", 32)
+    tasks = [CopyTask("pay", "pay"), CopyTask("ledger", "ledger")]
+    result = copy_tables(spark, src, dst, tasks, _fail_once=f"{tmp_path}:{stage}")
+    # The hook really fired (and the failed attempts were retried).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"ledger.{stage}", f"pay.{stage}"]
+    assert result.rows == {"pay": 20_000, "ledger": 20_000}
+    for table in ("pay", "ledger"):
+        assert fetch(dst, f"select count(*), count(distinct id), sum(id) from {table}") == [
+            (20_000, 20_000, 20_000 * 20_001 // 2)
+        ]
+
+
+def test_unknown_tables_fail_cleanly(spark, both) -> None:
+    src, dst = both
+    run_sql(src, "create table t (id int primary key)")
+    with pytest.raises(TableError, match="unknown table nope"):
+        copy_tables(spark, src, dst, [CopyTask("t", "nope")])
+    with pytest.raises(TableError, match="unknown table public.nope"):
+        copy_tables(spark, src, dst, [CopyTask("public.nope", "t")])
