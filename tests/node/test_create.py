@@ -42,9 +42,7 @@ def test_create_leaf_registers_on_provider(db_a, db_b, write_ini, cli):
     assert res.code == 0, res.err
     assert 'with type "leaf"' in res.err
 
-    consumer = q(
-        db_a, "select last_tick from ferry_queue.get_consumer_info('replika', 'dst1')"
-    )
+    consumer = q(db_a, "select last_tick from ferry_queue.get_consumer_info('replika', 'dst1')")
     assert len(consumer) == 1
     assert q(db_a, "select subscriber_node, worker_name from ferry_node.subscriber_info") == [
         ("dst1", "dst1")
@@ -149,6 +147,9 @@ def test_status_json_error_and_unreachable(db_a, db_b, write_ini, cli):
     assert "Local node: dst" in res.out
     assert "ERR: connection refused" in res.out
     assert "gone (? unreachable)" in res.out
+    res = cli(leaf_ini, "status", "--dead=gone", "--dead=src")
+    assert "gone (? dead)" in res.out and "src (? dead)" in res.out
+    assert "Node is marked dead" in res.out
 
     res = cli(root_ini, "status", "--json")
     import json

@@ -76,12 +76,15 @@ def cmd_members(ctx: Context, argv: list[str]) -> int:
 
 @command("status", "show the cascade tree with lag, tick, table states and errors")
 def cmd_status(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("[--json]")
+    parser = ctx.parser("[--json] [--dead=NODE]...")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--dead", action="append", default=[], help="treat NODE as dead for this call"
+    )
     args = parser.parse_args(argv)
     config = start(ctx)
     with local_tx(config) as conn:
-        report = status.gather(config, conn)
+        report = status.gather(config, conn, frozenset(args.dead))
     if args.json:
         output.print_json(report.to_json())
     else:

@@ -1,8 +1,8 @@
 """Cascade nodes: set-up (create-root/branch/leaf), members, local state and status.
 
-The worker uses :func:`load_node` / :func:`require_node` to learn its node type and
-provider location, and the functions of :mod:`pgferry.node.state` to record its position,
-errors and heartbeat.
+:func:`load_node` / :func:`require_node` tell the node type, worker name and provider
+location of a config's database; the worker records its position, errors and heartbeat
+through :mod:`pgferry.replication.state`.
 """
 
 from pgferry.node.model import (
@@ -14,18 +14,13 @@ from pgferry.node.model import (
     members,
     require_node,
 )
-from pgferry.node.state import clear_error, heartbeat, record_error, record_tick
 
 __all__ = [
     "LocalState",
     "Member",
     "NodeInfo",
-    "clear_error",
-    "heartbeat",
     "load_node",
     "local_state",
     "members",
-    "record_error",
-    "record_tick",
     "require_node",
 ]

@@ -107,12 +107,21 @@ def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStat
     return st
 
 
-def gather(config: Config, conn: psycopg.Connection) -> StatusReport:
-    """Status of every member, the local node read through ``conn``."""
+def gather(
+    config: Config, conn: psycopg.Connection, assume_dead: frozenset[str] = frozenset()
+) -> StatusReport:
+    """Status of every member, the local node read through ``conn``.
+
+    ``assume_dead`` names nodes to treat as dead for this call only (``--dead``).
+    """
     queue = connect.queue_name(config)
     local = model.require_node(conn, queue)
     local_status = read_node_status(conn, queue, local.node_name)
-    others = [m for m in model.members(conn, queue) if m.node_name != local.node_name]
+    others = [
+        model.Member(m.node_name, m.node_location, m.dead or m.node_name in assume_dead)
+        for m in model.members(conn, queue)
+        if m.node_name != local.node_name
+    ]
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(others)))) as pool:
         remote = list(pool.map(lambda m: _remote_status(config, queue, m), others))
     nodes = [local_status, *remote]
