@@ -1,0 +1,159 @@
+"""Compare (equal, differing, conditions, caller snapshots) and repair (+apply)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from pipeline_sql import fetch, run_sql
+
+from pgferry.errors import TableError
+from pgferry.pipeline import keyranges
+from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.pipeline.repair import repair_tables
+from pgferry.pipeline.snapshot import exported_snapshot
+
+ODD = 'create table {t} (id int primary key, "Name" text, price numeric, at timestamptz, b bytea)'
+FILL = """insert into {t} select g, 'n' || g, g / 3.0,
+          '2026-01-01'::timestamptz + g * interval '1 h', decode(md5(g::text), 'hex')
+          from generate_series(1, {n}) g"""
+
+
+def _twins(src: str, dst: str, n: int = 5000, table: str = "items") -> None:
+    for connstr in (src, dst):
+        run_sql(connstr, ODD.format(t=table), FILL.format(t=table, n=n), "analyze")
+
+
+@pytest.fixture(autouse=True)
+def small_buckets(monkeypatch):
+    # Small test tables still get many buckets, as big ones do.
+    monkeypatch.setattr(keyranges, "BUCKET_ROWS", 50)
+
+
+def test_equal_tables_match(spark, both) -> None:
+    src, dst = both
+    _twins(src, dst)
+    # Session settings on the destination must not change the text the checksum sees.
+    run_sql(dst, "alter database " + dst.split("dbname=")[1] + " set timezone = 'Asia/Tokyo'")
+    (result,) = compare_tables(spark, src, dst, [CompareTask("items", "public.items")])
+    assert result.matches
+    assert result.src_rows == result.dst_rows == 5000
+    assert result.lines()[0] == f"srcdb: 5000 rows, checksum={result.src_checksum}"
+    assert result.lines()[-1] == "public.items: ok"
+
+
+def test_differences_are_located_and_repaired(spark, both, tmp_path) -> None:
+    src, dst = both
+    _twins(src, dst)
+    run_sql(
+        dst,
+        "delete from items where id in (17, 2500)",
+        'update items set "Name" = null where id = 3000',
+        "update items set price = price + 1 where id = 4999",
+        "insert into items values (9000, 'it''s \"odd\"', null, null, '\\x00ff')",
+    )
+    run_sql(src, "update items set \"Name\" = E'tab\\there, ünï' where id = 1")
+    (result,) = compare_tables(spark, src, dst, [CompareTask("items", "items")])
+    assert not result.matches
+    assert (result.src_rows, result.dst_rows) == (5000, 4999)
+    assert "items: Results do not match!" in result.lines()
+    # Only small ranges around the changed keys are reported.
+    ids = [r[0] for r in fetch(src, "select id from items")] + [9000]
+    inside = {
+        i
+        for i in ids
+        for rng in result.ranges
+        if (rng.lower is None or i >= int(rng.lower[0]))
+        and (rng.upper is None or i < int(rng.upper[0]))
+    }
+    assert {1, 17, 2500, 3000, 4999, 9000} <= inside
+    assert len(inside) < 1500
+
+    # Without apply: the fix is only written.
+    (dry,) = repair_tables(
+        spark,
+        src,
+        dst,
+        [CompareTask("items", "items")],
+        fix_dir=tmp_path,
+        apply=False,
+        ranges={"items": result.ranges},
+    )
+    assert (dry.inserts, dry.updates, dry.deletes) == (2, 3, 1)
+    text = dry.sql_path.read_text()
+    assert 'delete from only "public"."items" where "id" = \'9000\';' in text
+    assert fetch(dst, "select count(*) from items") == [(4999,)]
+    # The written file is valid SQL that fixes the table by itself.
+    with psycopg.connect(dst, autocommit=True) as conn:
+        conn.execute(text.encode())
+    (again,) = compare_tables(spark, src, dst, [CompareTask("items", "items")])
+    assert again.matches
+
+
+def test_repair_apply_without_ranges(spark, both, tmp_path) -> None:
+    src, dst = both
+    _twins(src, dst, n=800)
+    run_sql(dst, "truncate items")
+    (fixed,) = repair_tables(
+        spark, src, dst, [CompareTask("items", "items")], fix_dir=tmp_path, apply=True
+    )
+    assert fixed.applied and fixed.inserts == 800
+    (after,) = compare_tables(spark, src, dst, [CompareTask("items", "items")])
+    assert after.matches and after.dst_rows == 800
+
+
+def test_condition_on_source_and_composite_key(spark, both, tmp_path) -> None:
+    src, dst = both
+    ddl = 'create table "Pair" (k text, n int, v text, primary key (k, n))'
+    run_sql(
+        src,
+        ddl,
+        "insert into \"Pair\" select 'k' || (g % 7), g, 'v' from generate_series(1, 2000) g",
+    )
+    run_sql(
+        dst,
+        ddl,
+        "insert into \"Pair\" select 'k' || (g % 7), g, 'v' from generate_series(1, 2000) g"
+        " where g % 2 = 0",
+    )
+    task = CompareTask('"Pair"', '"Pair"', copy_condition="n % 2 = 0")
+    (result,) = compare_tables(spark, src, dst, [task])
+    assert result.matches and result.src_rows == 1000
+    run_sql(
+        dst,
+        "update \"Pair\" set v = 'w' where k = 'k3' and n = 10",
+        'delete from "Pair" where n = 1000',
+    )
+    (result,) = compare_tables(spark, src, dst, [task])
+    assert not result.matches and "  differs: (k, n) " in "\n".join(result.lines())
+    (fixed,) = repair_tables(
+        spark, src, dst, [task], fix_dir=tmp_path, apply=True, ranges={'"Pair"': result.ranges}
+    )
+    assert (fixed.inserts, fixed.updates, fixed.deletes) == (1, 1, 0)
+    assert compare_tables(spark, src, dst, [task])[0].matches
+
+
+def test_caller_snapshots_pin_the_point_in_time(spark, both) -> None:
+    src, dst = both
+    _twins(src, dst, n=300)
+    with exported_snapshot(src) as s, exported_snapshot(dst) as d:
+        # Changes after the snapshots are invisible to the comparison.
+        run_sql(dst, "delete from items where id = 5")
+        (pinned,) = compare_tables(
+            spark,
+            src,
+            dst,
+            [CompareTask("items", "items")],
+            src_snapshot=s.snapshot_id,
+            dst_snapshot=d.snapshot_id,
+        )
+    assert pinned.matches
+    (now,) = compare_tables(spark, src, dst, [CompareTask("items", "items")])
+    assert not now.matches
+
+
+def test_table_without_primary_key_is_refused(spark, both) -> None:
+    src, dst = both
+    for connstr in (src, dst):
+        run_sql(connstr, "create table nokey (a int)")
+    with pytest.raises(TableError, match="has no primary key"):
+        compare_tables(spark, src, dst, [CompareTask("nokey", "nokey")])
