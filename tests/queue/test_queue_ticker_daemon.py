@@ -1,0 +1,176 @@
+"""The ticker daemon as a real process: -d, ticks, maintenance, retry, lost databases, -r, -s."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from queue_helpers import install_queue
+
+from pgferry.config import load_config
+from pgferry.queue.ticker import TickerService, TickerSettings
+from pgferry.testing.cluster import LocalCluster
+
+
+def wait_for(check: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except psycopg.Error:
+            result = None
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pgferry(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pgferry", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def query(connstr: str, text: str, *params: object) -> object:
+    with psycopg.connect(connstr, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(text, params or None).fetchone()  # type: ignore[arg-type]
+        return None if row is None else row[0]
+
+
+def make_queue_db(cluster: LocalCluster, name: str) -> str:
+    connstr = install_queue(cluster.createdb(name))
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        conn.execute("select ferry_queue.create_queue('q')")
+        # Busy-queue cadence so that the daemon ticks within a test's patience.
+        conn.execute("select ferry_queue.set_queue_config('q', 'ticker_max_lag', '0.1 s')")
+        conn.execute("select ferry_queue.set_queue_config('q', 'ticker_idle_period', '0.2 s')")
+        conn.execute("select ferry_queue.set_queue_config('q', 'rotation_period', '0')")
+    return connstr
+
+
+def last_tick(connstr: str) -> int:
+    value = query(connstr, "select last_tick_id from ferry_queue.get_queue_info('q')")
+    return int(value)  # type: ignore[arg-type]
+
+
+def write_ticker_ini(tmp_path: Path, cluster: LocalCluster, **extra: str) -> Path:
+    ini = tmp_path / "pgqd.ini"
+    settings = {
+        "base_connstr": f"host=127.0.0.1 port={cluster.port} user=postgres",
+        "initial_database": "postgres",
+        "logfile": str(tmp_path / "log" / "%(job_name)s.log"),
+        "pidfile": str(tmp_path / "pid" / "%(job_name)s.pid"),
+        "ticker_period": "0.1",
+        "maint_period": "0.3",
+        "retry_period": "0.3",
+        "check_period": "0.5",
+        **extra,
+    }
+    ini.write_text("[pgqd]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    return ini
+
+
+@pytest.mark.slow
+def test_daemon_lifecycle(pg_a: LocalCluster, tmp_path: Path) -> None:
+    tag = f"tk{os.getpid()}"
+    db1 = make_queue_db(pg_a, f"{tag}_one")
+    db2 = make_queue_db(pg_a, f"{tag}_two")
+    plain = pg_a.createdb(f"{tag}_plain")  # no queue schema: must simply be skipped
+    ini = write_ticker_ini(
+        tmp_path, pg_a, database_list=f"{tag}_one, {tag}_two, {tag}_plain, {tag}_missing"
+    )
+    pidfile = tmp_path / "pid" / "pgqd.pid"
+    logfile = tmp_path / "log" / "pgqd.log"
+    with psycopg.connect(db1, autocommit=True) as conn:
+        conn.execute("select ferry_queue.register_consumer('q', 'c')")
+        ev = conn.execute("select ferry_queue.insert_event('q', 't', 'd')").fetchone()[0]  # type: ignore[index]
+
+    started = pgferry("-d", ini, "ticker")
+    assert started.returncode == 0, started.stderr
+    try:
+        pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="pid"))  # type: ignore[arg-type]
+        first1, first2 = last_tick(db1), last_tick(db2)
+        wait_for(lambda: last_tick(db1) > first1 + 2 and last_tick(db2) > first2 + 2, what="ticks")
+        assert query(plain, "select 1") == 1
+
+        # Retry events are moved back into the queue by the daemon.
+        with psycopg.connect(db1, autocommit=True) as conn:
+            batch = wait_for(
+                lambda: conn.execute("select ferry_queue.next_batch('q', 'c')").fetchone()[0],  # type: ignore[index]
+                what="batch",
+            )
+            conn.execute("select ferry_queue.event_retry(%s, %s, 0)", (batch, ev))
+            conn.execute("select ferry_queue.finish_batch(%s)", (batch,))
+        wait_for(
+            lambda: query(db1, "select count(*) from ferry_queue.retry_queue") == 0, what="retry"
+        )
+
+        # Maintenance rotates the tables (rotation_period 0, the consumer keeps up).
+        def rotated() -> bool:
+            with psycopg.connect(db1, autocommit=True) as conn:
+                while (
+                    b := conn.execute("select ferry_queue.next_batch('q', 'c')").fetchone()[0]
+                ) is not None:  # type: ignore[index]
+                    conn.execute("select ferry_queue.finish_batch(%s)", (b,))
+            return bool(query(db1, "select queue_cur_table <> 0 from ferry_queue.queue"))
+
+        wait_for(rotated, what="rotation")
+
+        # A database that goes away and comes back.
+        with psycopg.connect(pg_a.connstr(), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("drop database {} with (force)").format(sql.Identifier(f"{tag}_two"))
+            )
+        mark = last_tick(db1)
+        wait_for(lambda: last_tick(db1) > mark + 2, what="ticks on the surviving database")
+        make_queue_db(pg_a, f"{tag}_two")
+        wait_for(lambda: last_tick(db2) > 3, what="ticks on the returned database")
+
+        # -r: reload the config; still ticking afterwards.
+        assert "SIGHUP" in pgferry("-r", ini, "ticker").stdout
+        wait_for(lambda: "Reloading config" in logfile.read_text(), what="reload")
+        mark = last_tick(db1)
+        wait_for(lambda: last_tick(db1) > mark, what="ticks after reload")
+
+        # A second instance is refused while the first runs.
+        second = pgferry("-d", ini, "ticker")
+        assert second.returncode != 0 and "another process running" in second.stderr
+    finally:
+        stopped = pgferry("-s", ini, "ticker")
+    assert stopped.returncode == 0
+    wait_for(lambda: not pidfile.exists(), what="pidfile removal")
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="process exit")
+    log = logfile.read_text()
+    assert f"{tag}_one: ticking" in log and f"{tag}_missing" in log
+    assert "password" not in log
+
+
+def test_discovery_lists_databases(pg_a: LocalCluster, tmp_path: Path) -> None:
+    name = f"disc_{os.getpid()}"
+    pg_a.createdb(name)
+    ini = write_ticker_ini(tmp_path, pg_a)
+    service = TickerService(TickerSettings.from_config(load_config(ini, ("pgqd",))))
+    assert name in service.discover()
+
+
+def test_bad_ticker_config_is_one_line(tmp_path: Path, pg_a: LocalCluster) -> None:
+    missing = pgferry(tmp_path / "nope.ini", "ticker")
+    assert missing.returncode != 0 and "config file not found" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    ini = write_ticker_ini(tmp_path, pg_a, base_connstr="dbname=x")
+    bad = pgferry(ini, "ticker")
+    assert bad.returncode != 0 and "must not contain dbname" in bad.stderr
+    ini = write_ticker_ini(tmp_path, pg_a, ticker_period="fast")
+    bad = pgferry(ini, "ticker")
+    assert bad.returncode != 0 and "ticker_period" in bad.stderr
+    assert "Traceback" not in bad.stderr
