@@ -10,6 +10,8 @@ re-running after a late local failure completes the node.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -140,7 +142,7 @@ def _create_subscriber(
             if req.node_type == "branch" and not queueops.queue_exists(conn, queue):
                 queueops.create_queue(conn, queue)
                 queueops.set_external_ticker(conn, queue)
-            with prov.transaction():
+            with _provider_errors(req.provider_location), prov.transaction():
                 model.register_location(prov, queue, req.node_name, req.public_location)
                 queueops.register_consumer(prov, queue, worker)
                 prov.execute(
@@ -154,14 +156,24 @@ def _create_subscriber(
                     (queue, req.node_name, worker),
                 )
                 tick_id, tick_time = queueops.consumer_last_tick(prov, queue, worker)
-                for member in model.members(prov, queue):
-                    model.register_location(
-                        conn, queue, member.node_name, member.node_location, member.dead
-                    )
-                _insert_node(conn, queue, req, worker)
-                _insert_state(conn, queue, worker, provider.node_name, tick_id, tick_time)
-        members = model.members(conn, queue)
-    _announce(config, queue, req, provider.node_name, members)
+                provider_members = model.members(prov, queue)
+            for member in provider_members:
+                model.register_location(
+                    conn, queue, member.node_name, member.node_location, member.dead
+                )
+            _insert_node(conn, queue, req, worker)
+            _insert_state(conn, queue, worker, provider.node_name, tick_id, tick_time)
+        # Leaving this block commits the provider's side; the caller then commits ours.
+    _announce(config, queue, req, provider.node_name, provider_members)
+
+
+@contextmanager
+def _provider_errors(location: str) -> Iterator[None]:
+    """Name the provider, not the local database, when a provider statement fails."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise DatabaseError(f"provider {describe(location)}: {error_text(exc)}") from None
 
 
 def _check_names(prov: psycopg.Connection, queue: str, node_name: str, worker: str) -> None:
@@ -187,8 +199,12 @@ def _announce(
             with connect.connect_remote(config, member.node_location) as other:
                 if model.load_node(other, queue) is not None:
                     model.register_location(other, queue, req.node_name, req.public_location)
-        except (DatabaseError, psycopg.Error) as exc:
+        except DatabaseError as exc:
             log.warning("could not register location on node %s: %s", member.node_name, exc)
+        except psycopg.Error as exc:
+            log.warning(
+                "could not register location on node %s: %s", member.node_name, error_text(exc)
+            )
 
 
 def _insert_node(conn: psycopg.Connection, queue: str, req: NodeRequest, worker: str) -> None:
