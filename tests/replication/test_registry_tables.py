@@ -293,3 +293,26 @@ def test_leaf_expect_sync_and_no_triggers(cascade: Cascade, run):
 def test_root_rejects_subscriber_options(cascade: Cascade, run):
     res = run(cascade.root_ini, "add-table", "--dest-table=a.b", "digoal_01.user_info")
     assert res.code == 2 and "branch and leaf nodes only" in res.err
+
+
+def test_branch_chain_tables(new_db_a, new_db_b, tmp_path: Path, run):
+    root_db, branch_db, leaf_db = new_db_a(None), new_db_b(None), new_db_a(None)
+    sql(root_db, SOURCE_DDL)
+    inis = {}
+    for job, db in (("r", root_db), ("b", branch_db), ("l", leaf_db)):
+        inis[job] = tmp_path / f"{job}.ini"
+        inis[job].write_text(f"[pgferry]\njob_name = {job}\ndb = {db}\nqueue_name = q\n")
+    assert run(inis["r"], "create-root", "r").code == 0
+    assert run(inis["b"], "create-branch", "b", f"--provider={root_db}").code == 0
+    assert run(inis["l"], "create-leaf", "l", f"--provider={branch_db}").code == 0
+    assert run(inis["r"], "add-table", "digoal_01.user_info", "digoal_01.user_session").code == 0
+    # The leaf reads from the branch: a table the branch has not added is not available.
+    res = run(inis["l"], "add-table", "--create", "digoal_01.user_info")
+    assert res.code == 1 and "not registered on the provider" in res.err
+    assert run(inis["b"], "add-table", "--create", "digoal_01.user_info").code == 0
+    assert run(inis["l"], "add-table", "--create", "digoal_01.user_info").code == 0
+    missing = json.loads(run(inis["b"], "missing", "--json").out)
+    assert missing == [{"obj_kind": "r", "obj_name": "digoal_01.user_session"}]
+    assert json.loads(run(inis["l"], "missing", "--json").out) == []
+    out = run(inis["l"], "status").out
+    assert "Tables: 0/0/1" in out and "Tables: 2/0/0" in out
