@@ -316,3 +316,15 @@ def test_branch_chain_tables(new_db_a, new_db_b, tmp_path: Path, run):
     assert json.loads(run(inis["l"], "missing", "--json").out) == []
     out = run(inis["l"], "status").out
     assert "Tables: 0/0/1" in out and "Tables: 2/0/0" in out
+
+
+def test_add_table_gives_up_on_a_locked_table(cascade: Cascade, run):
+    ini = cascade.root_ini
+    ini.write_text(ini.read_text() + "lock_timeout = 0.2\n")
+    # An open writer transaction holds a lock that CREATE TRIGGER must wait for.
+    with psycopg.connect(cascade.root_db) as writer:
+        writer.execute("lock table digoal_01.user_info in row exclusive mode")
+        res = run(ini, "add-table", "digoal_01.user_info")
+        writer.rollback()
+    assert res.code == 1 and "lock timeout" in res.err
+    assert states(cascade.root_db) == {}

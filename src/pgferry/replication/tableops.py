@@ -51,6 +51,13 @@ def resolve(
     return chosen
 
 
+def limit_lock_wait(config: Config, conn: psycopg.Connection) -> None:
+    """Attaching triggers locks the table: wait at most ``lock_timeout`` seconds for it,
+    rather than queueing behind a long transaction while blocking every writer."""
+    seconds = config.getfloat("lock_timeout", 10)
+    conn.execute("select set_config('lock_timeout', %s, true)", (f"{int(seconds * 1000)}ms",))
+
+
 def provider_conn(config: Config, node: model.NodeInfo) -> psycopg.Connection:
     if node.provider_location is None:
         raise NodeError(f"Node {node.node_name} has no provider location")
@@ -63,6 +70,7 @@ def add_tables(
     """Register tables on the local node; returns the names added (``%I.%I``)."""
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
+    limit_lock_wait(config, conn)
     if not args and not opts.all:
         raise UsageError("add-table: give TABLE names or --all")
     if node.is_root:
@@ -241,6 +249,7 @@ def remove_tables(
 ) -> list[str]:
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
+    limit_lock_wait(config, conn)
     entries = {t.table_name: t for t in registry.list_tables(conn, queue)}
     if all_:
         names = list(entries)
@@ -264,9 +273,7 @@ def remove_tables(
     return names
 
 
-def resync(
-    config: Config, conn: psycopg.Connection, args: list[str], all_: bool
-) -> list[str]:
+def resync(config: Config, conn: psycopg.Connection, args: list[str], all_: bool) -> list[str]:
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
     if node.is_root:
