@@ -328,3 +328,20 @@ def test_add_table_gives_up_on_a_locked_table(cascade: Cascade, run):
         writer.rollback()
     assert res.code == 1 and "lock timeout" in res.err
     assert states(cascade.root_db) == {}
+
+
+def test_root_add_all_skips_tables_without_primary_key(cascade: Cascade, run):
+    res = run(cascade.root_ini, "add-table", "--all")
+    assert res.code == 0, res.err
+    assert "Primary key missing on table: digoal_01.user_login_rec (skipped)" in res.err
+    assert set(states(cascade.root_db)) == {
+        "digoal_01.user_info",
+        "digoal_01.user_session",
+        '"My Schema"."Mixed Tbl"',
+        '"My Schema"."Ünïcødé"',
+    }
+    missing = json.loads(run(cascade.root_ini, "missing", "--json").out)
+    assert missing == [
+        {"obj_kind": "S", "obj_name": "digoal_01.seq_a"},
+        {"obj_kind": "r", "obj_name": "digoal_01.user_login_rec"},
+    ]

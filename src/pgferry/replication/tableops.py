@@ -105,6 +105,10 @@ def _add_on_root(
     for key in keys:
         fq = by_key[key].fq
         if not catalog.primary_key(conn, fq):
+            if opts.all:
+                # --all means "whatever can be added": named tables fail instead.
+                log.warning("Primary key missing on table: %s (skipped)", fq)
+                continue
             raise TableError(f"Primary key missing on table: {fq}")
         existing = registry.get_table(conn, queue, fq)
         if existing is not None and existing.local and not opts.force:
