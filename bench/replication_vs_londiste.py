@@ -1,0 +1,349 @@
+"""Replication side by side: pgferry and the real Londiste 3, same workload, same machine.
+
+For each system, on its own throw-away root + leaf cluster pair with its own ticker:
+
+* initial copy of the four walkthrough tables through ``add-table`` on the leaf until all are
+  ``ok``, on an idle queue and under the seed load, next to the raw psql pipe of the same rows;
+* steady-state consumer lag under the seed load, sampled every second;
+* catch-up: leaf worker stopped, seed load for BACKLOG_S seconds, final tick, worker started,
+  time until the consumer's last tick reaches it; events/s = backlog events / time.
+
+After every phase the leaf is caught up and all four tables are compared (count + checksum).
+Figures are printed as a table and written as JSON under ``bench/results/``.
+
+    .venv/bin/python bench/replication_vs_londiste.py            # full run (~20-25 min)
+    .venv/bin/python bench/replication_vs_londiste.py --quick    # 10 s phases, small tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from repl_env import BenchError, compare_sides, load_seed, make_pair  # noqa: E402
+from repl_phases import Durations, catch_up, copy_tables, steady_lag  # noqa: E402
+from repl_systems import RIGS, LondisteRig, Rig  # noqa: E402
+
+from pgferry.errors import PgferryError  # noqa: E402
+
+PHASES = ("copy-idle", "copy-busy", "lag", "catchup")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Goals of the replication issue.
+GOAL_CATCHUP_FACTOR = 5.0
+GOAL_LAG_P95_S = 2.5
+GOAL_COPY_FACTOR = 3.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="10 s phases and small tables")
+    p.add_argument("--backlog-s", type=int, help="seed load seconds for catch-up (60)")
+    p.add_argument("--bench-s", type=int, help="seed load seconds for the lag phase (30)")
+    p.add_argument("--base-rows", type=int, help="user_info / user_session rows (200000)")
+    p.add_argument("--log-rows", type=int, help="rows per log table (232070)")
+    p.add_argument("--phases", default=",".join(PHASES), help="comma list of " + ",".join(PHASES))
+    p.add_argument("--skip-londiste", action="store_true")
+    p.add_argument("--skip-pgferry", action="store_true")
+    p.add_argument("--no-seqs", action="store_true", help="do not replicate the two sequences")
+    p.add_argument(
+        "--fast-clusters",
+        action="store_true",
+        help="fsync/synchronous_commit off (default: PostgreSQL's durable defaults)",
+    )
+    p.add_argument("--copy-timeout", type=int, default=300)
+    p.add_argument("--catchup-timeout", type=int, default=600)
+    p.add_argument("--keep", action="store_true", help="keep clusters and logs for inspection")
+    p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
+    args = p.parse_args(argv)
+    quick = args.quick
+    env = os.environ
+    args.backlog_s = args.backlog_s or int(env.get("BACKLOG_S", 10 if quick else 60))
+    args.bench_s = args.bench_s or int(env.get("BENCH_S", 10 if quick else 30))
+    args.base_rows = args.base_rows or (20000 if quick else 200000)
+    args.log_rows = args.log_rows or (20000 if quick else 232070)
+    args.phases = [ph.strip() for ph in args.phases.split(",") if ph.strip()]
+    unknown = sorted(set(args.phases) - set(PHASES))
+    if unknown:
+        p.error(f"unknown phase(s): {', '.join(unknown)}")
+    return args
+
+
+def machine() -> dict:
+    info: dict = {"nproc": os.cpu_count(), "platform": platform.platform()}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["mem_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    lscpu = shutil.which("lscpu")
+    if lscpu:
+        out = subprocess.run([lscpu], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+    return info
+
+
+def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
+    """Set up one system on a fresh cluster pair and run the chosen phases."""
+    result: dict = {"phases": {}}
+    workdir = workroot / name
+    print(f"[{name}] clusters and seed data", flush=True)
+    pair = make_pair(name, workdir, durable=not args.fast_clusters)
+    rig: Rig | None = None
+    durations = Durations(args.backlog_s, args.bench_s, args.copy_timeout, args.catchup_timeout)
+    outdir = workdir / "out"
+    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        result["seed_rows"] = load_seed(pair, args.base_rows, args.log_rows)
+        rig = RIGS[name](pair, workdir, with_seqs=not args.no_seqs)
+        t0 = time.monotonic()
+        rig.setup()
+        result["setup_s"] = round(time.monotonic() - t0, 2)
+        first_copy = True
+        for phase in args.phases:
+            print(f"[{name}] {phase}", flush=True)
+            t0 = time.monotonic()
+            try:
+                if phase in ("copy-idle", "copy-busy"):
+                    res = copy_tables(
+                        rig,
+                        durations,
+                        outdir,
+                        busy=phase == "copy-busy",
+                        add_seqs=first_copy and not args.no_seqs,
+                    )
+                    first_copy = False
+                elif phase == "lag":
+                    res = steady_lag(rig, durations, outdir)
+                else:
+                    res = catch_up(rig, durations, outdir)
+            except Exception as exc:  # record the failure, keep the other phases going
+                res = {"error": _one_line(exc), "log_tail": rig.log_tail()}
+                print(f"[{name}] {phase} FAILED: {res['error']}", flush=True)
+                try:  # record how far apart the sides are, then go on
+                    res["check"] = compare_sides(pair)
+                except Exception as cexc:
+                    res["check"] = {"error": str(cexc).splitlines()[0]}
+            res["phase_wall_s"] = round(time.monotonic() - t0, 1)
+            result["phases"][phase] = res
+            print(f"[{name}] {phase}: {_short(res)}", flush=True)
+    except (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError) as exc:
+        result["error"] = str(exc).splitlines()[0]
+        result["log_tail"] = rig.log_tail() if rig else []
+        print(f"[{name}] FAILED: {result['error']}", flush=True)
+    finally:
+        if rig is not None:
+            rig.stop_all()
+        if args.keep:
+            print(f"[{name}] kept: {workdir}, clusters {pair.root.base_dir} {pair.leaf.base_dir}")
+            pair.close()
+        else:
+            pair.destroy()
+    return result
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    known = (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError)
+    first = text[0] if text else ""
+    return first if isinstance(exc, known) and first else f"{exc.__class__.__name__}: {first}"
+
+
+def _short(res: dict) -> str:
+    keys = (
+        "error",
+        "all_ok_s",
+        "raw_pipe_s",
+        "lag_median_s",
+        "lag_p95_s",
+        "lag_max_s",
+        "catchup_s",
+        "events_per_s",
+    )
+    parts = [f"{k}={res[k]}" for k in keys if k in res]
+    check = res.get("check") or {}
+    if "equal" in check:
+        parts.append(f"equal={check['equal']}")
+    return " ".join(parts)
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def _get(results: dict, system: str, phase: str, key: str):
+    res = results.get(system, {}).get("phases", {}).get(phase, {})
+    if "error" in res:
+        return "FAILED"
+    return res.get(key)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if value < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _equal(results: dict, system: str, phase: str):
+    res = results.get(system, {}).get("phases", {}).get(phase)
+    if res is None:
+        return None
+    if "error" in res:
+        return "FAILED"
+    return (res.get("check") or {}).get("equal")
+
+
+def report_rows(results: dict) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+
+    def add(label: str, phase: str, key: str, goal: str = "") -> None:
+        rows.append(
+            (
+                label,
+                _fmt(_get(results, "pgferry", phase, key)),
+                _fmt(_get(results, "londiste", phase, key)),
+                goal,
+            )
+        )
+
+    def add_equal(phase: str) -> None:
+        rows.append(
+            (
+                f"{phase}: tables equal after catch-up",
+                _fmt(_equal(results, "pgferry", phase)),
+                _fmt(_equal(results, "londiste", phase)),
+                "",
+            )
+        )
+
+    ev_p = _get(results, "pgferry", "catchup", "events_per_s")
+    ev_l = _get(results, "londiste", "catchup", "events_per_s")
+    factor = ""
+    if isinstance(ev_p, float) and isinstance(ev_l, float) and ev_l:
+        factor = f"{ev_p / ev_l:.2f}x Londiste"
+    add("catchup: backlog events", "catchup", "backlog_events")
+    add("catchup: backlog ticks", "catchup", "backlog_ticks")
+    add("catchup: source tps while building it", "catchup", "source_tps")
+    add("catchup: worker start -> first batch done (s)", "catchup", "first_batch_s")
+    add("catchup: worker start -> caught up (s)", "catchup", "catchup_s")
+    add("catchup: events/s", "catchup", "events_per_s", f">= {GOAL_CATCHUP_FACTOR:g}x Londiste")
+    if factor:
+        rows.append(("catchup: pgferry / Londiste", factor, "", ""))
+    add_equal("catchup")
+    add("lag: source tps", "lag", "source_tps")
+    add("lag: samples (1/s)", "lag", "samples")
+    add("lag: median (s)", "lag", "lag_median_s")
+    add("lag: p95 (s)", "lag", "lag_p95_s", f"<= {GOAL_LAG_P95_S}")
+    add("lag: max (s)", "lag", "lag_max_s")
+    add_equal("lag")
+    for phase in ("copy-idle", "copy-busy"):
+        add(f"{phase}: rows", phase, "rows")
+        add(f"{phase}: raw psql pipe (s)", phase, "raw_pipe_s")
+        add(f"{phase}: add-table -> no table in-copy (s)", phase, "copy_done_s")
+        add(f"{phase}: add-table -> all ok (s)", phase, "all_ok_s")
+        add(f"{phase}: all ok / raw pipe", phase, "ratio_to_raw", f"<= {GOAL_COPY_FACTOR:g}")
+        add_equal(phase)
+    return rows
+
+
+def print_report(results: dict) -> None:
+    rows = report_rows(results)
+    head = ("figure", "pgferry", "Londiste", "goal")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    line = "  ".join("-" * w for w in widths)
+    print()
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
+    print(line)
+    for r in rows:
+        print(
+            "  ".join(
+                (c.ljust(w) if i == 0 else c.rjust(w)) if i < 3 else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+    for system in ("pgferry", "londiste"):
+        res = results.get(system, {})
+        if res.get("error"):
+            print(f"\n{system} FAILED: {res['error']}")
+        for phase, pres in res.get("phases", {}).items():
+            if "error" in pres:
+                print(f"\n{system} {phase} FAILED: {pres['error']}")
+                for tail in pres.get("log_tail", [])[-8:]:
+                    print(f"    {tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    systems = [
+        s
+        for s, skip in (("pgferry", args.skip_pgferry), ("londiste", args.skip_londiste))
+        if not skip
+    ]
+    if "londiste" in systems and not LondisteRig.available():
+        print("Londiste not installed (/usr/bin/londiste, /usr/bin/pgqd): skipping it")
+        systems.remove("londiste")
+    started = dt.datetime.now(dt.UTC)
+    doc: dict = {
+        "benchmark": "replication_vs_londiste",
+        "started": started.isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "machine": machine(),
+        "settings": {
+            "backlog_s": args.backlog_s,
+            "bench_s": args.bench_s,
+            "base_rows": args.base_rows,
+            "log_rows": args.log_rows,
+            "phases": args.phases,
+            "sequences": not args.no_seqs,
+            "clusters": "fast (fsync off)" if args.fast_clusters else "PostgreSQL defaults",
+            "quick": args.quick,
+        },
+        "systems": {},
+    }
+    workroot = Path(tempfile.mkdtemp(prefix="pgferry-replbench-"))
+    os.chmod(workroot, 0o755)
+    try:
+        for system in systems:
+            try:
+                doc["systems"][system] = run_system(system, args, workroot)
+            except Exception as exc:  # an unexpected failure still leaves the other figures
+                doc["systems"][system] = {
+                    "error": f"{exc.__class__.__name__}: {exc}".splitlines()[0],
+                    "traceback": traceback.format_exc().splitlines()[-6:],
+                }
+                print(f"[{system}] crashed: {doc['systems'][system]['error']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workroot, ignore_errors=True)
+    doc["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    out = args.out or RESULTS_DIR / f"replication_vs_londiste_{started:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    print_report(doc["systems"])
+    print(f"\nraw results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
