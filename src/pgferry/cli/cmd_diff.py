@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pgferry.cli.registry import Context, command
+from pgferry.config import parse_set_options
 from pgferry.db import connect, describe
 from pgferry.errors import UsageError
 from pgferry.log import setup_logging
@@ -31,10 +32,16 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("--where", help="WHERE expression applied on both sides")
     parser.add_argument("--repair", metavar="FILE", type=Path, help="write the fix SQL here")
     parser.add_argument("--apply", action="store_true", help="apply the fix (needs --repair)")
+    # Global switches written after "diff" reach this parser: accept them here too.
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VAL")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
+    overrides = {**ctx.overrides, **parse_set_options(args.set)}
+    verbose = ctx.verbose + args.verbose
     if args.apply and args.repair is None:
         raise UsageError("pgferry diff: --apply needs --repair FILE")
-    setup_logging(verbose=ctx.verbose, quiet=ctx.quiet)
+    setup_logging(verbose=verbose, quiet=ctx.quiet or args.quiet)
 
     # Check the tables before Spark starts: bad input fails fast with one line.
     from pgferry.pipeline.tables import require_same_columns, resolve_table
@@ -49,10 +56,10 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.spark import get_spark
 
     spark = get_spark(
-        master=ctx.overrides.get("spark_master"),
+        master=overrides.get("spark_master"),
         app_name="pgferry-diff",
-        settings={k: v for k, v in ctx.overrides.items() if k.startswith("spark.")},
-        verbose=ctx.verbose > 1,
+        settings={k: v for k, v in overrides.items() if k.startswith("spark.")},
+        verbose=verbose > 1,
     )
     task = CompareTask(src.display, dst.display, args.where, args.where)
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])
