@@ -131,20 +131,6 @@ def parse_pattern(raw: str) -> NamePattern:
     raise UsageError(f"bad name (expected schema.name): {raw}")
 
 
-def quote_ident(name: str) -> str:
-    """Python twin of PostgreSQL's quote_ident for names that need no keyword check.
-
-    Used only for display and matching of names we already hold in ``%I.%I`` form; the
-    registry's stored names are always produced by the server's own ``format``.
-    """
-    safe = (
-        name != ""
-        and (name[0] == "_" or "a" <= name[0] <= "z")
-        and all(c == "_" or "a" <= c <= "z" or "0" <= c <= "9" for c in name)
-    )
-    return name if safe else '"' + name.replace('"', '""') + '"'
-
-
 def split_qualified(fq: str) -> tuple[str, str]:
     """``schema.name`` in ``%I.%I`` form back to its two raw parts."""
     parts = split_name(fq)

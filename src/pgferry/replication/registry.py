@@ -7,7 +7,6 @@ caller's transaction.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +143,10 @@ def set_merge_state(
         raise ValueError(f"bad merge_state: {state!r}")
     if snapshot is _KEEP:
         conn.execute(
-            "update ferry.table_info set merge_state = %s where queue_name = %s and table_name = %s",
+            """
+            update ferry.table_info set merge_state = %s
+             where queue_name = %s and table_name = %s
+            """,
             (state, queue, table),
         )
     else:
@@ -229,7 +231,3 @@ def set_seq_last_value(conn: psycopg.Connection, queue: str, seq: str, value: in
 def attrs_text(attrs: dict[str, Any]) -> str:
     """``{'copy_condition': 'userid<1000'}`` as the original's ``tables`` printed it."""
     return repr(attrs) if attrs else ""
-
-
-def attrs_json(attrs: dict[str, Any]) -> str:
-    return json.dumps(attrs, ensure_ascii=False)
