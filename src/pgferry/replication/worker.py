@@ -25,7 +25,7 @@ from pgferry.daemon import Service, exc_message
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, NodeError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
-from pgferry.replication import batches, forward, handover, replay, sequences, state
+from pgferry.replication import batches, forward, handover, replay, sequences, state, sync
 from pgferry.replication.eventsql import range_query
 from pgferry.replication.routes import load_routes, source_columns
 
@@ -81,7 +81,7 @@ class Worker(Service):
         self.provider_dsn: str | None = None
         self._connected_at = 0.0
         self._spark = None
-        self.stop_after_tick: int | None = None  # set by tests / compare: stop right there
+        self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self.batches_applied = 0
 
     def _apply_settings(self) -> None:
@@ -98,6 +98,7 @@ class Worker(Service):
         self._disconnect()
 
     def shutdown(self) -> None:
+        self.holder.release()
         self._disconnect()
         if self._spark is not None:
             with contextlib.suppress(Exception):  # best effort at exit
@@ -205,6 +206,14 @@ class Worker(Service):
         with local.transaction():
             routes = load_routes(local, queue)
             seqs = sequences.local_sequences(local, queue)
+            request = sync.pending_request(local, queue, consumer)
+        self.holder.release_if_done(request)
+        if request is not None and request.tick_id:
+            if request.state == "wait" and node.last_tick_id == request.tick_id:
+                self.holder.post(self.settings.local_dsn, queue, consumer)
+                return True
+            if request.state == "ready" and request.pause:
+                return False  # repair --apply works on the data as of that tick
 
         group = handover.pending_group(local, queue, routes)
         local.rollback()
@@ -222,7 +231,8 @@ class Worker(Service):
             if copied:
                 return True
 
-        behind = self._behind(provider, queue, node.last_tick_id)
+        # While compare waits for a tick, single-tick batches so the worker stops exactly there.
+        behind = request is None and self._behind(provider, queue, node.last_tick_id)
         batch_id = batches.next_batch(
             provider,
             queue,
@@ -262,8 +272,15 @@ class Worker(Service):
             stats.deletes,
             stats.truncates,
         )
-        if self.stop_after_tick is not None and batch.tick_id >= self.stop_after_tick:
-            self.stopping = True
+        if request is not None and request.tick_id and request.state == "wait":
+            if batch.tick_id == request.tick_id:
+                self.holder.post(self.settings.local_dsn, queue, consumer)
+            elif (
+                batch.prev_tick_id is not None
+                and batch.prev_tick_id < request.tick_id < batch.tick_id
+            ):
+                with local.transaction():
+                    sync.mark_missed(local, queue, consumer)
         return True
 
     def _behind(self, provider: psycopg.Connection, queue: str, last_tick: int | None) -> bool:

@@ -1,0 +1,143 @@
+"""``compare [TABLE...]`` and ``repair [TABLE...] [--apply]`` in a node config.
+
+Tables come from this node's registry with their destination names and copy conditions
+(the condition filters the source side only: the subscriber's table holds just the matching
+rows).  Both sides are read at one tick through :mod:`pgferry.replication.sync`; ``compare``
+exits 1 when any table differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pgferry.cli.registry import Context, command
+from pgferry.config import Config
+from pgferry.errors import TableError
+from pgferry.log import setup_logging
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
+
+
+def _tasks(config: Config, names: list[str]):
+    from pgferry.db import connection
+    from pgferry.node.connect import local_connstr, queue_name
+    from pgferry.pipeline.compare import CompareTask
+    from pgferry.replication.names import parse_pattern, split_qualified
+    from pgferry.replication.routes import load_routes
+
+    with connection(local_connstr(config)) as conn:
+        routes = load_routes(conn, queue_name(config))
+    chosen = list(routes)
+    if names:
+        patterns = [parse_pattern(n) for n in names]
+        chosen = [t for t in routes if any(p.select([split_qualified(t)]) for p in patterns)]
+        if not chosen:
+            raise TableError(f"Table not found: {', '.join(names)}")
+    if not chosen:
+        raise TableError("no tables registered on this node")
+    not_ok = [t for t in chosen if routes[t].merge_state != "ok"]
+    if not_ok:
+        raise TableError(f"Table not in sync yet: {', '.join(not_ok)}")
+    return [
+        CompareTask(
+            source_table=t, dest_table=routes[t].dest_fq, copy_condition=routes[t].copy_condition
+        )
+        for t in chosen
+    ]
+
+
+def _spark(config: Config, verbose: int):
+    from pgferry.pipeline.spark import get_spark
+
+    return get_spark(
+        master=config.spark_master,
+        app_name=f"pgferry-{config.job_name}-sync",
+        settings=config.spark_settings(),
+        verbose=verbose > 1,
+    )
+
+
+def _fmt(config: Config, rows: int, checksum: int) -> str:
+    fmt = config.get("compare_fmt", DEFAULT_FMT)
+    values = {"cnt": rows, "chksum": checksum if rows else None}
+    try:
+        return fmt % values
+    except (KeyError, TypeError, ValueError):
+        return DEFAULT_FMT % values
+
+
+@command("compare", "compare tables with the provider at one tick (exit 1 on difference)")
+def cmd_compare(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[TABLE...]")
+    parser.add_argument("tables", nargs="*")
+    args = parser.parse_args(argv)
+    config = ctx.config()
+    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    from pgferry.pipeline.compare import compare_tables
+    from pgferry.replication.sync import sync_point
+
+    tasks = _tasks(config, args.tables)
+    spark = _spark(config, ctx.verbose)
+    differ = 0
+    with sync_point(config) as point:
+        log.info("Comparing at tick %s", point.tick_id)
+        results = compare_tables(
+            spark,
+            point.provider_dsn,
+            point.local_dsn,
+            tasks,
+            src_snapshot=point.src_snapshot,
+            dst_snapshot=point.dst_snapshot,
+        )
+    for res in results:
+        src = _fmt(config, res.src_rows, res.src_checksum)
+        dst = _fmt(config, res.dst_rows, res.dst_checksum)
+        print(f"{res.dest_table}: srcdb: {src}")
+        print(f"{res.dest_table}: dstdb: {dst}")
+        if (res.src_rows, res.src_checksum) != (res.dst_rows, res.dst_checksum) or res.ranges:
+            print(f"{res.dest_table}: Results do not match!")
+            differ += 1
+    return 1 if differ else 0
+
+
+@command("repair", "find rows that differ from the provider; write (or --apply) the fix")
+def cmd_repair(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[TABLE...] [--apply] [--dir DIR]")
+    parser.add_argument("tables", nargs="*")
+    parser.add_argument("--apply", action="store_true", help="apply the fix on this node")
+    parser.add_argument("--dir", default=".", help="where fix.<table>.sql files go")
+    args = parser.parse_args(argv)
+    config = ctx.config()
+    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    from pgferry.pipeline.repair import repair_tables
+    from pgferry.replication.handover import replica_dsn
+    from pgferry.replication.sync import sync_point
+
+    tasks = _tasks(config, args.tables)
+    spark = _spark(config, ctx.verbose)
+    # With --apply the worker holds at the tick until the fix is in (see sync.py).
+    with sync_point(config, pause=args.apply) as point:
+        results = repair_tables(
+            spark,
+            point.provider_dsn,
+            replica_dsn(point.local_dsn),
+            tasks,
+            fix_dir=Path(args.dir),
+            apply=args.apply,
+            src_snapshot=point.src_snapshot,
+            dst_snapshot=point.dst_snapshot,
+        )
+    total = 0
+    for res in results:
+        n = res.inserts + res.updates + res.deletes
+        total += n
+        where = f" ({res.sql_path})" if res.sql_path and n else ""
+        state = "applied" if res.applied and n else "to fix"
+        print(
+            f"{res.dest_table}: {res.inserts} inserts, {res.updates} updates, "
+            f"{res.deletes} deletes {state}{where}"
+        )
+    return 1 if total and not args.apply else 0

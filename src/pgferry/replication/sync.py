@@ -1,0 +1,211 @@
+"""Reading provider and subscriber at one logical point, for ``compare`` and ``repair``.
+
+Design-notes §6, without locking the source:
+
+1. ``compare`` (run with the subscriber's config) files a request in the subscriber's
+   ``ferry.sync_request``, opens a REPEATABLE READ transaction on the provider, exports its
+   snapshot and records a tick carrying exactly that snapshot (``ferry.sync_tick``).
+2. The subscriber's worker takes single-tick batches while a request is filed, and right
+   after committing that tick it exports a snapshot of its own and posts it (``ready``).
+   It keeps that transaction open until the request is dropped.  With ``pause`` (repair
+   --apply) it also applies nothing further, so fixes computed at the tick stay right.
+3. The Spark compare / repair tasks import both snapshots.  No write on the source waits.
+
+When the worker does not reach the tick within ``compare_wait`` seconds the command fails
+with ``Consumer lagging too much, cannot proceed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+
+from pgferry.config import Config
+from pgferry.db import connect, error_text
+from pgferry.errors import DatabaseError, NodeError, PgferryError
+from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.replication import state
+
+log = logging.getLogger(__name__)
+
+LAGGING = "Consumer lagging too much, cannot proceed"
+HOLD_LIMIT = 3600.0  # a snapshot is never held longer, whatever happened to the requester
+
+
+@dataclass(frozen=True)
+class Request:
+    tick_id: int
+    state: str
+    pause: bool
+
+
+@dataclass(frozen=True)
+class SyncPoint:
+    provider_dsn: str
+    local_dsn: str
+    tick_id: int
+    src_snapshot: str
+    dst_snapshot: str
+
+
+# --- worker side -------------------------------------------------------------------------
+
+
+def pending_request(conn: psycopg.Connection, queue: str, consumer: str) -> Request | None:
+    row = conn.execute(
+        """
+        select tick_id, state, pause from ferry.sync_request
+         where queue_name = %s and consumer_name = %s
+        """,
+        (queue, consumer),
+    ).fetchone()
+    return None if row is None else Request(row[0], row[1], row[2])
+
+
+class SnapshotHolder:
+    """The worker's open REPEATABLE READ transaction serving one request."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.Connection | None = None
+        self.since = 0.0
+
+    def post(self, local_dsn: str, queue: str, consumer: str) -> None:
+        """Export a snapshot of the data as it is now and post it to the request."""
+        self.release()
+        conn = connect(local_dsn, application_name="pgferry-sync")
+        conn.execute("set transaction isolation level repeatable read")
+        row = conn.execute("select pg_export_snapshot()").fetchone()
+        assert row is not None
+        self.conn, self.since = conn, time.monotonic()
+        with connect(local_dsn, autocommit=True) as other:
+            other.execute(
+                """
+                update ferry.sync_request set state = 'ready', snapshot_id = %s
+                 where queue_name = %s and consumer_name = %s
+                """,
+                (row[0], queue, consumer),
+            )
+        log.info("Posted snapshot for compare")
+
+    def release_if_done(self, request: Request | None) -> None:
+        if self.conn is None:
+            return
+        if request is None or request.state != "ready":
+            self.release()
+        elif time.monotonic() - self.since > HOLD_LIMIT:
+            log.warning("compare snapshot held too long, releasing it")
+            self.release()
+
+    def release(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            finally:
+                self.conn = None
+
+
+def mark_missed(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    conn.execute(
+        "update ferry.sync_request set state = 'missed' where queue_name = %s"
+        " and consumer_name = %s",
+        (queue, consumer),
+    )
+
+
+# --- command side ------------------------------------------------------------------------
+
+
+@contextmanager
+def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Iterator[SyncPoint]:
+    """Both sides' snapshots at one tick, valid inside the ``with`` block."""
+    queue = queue_name(config)
+    local_dsn = local_connstr(config)
+    wait = config.getfloat("compare_wait", 60.0)
+    with connect(local_dsn, autocommit=True) as local:
+        node = state.load_node(local, queue)
+        if node.node_type == "root" or node.provider_location is None:
+            raise NodeError(
+                "compare and repair run on a branch or leaf node (against its provider)"
+            )
+        provider_dsn = remote_connstr(config, node.provider_location)
+        for attempt in range(1, attempts + 1):
+            local.execute(
+                """
+                insert into ferry.sync_request (queue_name, consumer_name, tick_id, pause)
+                values (%s, %s, 0, %s)
+                on conflict (queue_name, consumer_name) do update
+                    set tick_id = 0, state = 'wait', snapshot_id = null, pause = excluded.pause,
+                        requested_at = now()
+                """,
+                (queue, node.consumer_name, pause),
+            )
+            try:
+                with _source_snapshot(provider_dsn, queue) as (src_snapshot, tick_id):
+                    local.execute(
+                        "update ferry.sync_request set tick_id = %s"
+                        " where queue_name = %s and consumer_name = %s",
+                        (tick_id, queue, node.consumer_name),
+                    )
+                    log.info("Waiting for the worker to apply tick %s", tick_id)
+                    dst_snapshot = _wait_ready(local, queue, node.consumer_name, wait)
+                    if dst_snapshot is None:
+                        log.info("Worker went past tick %s, retrying (%d)", tick_id, attempt)
+                        continue
+                    yield SyncPoint(provider_dsn, local_dsn, tick_id, src_snapshot, dst_snapshot)
+                    return
+            finally:
+                local.execute(
+                    "delete from ferry.sync_request where queue_name = %s and consumer_name = %s",
+                    (queue, node.consumer_name),
+                )
+    raise PgferryError(LAGGING)
+
+
+@contextmanager
+def _source_snapshot(provider_dsn: str, queue: str) -> Iterator[tuple[str, int]]:
+    """An exported provider snapshot and the tick recorded with it."""
+    for _ in range(5):
+        conn = connect(provider_dsn, application_name="pgferry-sync")
+        try:
+            conn.execute("set transaction isolation level repeatable read")
+            snap_id, snap_text = conn.execute(
+                "select pg_export_snapshot(), pg_current_snapshot()::text"
+            ).fetchone()  # type: ignore[misc]
+            try:
+                with connect(provider_dsn, autocommit=True) as ticker:
+                    row = ticker.execute(
+                        "select ferry.sync_tick(%s, %s::pg_snapshot)", (queue, snap_text)
+                    ).fetchone()
+            except psycopg.errors.SerializationFailure:
+                continue
+            except psycopg.Error as exc:
+                raise DatabaseError(f"provider: {error_text(exc)}") from None
+            assert row is not None
+            yield snap_id, row[0]
+            return
+        finally:
+            conn.close()
+    raise PgferryError("could not record a compare tick on the provider (ticks too frequent)")
+
+
+def _wait_ready(conn: psycopg.Connection, queue: str, consumer: str, wait: float) -> str | None:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        req = conn.execute(
+            "select state, snapshot_id from ferry.sync_request"
+            " where queue_name = %s and consumer_name = %s",
+            (queue, consumer),
+        ).fetchone()
+        if req is None:
+            break
+        if req[0] == "ready":
+            return req[1]
+        if req[0] == "missed":
+            return None
+        time.sleep(0.05)
+    raise PgferryError(LAGGING)
