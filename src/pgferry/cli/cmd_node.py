@@ -13,10 +13,12 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
     parser = ctx.parser(
         "NODE [PUBLIC_CONNSTR]" + ("" if node_type == "root" else " --provider=CONNSTR")
     )
-    parser.add_argument("node", nargs="?")
-    parser.add_argument("location", nargs="?")
+    parser.add_argument("node", nargs="?", metavar="NODE")
+    parser.add_argument("location", nargs="?", metavar="PUBLIC_CONNSTR")
     if node_type != "root":
-        parser.add_argument("--provider", help="connect string of the provider node")
+        parser.add_argument(
+            "--provider", metavar="CONNSTR", help="connect string of the provider node"
+        )
     if node_type == "branch":
         parser.add_argument("--sync-watermark", help="accepted for compatibility; ignored")
     parser.add_argument("--nocheck", action="store_true", help="skip the public connstr check")

@@ -18,11 +18,13 @@ log = logging.getLogger(__name__)
 @command("add-table", "attach tables to the local node")
 def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("TABLE... [options]")
-    parser.add_argument("tables", nargs="*")
+    parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true", help="every table not yet added")
-    parser.add_argument("--dest-table", help="local table name when different")
-    parser.add_argument("--copy-condition", help="WHERE expression filtering copy and replay")
-    parser.add_argument("--max-parallel-copy", type=int, help="copy concurrency cap")
+    parser.add_argument("--dest-table", metavar="NAME", help="local table name when different")
+    parser.add_argument(
+        "--copy-condition", metavar="EXPR", help="WHERE expression filtering copy and replay"
+    )
+    parser.add_argument("--max-parallel-copy", type=int, metavar="N", help="copy concurrency cap")
     parser.add_argument("--create", action="store_true", help="create missing local table")
     parser.add_argument("--create-full", action="store_true", help="same as --create")
     parser.add_argument("--no-triggers", action="store_true", help="attach without triggers")
@@ -57,7 +59,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
 @command("remove-table", "detach tables from the local node")
 def cmd_remove_table(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("TABLE... [--all] [--force]")
-    parser.add_argument("tables", nargs="*")
+    parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--force", action="store_true", help="ignore names not added")
     args = parser.parse_args(argv)
@@ -146,7 +148,7 @@ def cmd_missing(ctx: Context, argv: list[str]) -> int:
 @command("add-seq", "attach sequences to the local node")
 def cmd_add_seq(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("SEQ... [--all] [--create]")
-    parser.add_argument("seqs", nargs="*")
+    parser.add_argument("seqs", nargs="*", metavar="SEQ")
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--create", action="store_true")
     parser.add_argument("--create-full", action="store_true")
@@ -163,7 +165,7 @@ def cmd_add_seq(ctx: Context, argv: list[str]) -> int:
 @command("remove-seq", "detach sequences from the local node")
 def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("SEQ... [--all]")
-    parser.add_argument("seqs", nargs="*")
+    parser.add_argument("seqs", nargs="*", metavar="SEQ")
     parser.add_argument("--all", action="store_true")
     args = parser.parse_args(argv)
     config = start(ctx)
@@ -175,7 +177,7 @@ def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
 @command("resync", "copy tables again from the provider")
 def cmd_resync(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("TABLE... [--all]")
-    parser.add_argument("tables", nargs="*")
+    parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true")
     args = parser.parse_args(argv)
     config = start(ctx)
