@@ -73,7 +73,10 @@ def add_seqs(
         value = values[name]
         if value is not None:
             conn.execute(
-                "select setval(%s::regclass, greatest(%s, coalesce(pg_sequence_last_value(%s::regclass), %s)))",
+                """
+                select setval(%s::regclass,
+                              greatest(%s, coalesce(pg_sequence_last_value(%s::regclass), %s)))
+                """,
                 (name, value, name, value),
             )
         registry.register_seq(conn, queue, name, value)
