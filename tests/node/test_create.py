@@ -170,3 +170,19 @@ def test_node_info(db_a, write_ini, cli):
     out = cli(ini, "node-info").out
     assert "node_type" in out and "root" in out and "status" in out and "OK" in out
     assert model is not None
+
+
+def test_status_follows_ticks(db_a, db_b, write_ini, cli):
+    import json
+
+    root_ini = write_ini("src", db_a)
+    cli(root_ini, "create-root", "src")
+    cli(write_ini("dst", db_b), "create-leaf", "dst", f"--provider={db_a}")
+    before = {n["name"]: n for n in json.loads(cli(root_ini, "status", "--json").out)["nodes"]}
+    q(db_a, "select ferry_queue.force_tick('replika')")
+    (new_tick,) = q(db_a, "select ferry_queue.ticker('replika')")[0]
+    after = {n["name"]: n for n in json.loads(cli(root_ini, "status", "--json").out)["nodes"]}
+    assert after["src"]["tick"] == new_tick > before["src"]["tick"]
+    # The leaf has applied nothing yet: it stays at its registration tick.
+    assert after["dst"]["tick"] == before["dst"]["tick"] < new_tick
+    assert after["dst"]["lag_seconds"] >= 0
