@@ -1,8 +1,9 @@
 """The one place that creates the SparkSession.
 
 ``spark_master`` (default ``local[*]``) and every ``spark.*`` key of the config section are
-passed to the builder; nothing is downloaded at run time.  Spark's own log and console
-progress bars are hidden unless verbose.
+passed to the builder; nothing is downloaded at run time (the PostgreSQL JDBC driver, when the
+system package is installed, is put on the classpath for Spark's JDBC source).  Spark's own
+log and console progress bars are hidden unless verbose.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ def get_spark(
         return active
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
-    for key, value in {**DEFAULT_SETTINGS, **(settings or {})}.items():
+    merged = {**DEFAULT_SETTINGS, **(settings or {})}
+    jar = jdbc_driver_jar()
+    if jar and "spark.jars" not in merged:
+        merged["spark.jars"] = jar
+    for key, value in merged.items():
         builder = builder.config(key, value)
     if not verbose:
         builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
@@ -55,6 +60,18 @@ def get_spark(
     session.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
     log.debug("Spark session started: master=%s", session.sparkContext.master)
     return session
+
+
+# Where Debian's libpostgresql-jdbc-java puts the driver; nothing is ever downloaded.
+JDBC_JAR_CANDIDATES = ("/usr/share/java/postgresql.jar", "/usr/share/java/postgresql-jdbc4.jar")
+
+
+def jdbc_driver_jar() -> str | None:
+    """The PostgreSQL JDBC driver installed by the system package manager, if any."""
+    for candidate in (os.environ.get("PGFERRY_JDBC_JAR"), *JDBC_JAR_CANDIDATES):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
 
 
 def job_error(exc: BaseException) -> str:
