@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from pgferry.config import Config
+from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.node import connect, model, queueops
 
@@ -101,8 +102,10 @@ def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStat
             config, member.node_location, autocommit=True, connect_timeout=REMOTE_TIMEOUT
         ) as conn:
             st = read_node_status(conn, queue, member.node_name)
-    except (PgferryError, psycopg.Error) as exc:
+    except PgferryError as exc:
         return NodeStatus(name=member.node_name, reachable=False, error=str(exc))
+    except psycopg.Error as exc:
+        return NodeStatus(name=member.node_name, reachable=False, error=error_text(exc))
     st.name = member.node_name
     return st
 
