@@ -145,5 +145,11 @@ def make_pair(db_a: str, db_b: str, tmp_path: Path) -> Iterator[Callable[..., Pa
 
 
 @pytest.fixture
+def ini() -> Callable[..., Config]:
+    """``ini(path, key=value, ...)`` writes a [pgferry] config and loads it."""
+    return write_ini
+
+
+@pytest.fixture
 def pair(make_pair) -> Pair:
     return make_pair()

@@ -125,7 +125,8 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
     """Both sides' snapshots at one tick, valid inside the ``with`` block."""
     queue = queue_name(config)
     local_dsn = local_connstr(config)
-    wait = config.getfloat("compare_wait", 60.0)
+    # Bounded like the original's lock wait: lock_timeout unless compare_wait is given.
+    wait = config.getfloat("compare_wait", config.getfloat("lock_timeout", 60.0))
     with connect(local_dsn, autocommit=True) as local:
         node = state.load_node(local, queue)
         if node.node_type == "root" or node.provider_location is None:

@@ -60,7 +60,9 @@ class WorkerSettings:
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
             local_max_events=config.getint("replay_local_events", 2000),
-            batch_min_events=config.getint("replay_batch_events", 100000),
+            batch_min_events=config.getint(
+                "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
+            ),
             read_parts=config.getint("replay_read_parts", 4),
         )
 
