@@ -167,6 +167,7 @@ begin
     -- The first tick: a consumer registers at the latest tick.
     insert into ferry_queue.tick (tick_queue, tick_id, tick_event_seq)
     values (v_id, nextval(format('ferry_queue.%I', v_tk)::regclass), 0);
+    perform ferry_queue.capture_function(v_id);
     return 1;
 end;
 $$;
@@ -194,7 +195,7 @@ begin
           from pg_trigger tg
          where tg.tgname in (format('_ferry_%s_capture', i_queue)::name,
                              format('_ferry_%s_truncate', i_queue)::name)
-           and tg.tgfoid in ('ferry_queue.capture()'::regprocedure,
+           and tg.tgfoid in (to_regprocedure(format('ferry_queue.capture_%s()', q.queue_id)),
                              'ferry_queue.capture_truncate()'::regprocedure,
                              'ferry_queue.deny_write()'::regprocedure)
     loop
@@ -207,6 +208,7 @@ begin
         execute format('drop table ferry_queue.%I', format('event_%s_%s', q.queue_id, n));
     end loop;
     delete from ferry_queue.queue where queue_id = q.queue_id;
+    execute format('drop function if exists ferry_queue.%I()', format('capture_%s', q.queue_id));
     execute format('drop sequence %s', q.queue_event_seq);
     execute format('drop sequence %s', q.queue_tick_seq);
     return 1;
@@ -883,47 +885,73 @@ $$;
 -- Row trigger arguments, computed once by attach_capture so the per-row work is small:
 --   0 queue name, 1 table as %I.%I (ev_extra1), 2 primary-key list for ev_type,
 --   3.. primary-key column names (to notice key-changing updates).
+--
+-- Each queue gets its own row-trigger function, ferry_queue.capture_<queue_id>(), written
+-- by create_queue from the template below.  Naming the queue's partitions and sequence in
+-- static SQL gives cached plans that insert straight into the current rotation table: no
+-- EXECUTE, and no tuple routing through the partitioned parent (which costs more than the
+-- rest of the trigger).  Only the current table number is read per row, with the
+-- statement's snapshot, so writers move to the new table as soon as a rotation commits.
 
-create function ferry_queue.capture() returns trigger
+create function ferry_queue.capture_function(i_queue_id integer) returns regprocedure
 language plpgsql as $$
 declare
-    v_part integer;
-    v_seq  regclass;
+    v_ntables integer;
+    v_inserts text;
+    v_body    text;
+begin
+    select queue_ntables into v_ntables from ferry_queue.queue where queue_id = i_queue_id;
+    select string_agg(format(
+               '%s v_cur = %s then'
+               ' insert into ferry_queue.%I (ev_part, ev_id, ev_type, ev_data, ev_extra1)'
+               ' values (%s, nextval(%L::regclass), v_type || tg_argv[2], v_data, tg_argv[1]);',
+               case when n = 0 then 'if' else 'elsif' end, n,
+               format('event_%s_%s', i_queue_id, n), i_queue_id * 10 + n,
+               format('ferry_queue.event_%s_id_seq', i_queue_id)),
+           E'\n    ' order by n) || E'\n    end if;'
+      into v_inserts from generate_series(0, v_ntables - 1) n;
+    v_body := $template$
+declare
+    v_cur  integer;
+    v_type text;
+    v_data text;
     v_old  jsonb;
     v_new  jsonb;
-    i      integer;
 begin
-    select queue_id * 10 + queue_cur_table, queue_event_seq into v_part, v_seq
-      from ferry_queue.queue where queue_name = tg_argv[0];
-    if not found then
-        raise exception 'Unknown queue: %', tg_argv[0] using errcode = 'P0002';
-    end if;
+    select queue_cur_table into v_cur from ferry_queue.queue where queue_id = @QUEUE_ID@;
     if tg_op = 'INSERT' then
-        insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (v_part, nextval(v_seq), 'I:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
-        return null;
+        v_type := 'I:';
+        v_data := row_to_json(new)::text;
     elsif tg_op = 'DELETE' then
-        insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (v_part, nextval(v_seq), 'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
-        return null;
+        v_type := 'D:';
+        v_data := row_to_json(old)::text;
+    else
+        v_type := 'U:';
+        v_data := row_to_json(new)::text;
+        v_old := to_jsonb(old);
+        v_new := to_jsonb(new);
+        for i in 3 .. tg_nargs - 1 loop
+            if v_old -> tg_argv[i] is distinct from v_new -> tg_argv[i] then
+                -- Key change: a delete of the old key first, then an insert of the new row.
+                insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+                values (@QUEUE_ID@ * 10 + v_cur, nextval('@EVENT_SEQ@'::regclass),
+                        'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
+                v_type := 'I:';
+                exit;
+            end if;
+        end loop;
     end if;
-    v_old := to_jsonb(old);
-    v_new := to_jsonb(new);
-    for i in 3 .. tg_nargs - 1 loop
-        if v_old -> tg_argv[i] is distinct from v_new -> tg_argv[i] then
-            -- Key change: delete of the old key, then insert of the new row.
-            insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-            values (v_part, nextval(v_seq), 'D:' || tg_argv[2], row_to_json(old)::text,
-                    tg_argv[1]);
-            insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-            values (v_part, nextval(v_seq), 'I:' || tg_argv[2], row_to_json(new)::text,
-                    tg_argv[1]);
-            return null;
-        end if;
-    end loop;
-    insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-    values (v_part, nextval(v_seq), 'U:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+    @INSERTS@
     return null;
+end;
+$template$;
+    v_body := replace(v_body, '@QUEUE_ID@', i_queue_id::text);
+    v_body := replace(v_body, '@EVENT_SEQ@', format('ferry_queue.event_%s_id_seq', i_queue_id));
+    v_body := replace(v_body, '@INSERTS@', v_inserts);
+    execute format('create or replace function ferry_queue.%I() returns trigger'
+                   ' language plpgsql as %L',
+                   format('capture_%s', i_queue_id), v_body);
+    return format('ferry_queue.%I()', format('capture_%s', i_queue_id))::regprocedure;
 end;
 $$;
 
@@ -978,8 +1006,9 @@ declare
     v_trunc text := '_ferry_' || attach_capture.queue || '_truncate';
     v_name  text;
     v_pk    text[];
+    q       ferry_queue.queue;
 begin
-    perform ferry_queue.find_queue(v_queue);
+    q := ferry_queue.find_queue(v_queue);
     select format('%I.%I', n.nspname, c.relname) into v_name
       from pg_class c join pg_namespace n on n.oid = c.relnamespace
      where c.oid = tbl;
@@ -1002,8 +1031,8 @@ begin
         return 1;
     end if;
     execute format('create trigger %I after insert or update or delete on %s'
-                   ' for each row execute function ferry_queue.capture(%L, %L, %L, %s)',
-                   v_row, tbl, v_queue, v_name,
+                   ' for each row execute function ferry_queue.%I(%L, %L, %L, %s)',
+                   v_row, tbl, format('capture_%s', q.queue_id), v_queue, v_name,
                    (select string_agg(quote_ident(x), ',') from unnest(v_pk) x),
                    (select string_agg(quote_literal(x), ', ') from unnest(v_pk) x));
     execute format('create trigger %I after truncate on %s'

@@ -1,0 +1,190 @@
+"""Capture overhead: seed workload tps without triggers, with pgferry's and Londiste's triggers.
+
+Runs on a throw-away cluster (PostgreSQL's default durability settings, as in the Londiste
+anchor run): the walkthrough's tables with 200k users, then ``login.sql`` and ``logout.sql``
+with 2 pgbench clients each, concurrently, once per phase: no triggers, pgferry capture
+triggers (``ferry_queue.attach_capture``), Londiste's C triggers (``pgq.logutriga`` row
+trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them).  Phases
+are interleaved and repeated so that background load hits all of them alike; a ticker
+thread ticks both queues every second, as pgqd / the pgferry ticker would.
+
+    .venv/bin/python bench/capture_overhead.py [--seconds 30] [--reps 3] [--fast]
+
+Needs pgbench and the pgq extension (``apt-get install postgresql-15-pgq3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import threading
+from pathlib import Path
+
+import psycopg
+
+from pgferry import schema
+from pgferry.testing.cluster import LocalCluster, make_cluster
+
+SEED = Path("/work/shared/anchors/londiste/sql")
+HERE = Path(__file__).resolve().parent
+TABLES = ("user_info", "user_session", "user_login_rec", "user_logout_rec")
+QUEUE = "replika"
+DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+PHASES = ("none", "pgferry", "londiste")
+
+LOAD_SQL = """
+insert into digoal_01.user_info
+  select g, 'digoal.zhou', '德哥', 'DBA', '1970-01-01',
+         '公益是一辈子的事, I''m Digoal.Zhou, Just do it!', 'digoal@126.com', 276732431,
+         clock_timestamp(), null
+  from generate_series(1, 200000) g;
+insert into digoal_01.user_session (userid) select g from generate_series(1, 200000) g;
+"""
+
+
+def setup(cluster: LocalCluster, seed: Path) -> str:
+    connstr = cluster.createdb("digoal_01")
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        conn.execute((seed / "schema.sql").read_text())  # type: ignore[arg-type]
+        conn.execute(LOAD_SQL)  # type: ignore[arg-type]
+        conn.execute("alter database digoal_01 set search_path = digoal_01, public")
+        conn.execute("vacuum analyze")
+        conn.execute("create extension pgq")
+        conn.execute("select pgq.create_queue(%s)", (QUEUE,))
+    with psycopg.connect(connstr) as conn:
+        schema.install(conn, ("queue",))
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        conn.execute("select ferry_queue.create_queue(%s)", (QUEUE,))
+    return connstr
+
+
+def set_triggers(connstr: str, phase: str) -> None:
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        for table in TABLES:
+            name = f"digoal_01.{table}"
+            conn.execute("select ferry_queue.detach_capture(%s, %s)", (QUEUE, name))
+            conn.execute(f"drop trigger if exists _londiste_{QUEUE} on {name}")  # type: ignore[arg-type]
+            conn.execute(f"drop trigger if exists _londiste_{QUEUE}_truncate on {name}")  # type: ignore[arg-type]
+            if phase == "pgferry":
+                conn.execute("select ferry_queue.attach_capture(%s, %s)", (QUEUE, name))
+            elif phase == "londiste":
+                conn.execute(
+                    f"create trigger _londiste_{QUEUE} after insert or update or delete"  # type: ignore[arg-type]
+                    f" on {name} for each row execute procedure pgq.logutriga('{QUEUE}')"
+                )
+                conn.execute(
+                    f"create trigger _londiste_{QUEUE}_truncate after truncate"  # type: ignore[arg-type]
+                    f" on {name} for each statement execute procedure pgq.sqltriga('{QUEUE}')"
+                )
+        conn.execute("checkpoint")
+
+
+def ticker(connstr: str, stop: threading.Event) -> None:
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        while not stop.wait(1.0):
+            conn.execute("select pgq.ticker()")
+            conn.execute("select ferry_queue.ticker()")
+
+
+def pgbench_binary(cluster: LocalCluster) -> str:
+    for candidate in (cluster.bindir / "pgbench", Path("/usr/lib/postgresql/15/bin/pgbench")):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("pgbench")
+    if found is None:
+        raise SystemExit("pgbench not found (apt-get install postgresql-client)")
+    return found
+
+
+def pgbench(cluster: LocalCluster, script: Path, seconds: int, clients: int) -> subprocess.Popen:
+    cmd = [
+        pgbench_binary(cluster),
+        "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
+        "-M", "prepared", "-n", "-c", str(clients), "-j", str(clients),
+        "-T", str(seconds), "-f", str(script), "digoal_01",
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+_TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M)
+
+
+def run_phase(cluster: LocalCluster, seed: Path, seconds: int, clients: int) -> float:
+    procs = [pgbench(cluster, seed / f, seconds, clients) for f in ("login.sql", "logout.sql")]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate()
+        match = _TPS.search(out)
+        if proc.returncode != 0 or match is None:
+            raise SystemExit(f"pgbench failed:\n{out}")
+        total += float(match.group(1))
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--seed", type=Path, default=SEED)
+    parser.add_argument("--fast", action="store_true", help="fsync/synchronous_commit off")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "capture_overhead.json")
+    args = parser.parse_args()
+
+    cluster = make_cluster("bench", **({} if args.fast else DURABLE))
+    stop = threading.Event()
+    results: dict[str, list[float]] = {p: [] for p in PHASES}
+    try:
+        connstr = setup(cluster, args.seed)
+        tick_thread = threading.Thread(target=ticker, args=(connstr, stop), daemon=True)
+        tick_thread.start()
+        for rep in range(args.reps):
+            for phase in PHASES:
+                set_triggers(connstr, phase)
+                tps = run_phase(cluster, args.seed, args.seconds, args.clients)
+                results[phase].append(tps)
+                print(f"rep {rep + 1} {phase:<9} {tps:9.1f} tps", flush=True)
+        with psycopg.connect(connstr) as conn:
+            events = conn.execute(
+                "select (select count(*) from ferry_queue.event),"
+                " (select count(*) from pgq.event_template)"
+            ).fetchone()
+    finally:
+        stop.set()
+        cluster.destroy()
+
+    base = statistics.median(results["none"])
+    summary = {
+        phase: {
+            "median_tps": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+            "share": statistics.median(values) / base,
+            "runs": values,
+        }
+        for phase, values in results.items()
+    }
+    print(f"\n{'phase':<10}{'median tps':>12}{'min':>10}{'max':>10}{'share':>8}")
+    for phase, row in summary.items():
+        print(
+            f"{phase:<10}{row['median_tps']:>12.1f}{row['min']:>10.1f}{row['max']:>10.1f}"
+            f"{row['share']:>8.3f}"
+        )
+    ours, theirs = events if events else ("?", "?")
+    print(f"events captured: pgferry {ours}, pgq {theirs}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    settings = "fast (fsync off)" if args.fast else "durable (PostgreSQL defaults)"
+    args.json.write_text(
+        json.dumps(
+            {"settings": settings, "seconds": args.seconds, "reps": args.reps, **summary},
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
