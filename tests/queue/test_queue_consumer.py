@@ -100,3 +100,17 @@ def test_unknown_queue_is_a_clear_error(qdb: str, queue: psycopg.Connection) -> 
         consumer.register()
     with Consumer(qdb, "q", "c") as consumer, pytest.raises(QueueError, match="not registered"):
         consumer.next_batch()
+
+
+def test_info_inside_a_batch_keeps_it_open(qdb: str, queue: psycopg.Connection) -> None:
+    with Consumer(qdb, "q", "c") as consumer:
+        consumer.register()
+        _insert(queue, "a")
+        tick(queue, "q")
+
+        def look(batch: Batch) -> None:
+            assert consumer.info()["current_batch"] == batch.batch_id
+            assert [e.ev_data for e in batch.events()] == ["a"]
+
+        assert consumer.process_batch(look) is not None
+        assert consumer.info()["current_batch"] is None

@@ -199,6 +199,7 @@ class Consumer:
 
     def info(self) -> dict:
         """Lag, last tick, open batch and pending events of this consumer."""
+        idle = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         with self.conn.cursor(row_factory=dict_row) as cur:
             try:
                 cur.execute(
@@ -206,8 +207,12 @@ class Consumer:
                     (self.queue, self.consumer),
                 )
                 row = cur.fetchone()
-            finally:
+            except psycopg.Error as exc:
                 self.conn.rollback()
+                raise QueueError(error_text(exc)) from None
+            finally:
+                if idle and not self.conn.closed:
+                    self.conn.rollback()  # leave no idle transaction behind; never end a batch
         assert row is not None
         return row
 
