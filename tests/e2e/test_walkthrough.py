@@ -1,0 +1,286 @@
+"""The seed walkthrough (items 1-18) in miniature, through the real command line.
+
+Root on the session cluster A; both subscribers on a cluster of this module's own, because
+the test stops and starts it under load.  Workers and the ticker run as ``-d`` daemons (each
+subscriber worker with its own small Spark), faults are injected while a writer keeps the
+source busy, and after each fault every replicated table must equal its source again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgferry.daemon import pid_alive, read_pid
+from pgferry.testing.cluster import LocalCluster, make_cluster
+
+SCHEMA = """
+create schema digoal_01;
+create table digoal_01.user_info (
+    userid int primary key, engname text, cnname text, occupation text, birthday date,
+    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
+create table digoal_01.user_session (
+    userid int primary key, logintime timestamp(0), login_count bigint default 0,
+    logouttime timestamp(0), online_interval interval default '0');
+"""
+FILL = """
+insert into digoal_01.user_info
+select g, 'eng' || g, 'cn' || g, 'occ', date '1980-01-01' + g % 9000, 'sign', g || '@x.org',
+       g * 1000, now(), null from generate_series(1, {n}) g;
+insert into digoal_01.user_session (userid) select g from generate_series(1, {n}) g;
+"""
+PARTIAL = """
+create schema digoal_02;
+create table digoal_02.user_info1 (
+    userid int primary key, engname text, cnname text, occupation text, birthday date,
+    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
+create table digoal_02.user_session1 (
+    userid int primary key, logintime timestamp(0), login_count bigint default 0,
+    logouttime timestamp(0), online_interval interval default '0');
+"""
+ROWS = 3000
+TABLES = ("digoal_01.user_info", "digoal_01.user_session")
+
+
+@pytest.fixture(scope="module")
+def sub_cluster() -> Iterator[LocalCluster]:
+    cluster = make_cluster("e2e-sub")
+    yield cluster
+    cluster.destroy()
+
+
+def sql(dsn: str, query: str, params=None) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except psycopg.OperationalError:
+            pass  # a server being restarted
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Load:
+    """A pgbench-like writer (login / logout) on the source, in a thread."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+        self.count = 0
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            i = 0
+            while not self.stop.is_set():
+                i += 1
+                uid = (i * 7919) % ROWS + 1
+                with conn.transaction():
+                    conn.execute(
+                        "update digoal_01.user_session set logintime = now(),"
+                        " login_count = login_count + 1 where userid = %s",
+                        (uid,),
+                    )
+                    conn.execute(
+                        "update digoal_01.user_info set mod_time = now() where userid = %s",
+                        (uid,),
+                    )
+                    if i % 10 == 0:
+                        conn.execute(
+                            "insert into digoal_01.user_info (userid, engname) values (%s, 'n')"
+                            " on conflict (userid) do update set engname = 'again'",
+                            (ROWS + i,),
+                        )
+                self.count += 1
+                time.sleep(0.002)
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+class Cli:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+
+    def __call__(self, *args: str, check: int | None = 0, timeout: float = 300) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pgferry", *args],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check is not None:
+            assert proc.returncode == check, (args, proc.stdout, proc.stderr)
+        return proc.stdout + proc.stderr
+
+
+def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Path) -> None:
+    src = pg_a.createdb(f"digoal_01_{os.getpid()}")
+    dst1 = sub_cluster.createdb("digoal_01")
+    dst2 = sub_cluster.createdb("digoal_02")
+    cli = Cli(tmp_path)
+    common = (
+        f"queue_name = replika\nlogfile = {tmp_path}/log/%(job_name)s.log\n"
+        f"pidfile = {tmp_path}/pid/%(job_name)s.pid\nloop_delay = 0.2\nexception_sleep = 1\n"
+        "parallel_copies = 4\nlock_timeout = 120\nspark_master = local[1]\n"
+        "spark.sql.shuffle.partitions = 2\n"
+    )
+    for name, dsn in (("src_digoal_01", src), ("dst1_digoal_01", dst1), ("dst2_digoal_02", dst2)):
+        (tmp_path / f"{name}.ini").write_text(
+            f"[londiste3]\njob_name = {name}\ndb = {dsn}\n{common}"
+        )
+    (tmp_path / "pgqd.ini").write_text(
+        f"[pgqd]\nbase_connstr = host=127.0.0.1 port={pg_a.port} user=postgres\n"
+        f"database_list = {src.split('dbname=')[1]}\nticker_period = 0.2\n"
+        f"logfile = {tmp_path}/log/pgqd.log\npidfile = {tmp_path}/pid/pgqd.pid\n"
+    )
+    sql(src, SCHEMA + FILL.format(n=ROWS))
+    sql(dst1, SCHEMA)
+    sql(dst2, PARTIAL)
+    pids = tmp_path / "pid"
+
+    def pid_of(job: str) -> int | None:
+        pid = read_pid(pids / f"{job}.pid")
+        return pid if pid is not None and pid_alive(pid) else None
+
+    def wait_gone(job: str) -> None:
+        wait_until(lambda: pid_of(job) is None, 60, f"{job} to exit")
+
+    def equal(dsn: str, table: str, dest: str | None = None, cond: str = "true") -> bool:
+        q = "select md5(coalesce(string_agg(t::text, '|' order by t.userid), '')) from {} t"
+        return sql(src, q.format(table) + f" where {cond}") == sql(dsn, q.format(dest or table))
+
+    def all_equal() -> bool:
+        return all(equal(dst1, t) for t in TABLES)
+
+    try:
+        # 1-4: nodes, workers, ticker
+        cli("src_digoal_01.ini", "create-root", "src_digoal_01", src)
+        cli("-d", "src_digoal_01.ini", "worker")
+        cli("dst1_digoal_01.ini", "create-leaf", "dst1_digoal_01", dst1, f"--provider={src}")
+        cli("-d", "dst1_digoal_01.ini", "worker")
+        cli("-d", "pgqd.ini", "ticker")
+        # 8: tables on root and leaf; copies in parallel, then ok
+        cli("src_digoal_01.ini", "add-table", *TABLES)
+        cli("dst1_digoal_01.ini", "add-table", *TABLES)
+        wait_until(
+            lambda: (
+                sql(dst1, "select count(*) from ferry.table_info where merge_state = 'ok'")
+                == [(2,)]
+            ),
+            180,
+            "tables ok on dst1",
+        )
+        status = cli("dst1_digoal_01.ini", "status")
+        assert "dst1_digoal_01" in status
+        # 12-14: load, then compare (at one tick, while the load still runs)
+        with Load(src):
+            time.sleep(3)
+            assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
+        wait_until(all_equal, 120, "dst1 after load")
+        # 15: subscriber database stopped and restarted under load
+        with Load(src):
+            time.sleep(1)
+            sub_cluster.stop()
+            time.sleep(3)
+            sub_cluster.start()
+            time.sleep(1)
+        wait_until(all_equal, 180, "dst1 after its restart")
+        errors = sql(dst1, "select cur_error from ferry_node.local_state")
+        assert errors == [(None,)]
+        # SIGKILL of the worker mid-load, then -d again
+        with Load(src):
+            time.sleep(2)
+            pid = pid_of("dst1_digoal_01")
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            wait_gone("dst1_digoal_01")
+            cli("-d", "dst1_digoal_01.ini", "worker")
+            time.sleep(2)
+        wait_until(all_equal, 180, "dst1 after SIGKILL")
+        # 17: root worker, leaf worker and ticker stopped with -s, load, then -d
+        for ini, job in (
+            ("src_digoal_01.ini", "src_digoal_01"),
+            ("dst1_digoal_01.ini", "dst1_digoal_01"),
+            ("pgqd.ini", "pgqd"),
+        ):
+            cli("-s", ini, "worker" if job != "pgqd" else "ticker")
+            wait_gone(job)
+        with Load(src):
+            time.sleep(3)
+        cli("-d", "pgqd.ini", "ticker")
+        cli("-d", "src_digoal_01.ini", "worker")
+        cli("-d", "dst1_digoal_01.ini", "worker")
+        wait_until(all_equal, 180, "dst1 after -s / -d")
+        # 16: TRUNCATE replicates
+        sql(src, "truncate digoal_01.user_session")
+        sql(src, "insert into digoal_01.user_session (userid) values (1), (2)")
+        wait_until(all_equal, 120, "dst1 after truncate")
+        # 18: partial, renamed leaf
+        cli("dst2_digoal_02.ini", "create-leaf", "dst2_digoal_02", dst2, f"--provider={src}")
+        cli("-d", "dst2_digoal_02.ini", "worker")
+        for table, dest in zip(
+            TABLES, ("digoal_02.user_info1", "digoal_02.user_session1"), strict=True
+        ):
+            cli(
+                "dst2_digoal_02.ini",
+                "add-table",
+                f"--dest-table={dest}",
+                "--copy-condition=userid<1000",
+                table,
+            )
+
+        def partial_equal() -> bool:
+            return equal(dst2, TABLES[0], "digoal_02.user_info1", "userid<1000") and equal(
+                dst2, TABLES[1], "digoal_02.user_session1", "userid<1000"
+            )
+
+        with Load(src):
+            wait_until(
+                lambda: (
+                    sql(dst2, "select count(*) from ferry.table_info where merge_state='ok'")
+                    == [(2,)]
+                ),
+                180,
+                "tables ok on dst2",
+            )
+            time.sleep(2)
+        wait_until(partial_equal, 180, "dst2 partial tables")
+        assert "Results do not match" not in cli("dst2_digoal_02.ini", "compare")
+        assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
+        tables = cli("dst2_digoal_02.ini", "tables")
+        assert "userid<1000" in tables
+    finally:
+        for ini, cmd in (
+            ("dst2_digoal_02.ini", "worker"),
+            ("dst1_digoal_01.ini", "worker"),
+            ("src_digoal_01.ini", "worker"),
+            ("pgqd.ini", "ticker"),
+        ):
+            cli("-k", ini, cmd, check=None)
+        for job in ("dst2_digoal_02", "dst1_digoal_01", "src_digoal_01", "pgqd"):
+            pid = pid_of(job)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
