@@ -142,24 +142,12 @@ def _file_safe(name: str) -> str:
 def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
     """Per table: (kind, src values, dst values) of every differing row."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     out: list[list[tuple]] = [[] for _ in range(tables)]
     if not job.ranges:
         return out
     width = max(len(p.columns) for p in job.plans)
-    schema = StructType(
-        [StructField("t", IntegerType(), False), StructField("k", StringType(), False)]
-        + [StructField(f"c{i}", StringType(), True) for i in range(width)]
-    )
-    spec_schema = StructType([StructField("side", IntegerType()), StructField("r", IntegerType())])
-    sc = spark.sparkContext
-    sides = []
-    for side in (0, 1):
-        specs = [(side, i) for i in range(len(job.ranges))]
-        slices = max(1, min(len(specs), sc.defaultParallelism * 4))
-        frame = spark.createDataFrame(sc.parallelize(specs, slices), spec_schema)
-        sides.append(frame.mapInArrow(lambda batches: _read_batches(job, batches, width), schema))
+    sides = [_side_frame(spark, job, side, width) for side in (0, 1)]
     src, dst = sides[0].alias("s"), sides[1].alias("d")
     cond = (F.col("s.t") == F.col("d.t")) & (F.col("s.k") == F.col("d.k"))
     joined = src.join(dst, cond, "full_outer")
@@ -176,10 +164,37 @@ def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
         F.array(*[F.col(f"s.c{i}") for i in range(width)]).alias("src"),
         F.array(*[F.col(f"d.c{i}") for i in range(width)]).alias("dst"),
     )
-    sc.setJobDescription("pgferry repair")
+    spark.sparkContext.setJobDescription("pgferry repair")
     for row in picked.collect():
         out[row["t"]].append((row["k"], row["kind"], list(row["src"]), list(row["dst"])))
     return out
+
+
+def _side_frame(spark, job: _ReadJob, side: int, width: int):
+    """DataFrame of one side's rows in ``job.ranges``: t, k, c0..c<width-1> (all text)."""
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    schema = StructType(
+        [StructField("t", IntegerType(), False), StructField("k", StringType(), False)]
+        + [StructField(f"c{i}", StringType(), True) for i in range(width)]
+    )
+    spec_schema = StructType([StructField("side", IntegerType()), StructField("r", IntegerType())])
+    sc = spark.sparkContext
+    specs = [(side, i) for i in range(len(job.ranges))]
+    slices = max(1, min(len(specs), sc.defaultParallelism * 4))
+    frame = spark.createDataFrame(sc.parallelize(specs, slices), spec_schema)
+    return frame.mapInArrow(lambda batches: _read_batches(job, batches, width), schema)
+
+
+def read_table_count(spark, connstr: str, task: CompareTask) -> int:
+    """Read one table whole into Spark the way repair does, and count it (data-path probe)."""
+    with maybe_snapshot(connstr, None) as snap:
+        prepared = prepare(connstr, connstr, [task], snap)
+        groups = _groups(prepared.boundaries, spark.sparkContext.defaultParallelism)
+        ranges = tuple((0, KeyRange(g.lower, g.upper)) for g in groups)
+        job = _ReadJob((connstr, connstr), (snap, snap), tuple(prepared.plans), ranges)
+        width = len(prepared.plans[0].columns)
+        return _side_frame(spark, job, 0, width).count()
 
 
 def _read_batches(job: _ReadJob, batches: Iterator, width: int) -> Iterator:
