@@ -109,6 +109,7 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
         copy_done_s=round(t_copied if t_copied is not None else t_ok, 3),
         all_ok_s=round(t_ok, 3),
         ratio_to_raw=round(t_ok / res["raw_pipe_s"], 2) if res["raw_pipe_s"] else None,
+        rows_at_ok=sum(row_counts(rig.pair, "root").values()),
     )
     if add_seqs:
         rig.leaf("add-seq", *(qualified(s) for s in SEQUENCES))

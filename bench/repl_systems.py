@@ -33,6 +33,7 @@ class Rig:
 
     name = ""
     queue_schema = ""  # schema of the queue API on the root (same function names)
+    stop_args: tuple[str, ...] = ("-s",)  # graceful stop of a worker through its pidfile
 
     def __init__(self, pair: Pair, workdir: Path, with_seqs: bool = True) -> None:
         self.pair = pair
@@ -129,7 +130,7 @@ class Rig:
         pid = read_pid(self.leaf_pidfile)
         if pid is None or not pid_alive(pid):
             return
-        self.leaf("-s")
+        self.leaf(*self.stop_args)
         wait_for("leaf worker exit", lambda: not pid_alive(pid), timeout, poll=0.1)
 
     def leaf_running(self) -> bool:
@@ -145,7 +146,7 @@ class Rig:
             pid = read_pid(pidfile)
             if pid is not None and pid_alive(pid):
                 try:
-                    self.run(self.command(ini, "-s"), "stop")
+                    self.run(self.command(ini, *self.stop_args), "stop")
                     wait_for("worker exit", lambda p=pid: not pid_alive(p), 60)
                 except BenchError:
                     _kill(pid)
@@ -245,6 +246,7 @@ def _kill(pid: int) -> None:
 class PgferryRig(Rig):
     name = "pgferry"
     queue_schema = "ferry_queue"
+    stop_args = ("-s", "worker")  # pgferry wants the command after the config
 
     def command(self, ini: Path, *args: str) -> list[str]:
         return [sys.executable, "-m", "pgferry", str(ini), *args]

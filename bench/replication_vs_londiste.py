@@ -129,10 +129,15 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
                         add_seqs=first_copy and not args.no_seqs,
                     )
                     first_copy = False
-                elif phase == "lag":
-                    res = steady_lag(rig, durations, outdir)
                 else:
-                    res = catch_up(rig, durations, outdir)
+                    if not rig.leaf_states():
+                        # lag / catch-up without a copy phase: attach the tables, unmeasured
+                        result["phases"]["prepare"] = copy_tables(
+                            rig, durations, outdir, busy=False, add_seqs=not args.no_seqs
+                        )
+                        first_copy = False
+                    run = steady_lag if phase == "lag" else catch_up
+                    res = run(rig, durations, outdir)
             except Exception as exc:  # record the failure, keep the other phases going
                 res = {"error": _one_line(exc), "log_tail": rig.log_tail()}
                 print(f"[{name}] {phase} FAILED: {res['error']}", flush=True)
