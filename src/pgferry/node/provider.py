@@ -1,0 +1,118 @@
+"""``change-provider``: move a subscriber under another node without loss or duplicates.
+
+The node is paused first; from then on its position (``last_tick_id``) cannot move (see
+``sql/node/010_pause.sql``).  Its consumer is registered on the new provider at exactly that
+tick — every root and branch holds the same tick ids, so the next batch there starts where
+the node stopped — then ``local_state.provider_node`` is switched and the node resumed.  The
+old provider forgets the node last; when it is dead that is only a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pgferry.errors import NodeError, PgferryError
+from pgferry.node import model
+from pgferry.node.cascade import Cascade, NodeView, set_paused, unregister_subscriber
+from pgferry.node.waits import wait_tick_available
+
+log = logging.getLogger(__name__)
+
+
+def check_new_provider(c: Cascade, node: NodeView, new: str) -> NodeView:
+    """The new provider must be a live root or branch that is not below ``node``."""
+    if new == node.name:
+        raise NodeError(f"Node {node.name} cannot be its own provider")
+    c.member(new)
+    if c.is_dead(new):
+        raise NodeError(f"Provider {new} is marked dead")
+    target = c.view(new)
+    if target.node_type == "leaf":
+        raise NodeError(f"Node {new} is a leaf: it has no queue to provide")
+    # Walk up from the new provider: meeting the node itself would close a loop.
+    name: str | None = target.provider
+    seen = {new}
+    while name is not None and name not in seen and not c.is_dead(name):
+        if name == node.name:
+            raise NodeError(f"Node {new} is below {node.name}: it cannot be its provider")
+        seen.add(name)
+        name = c.view(name).provider
+    return target
+
+
+def change_provider(
+    c: Cascade, name: str, new: str, timeout: float = 60.0, poll: float = 0.5
+) -> bool:
+    """Move node ``name`` under ``new``; False when it already reads from ``new``."""
+    c.member(name)
+    if c.is_dead(name):
+        raise NodeError(f"Node {name} is marked dead")
+    node = c.view(name)
+    if node.node_type == "root":
+        raise NodeError(f"Node {name} is the root: it has no provider")
+    if node.provider == new:
+        log.info("Node %s already reads from %s", name, new)
+        return False
+    check_new_provider(c, node, new)
+    old = node.provider
+
+    paused_here = set_paused(c, name, True)
+    try:
+        tick = c.view(name).last_tick  # frozen now that the pause has committed
+        if tick is None:
+            raise NodeError(f"Node {name} has no position (last_tick_id) yet")
+        wait_tick_available(c, new, tick, timeout, poll)
+        subscribe(c, new, name, node.worker_name, tick)
+        try:
+            with c.on(name) as conn:
+                conn.execute(
+                    """
+                    update ferry_node.local_state set provider_node = %s
+                     where queue_name = %s and consumer_name = %s
+                    """,
+                    (new, c.queue, node.worker_name),
+                )
+        except PgferryError:
+            with c.on(new) as conn:
+                unregister_subscriber(conn, c.queue, name, node.worker_name)
+            raise
+    except BaseException:
+        if paused_here:
+            set_paused(c, name, False)
+        raise
+    if paused_here:
+        set_paused(c, name, False)
+    log.info("Node %s now reads from %s at tick %s", name, new, tick)
+    if old is not None:
+        forget_subscriber(c, old, name, node.worker_name)
+    return True
+
+
+def subscribe(c: Cascade, provider: str, name: str, worker: str, tick: int) -> None:
+    """On ``provider``: location, consumer at ``tick`` and subscriber row of ``name``."""
+    with c.on(provider) as conn:
+        model.register_location(
+            conn, c.queue, name, c.member(name).node_location, c.member(name).dead
+        )
+        conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (c.queue, worker, tick))
+        conn.execute(
+            """
+            insert into ferry_node.subscriber_info (queue_name, subscriber_node, worker_name)
+            values (%s, %s, %s)
+            on conflict (queue_name, subscriber_node)
+            do update set worker_name = excluded.worker_name
+            """,
+            (c.queue, name, worker),
+        )
+
+
+def forget_subscriber(c: Cascade, provider: str, name: str, worker: str | None) -> None:
+    """Unregister ``name`` on its former provider; a dead or unreachable one only warns."""
+    if c.is_dead(provider):
+        log.warning("Old provider %s is dead: consumer of %s not unregistered", provider, name)
+        return
+    try:
+        with c.on(provider) as conn:
+            unregister_subscriber(conn, c.queue, name, worker)
+    except PgferryError as exc:
+        log.warning("Could not unregister %s on old provider %s: %s", name, provider, exc)

@@ -1,0 +1,326 @@
+"""``takeover OLD_NODE``: the local branch takes the place of OLD_NODE.
+
+Root, alive (switchover) — the local node NEW must read directly from OLD:
+
+1. On OLD, in one transaction: pause its worker, swap the capture triggers of its tables for
+   deny triggers (this waits for open writers, later writes fail), make a last tick T and
+   switch its queue to external ticks.  No event can enter the cascade after T.
+2. Wait until NEW has applied T, then pause NEW: both now hold the same data.
+3. NEW becomes root (capture triggers, own ticker, OLD registered as its subscriber at T)
+   and OLD a branch below NEW at T, in two transactions committed back to back.
+4. Resume both.  A failure before step 3 puts OLD back as it was.
+
+Root, dead (failover, ``--dead-root`` / ``--dead``): OLD is tagged dead everywhere; if a
+live branch under OLD got further than NEW, NEW first moves under it and catches up; NEW
+becomes root at its position and every other live subscriber of OLD is moved under NEW with
+change-provider (one that is ahead of NEW cannot be and is reported).
+
+Branch: NEW (if it reads from OLD) moves to OLD's provider; with ``--all`` or when OLD is
+dead, OLD's other subscribers move under NEW; a live OLD finally moves under NEW.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from pgferry.errors import NodeError, PgferryError
+from pgferry.node import cascade, model, queueops
+from pgferry.node.cascade import Cascade, NodeView, set_paused
+from pgferry.node.provider import change_provider, forget_subscriber
+from pgferry.node.waits import wait_applied, wait_tick_available
+from pgferry.replication import capture, registry
+
+log = logging.getLogger(__name__)
+
+
+def takeover(
+    c: Cascade,
+    old: str,
+    *,
+    dead: bool = False,
+    dead_type: str | None = None,
+    move_all: bool = False,
+    timeout: float = 120.0,
+    poll: float = 0.3,
+) -> str:
+    """Run on NEW (the local node); returns a one-line summary."""
+    new = c.local.node_name
+    c.member(old)
+    if old == new:
+        raise NodeError(f"Node {new} cannot take over itself")
+    me = c.view(new)
+    if me.node_type != "branch":
+        raise NodeError(f"Node {new} is a {me.node_type}: only a branch can take over")
+    if dead or c.is_dead(old):
+        if not c.member(old).dead:
+            cascade.tag(c, old, True)
+        c.assume_dead = c.assume_dead | {old}
+        old_type = dead_type or _guess_dead_type(c)
+        if old_type == "root":
+            return _failover_root(c, old, timeout, poll)
+        return _take_branch(c, old, None, True, timeout, poll)
+    old_view = c.view(old)
+    if old_view.node_type == "root":
+        return _switchover_root(c, old_view, me, move_all, timeout, poll)
+    if old_view.node_type == "branch":
+        return _take_branch(c, old, old_view, move_all, timeout, poll)
+    raise NodeError(f"Node {old} is a leaf: there is nothing to take over")
+
+
+def _guess_dead_type(c: Cascade) -> str:
+    """A dead node is a root when no live member is one."""
+    views = c.survey()
+    return "branch" if any(v.node_type == "root" for v in views.values()) else "root"
+
+
+# --- switchover --------------------------------------------------------------------------
+def _switchover_root(
+    c: Cascade, old: NodeView, me: NodeView, move_all: bool, timeout: float, poll: float
+) -> str:
+    new = me.name
+    if me.provider != old.name:
+        raise NodeError(
+            f"Node {new} does not read from {old.name}: move it there first (change-provider)"
+        )
+    if me.paused:
+        raise NodeError(f"Node {new} is paused: resume it first")
+    tables = _check_tables(c, old.name, new)
+    tick, was_paused = _freeze_root(c, old.name, tables)
+    log.info("Root %s frozen at tick %s", old.name, tick)
+    try:
+        wait_applied(c, new, tick, timeout, poll)
+        set_paused(c, new, True)
+        wait_tick_available(c, new, tick, timeout, poll)
+    except BaseException:
+        set_paused(c, new, False)
+        _unfreeze_root(c, old.name, tables, was_paused)
+        raise
+    try:
+        _swap_roles(c, old, me, tables, tick)
+    except BaseException:
+        set_paused(c, new, False)
+        _unfreeze_root(c, old.name, tables, was_paused)
+        raise
+    set_paused(c, new, False)
+    if not was_paused:
+        set_paused(c, old.name, False)
+    moved = _move_subscribers(c, old.name, new, timeout, poll) if move_all else []
+    extra = f"; moved {', '.join(moved)}" if moved else ""
+    return f"Node {new} is now root; {old.name} is a branch below it (tick {tick}){extra}"
+
+
+def _move_subscribers(c: Cascade, old: str, new: str, timeout: float, poll: float) -> list[str]:
+    """Move every other live subscriber of ``old`` under ``new`` (``--all``)."""
+    moved = []
+    for v in sorted(c.survey().values(), key=lambda v: v.name):
+        if v.provider == old and v.name != new:
+            change_provider(c, v.name, new, timeout, poll)
+            moved.append(v.name)
+    return moved
+
+
+def _check_tables(c: Cascade, old: str, new: str) -> list[str]:
+    """Every table of OLD must be replicated whole, unrenamed and ok on NEW."""
+    with c.on(old, autocommit=True) as conn:
+        old_tables = [t.table_name for t in registry.list_tables(conn, c.queue)]
+    with c.on(new, autocommit=True) as conn:
+        mine = {t.table_name: t for t in registry.list_tables(conn, c.queue)}
+    for name in old_tables:
+        entry = mine.get(name)
+        if entry is None:
+            raise NodeError(f"Table {name} is not replicated on node {new}")
+        if entry.merge_state != "ok":
+            raise NodeError(f"Table {name} is not ok on node {new}: {entry.merge_state}")
+        if entry.dest_table or entry.copy_condition:
+            raise NodeError(f"Table {name} is renamed or partial on node {new}")
+    return old_tables
+
+
+def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
+    """Pause OLD, deny writes, make the last tick and stop its ticker: (tick, was paused)."""
+    with c.on(old) as conn:
+        node = model.require_node(conn, c.queue)
+        state = model.local_state(conn, c.queue, node.worker_name)
+        was_paused = bool(state and state.paused)
+        _set_paused_in(conn, c.queue, node.worker_name, True)
+        for table in tables:
+            capture.attach(conn, c.queue, table, deny=True)
+        conn.execute("select ferry_queue.force_tick(%s)", (c.queue,))
+        row = conn.execute("select ferry_queue.ticker(%s)", (c.queue,)).fetchone()
+        if row is None or row[0] is None:
+            raise NodeError(f"Could not make a last tick on {old}")
+        queueops.set_external_ticker(conn, c.queue)
+        return row[0], was_paused
+
+
+def _unfreeze_root(c: Cascade, old: str, tables: list[str], was_paused: bool) -> None:
+    """Undo :func:`_freeze_root` after a failed switchover."""
+    try:
+        with c.on(old) as conn:
+            node = model.require_node(conn, c.queue)
+            conn.execute(
+                "select ferry_queue.set_queue_config(%s, 'external_ticker', 'false')",
+                (c.queue,),
+            )
+            for table in tables:
+                capture.attach(conn, c.queue, table, deny=False)
+            if not was_paused:
+                _set_paused_in(conn, c.queue, node.worker_name, False)
+        log.info("Root %s restored", old)
+    except PgferryError as exc:
+        log.error("could not restore root %s: %s", old, exc)
+
+
+def _swap_roles(c: Cascade, old: NodeView, me: NodeView, tables: list[str], tick: int) -> None:
+    """NEW becomes root and OLD its branch at ``tick``; NEW commits first."""
+    with c.on(old.name) as old_conn:
+        tick_time = old_conn.execute(
+            """
+            select t.tick_time from ferry_queue.tick t
+              join ferry_queue.queue q on q.queue_id = t.tick_queue
+             where q.queue_name = %s and t.tick_id = %s
+            """,
+            (c.queue, tick),
+        ).fetchone()
+        with c.on(me.name) as new_conn:
+            _promote(new_conn, c.queue, me.worker_name, tables, [me.last_tick or tick, tick])
+            new_conn.execute(
+                "select ferry_queue.register_consumer_at(%s, %s, %s)",
+                (c.queue, old.worker_name, tick),
+            )
+            new_conn.execute(
+                """
+                insert into ferry_node.subscriber_info (queue_name, subscriber_node, worker_name)
+                values (%s, %s, %s)
+                on conflict (queue_name, subscriber_node)
+                do update set worker_name = excluded.worker_name
+                """,
+                (c.queue, old.name, old.worker_name),
+            )
+            old_conn.execute(
+                "update ferry_node.node_info set node_type = 'branch' where queue_name = %s",
+                (c.queue,),
+            )
+            old_conn.execute(
+                """
+                update ferry_node.local_state
+                   set provider_node = %s, last_tick_id = %s, last_tick_time = %s
+                 where queue_name = %s and consumer_name = %s
+                """,
+                (me.name, tick, tick_time[0] if tick_time else None, c.queue, old.worker_name),
+            )
+            cascade.unregister_subscriber(old_conn, c.queue, me.name, me.worker_name)
+        # NEW has committed here; OLD commits when its block ends.
+
+
+def _promote(
+    conn: psycopg.Connection, queue: str, worker: str, tables: list[str], ticks: list[int]
+) -> None:
+    """Make the node of ``conn`` the root: type, no provider, own ticker, capture."""
+    conn.execute(
+        "update ferry_node.node_info set node_type = 'root' where queue_name = %s", (queue,)
+    )
+    conn.execute(
+        """
+        update ferry_node.local_state set provider_node = null
+         where queue_name = %s and consumer_name = %s
+        """,
+        (queue, worker),
+    )
+    conn.execute("select ferry_queue.set_queue_config(%s, 'external_ticker', 'false')", (queue,))
+    # Tick ids must keep growing past every tick any node has seen.
+    conn.execute(
+        """
+        select setval(q.queue_tick_seq, greatest(%s, (select max(tick_id)
+                      from ferry_queue.tick where tick_queue = q.queue_id)))
+          from ferry_queue.queue q where q.queue_name = %s
+        """,
+        (max(ticks), queue),
+    )
+    for table in tables:
+        capture.attach(conn, queue, table, deny=False)
+
+
+def _set_paused_in(conn: psycopg.Connection, queue: str, worker: str, paused: bool) -> None:
+    conn.execute(
+        """
+        update ferry_node.local_state set paused = %s
+         where queue_name = %s and consumer_name = %s
+        """,
+        (paused, queue, worker),
+    )
+
+
+# --- failover ----------------------------------------------------------------------------
+def _failover_root(c: Cascade, old: str, timeout: float, poll: float) -> str:
+    new = c.local.node_name
+    views = c.survey()
+    me = views[new]
+    others = [v for v in views.values() if v.provider == old and v.name != new]
+    ahead = [
+        v for v in others if v.node_type == "branch" and (v.last_tick or 0) > (me.last_tick or 0)
+    ]
+    if ahead:
+        best = max(ahead, key=lambda v: v.last_tick or 0)
+        log.info("Branch %s is further (tick %s): catching up from it", best.name, best.last_tick)
+        change_provider(c, new, best.name, timeout, poll)
+        wait_applied(c, new, best.last_tick or 0, timeout, poll)
+    set_paused(c, new, True)
+    try:
+        me = c.view(new)
+        with c.on(new) as conn:
+            tables = [t.table_name for t in registry.list_tables(conn, c.queue)]
+            top = max([v.last_tick or 0 for v in views.values()] + [me.last_tick or 0])
+            _promote(conn, c.queue, me.worker_name, tables, [top])
+    finally:
+        set_paused(c, new, False)
+    if me.provider is not None and me.provider != old:
+        # NEW caught up from a sibling branch: that one must now read from NEW.
+        forget_subscriber(c, me.provider, new, me.worker_name)
+    moved, skipped = [], []
+    for v in sorted(others, key=lambda v: v.name):
+        current = c.view(v.name)
+        if (current.last_tick or 0) > (me.last_tick or 0):
+            log.warning(
+                "Node %s is ahead of %s (tick %s > %s): not moved",
+                v.name,
+                new,
+                current.last_tick,
+                me.last_tick,
+            )
+            skipped.append(v.name)
+            continue
+        change_provider(c, v.name, new, timeout, poll)
+        moved.append(v.name)
+    text = f"Node {new} is now root in place of dead {old} (tick {me.last_tick})"
+    if moved:
+        text += f"; moved {', '.join(moved)}"
+    if skipped:
+        text += f"; not moved (ahead): {', '.join(skipped)}"
+    return text
+
+
+# --- branches ----------------------------------------------------------------------------
+def _take_branch(
+    c: Cascade, old: str, old_view: NodeView | None, move_all: bool, timeout: float, poll: float
+) -> str:
+    new = c.local.node_name
+    views = c.survey()
+    me = views[new]
+    upstream = old_view.provider if old_view else cascade._provider_of(views, old)[0]
+    if upstream is None:
+        raise NodeError(f"Provider of node {old} is unknown")
+    if me.provider == old:
+        change_provider(c, new, upstream, timeout, poll)
+    moved = []
+    if move_all or old_view is None:
+        for v in sorted(views.values(), key=lambda v: v.name):
+            if v.provider == old and v.name != new:
+                change_provider(c, v.name, new, timeout, poll)
+                moved.append(v.name)
+    if old_view is not None:
+        change_provider(c, old, new, timeout, poll)
+        moved.append(old)
+    return f"Node {new} took the place of {old}" + (f"; moved {', '.join(moved)}" if moved else "")

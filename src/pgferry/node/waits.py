@@ -1,0 +1,117 @@
+"""Waiting on ticks: ``wait-root`` / ``wait-provider`` and the waits of cascade operations.
+
+Tick ids are the same on every node of a cascade (branches copy the root's ticks), so "node
+N has caught up with tick T" is simply ``last_tick_id >= T`` on N.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from pgferry.errors import NodeError
+from pgferry.node import model, queueops
+from pgferry.node.cascade import Cascade
+
+log = logging.getLogger(__name__)
+
+
+def queue_top(c: Cascade, name: str) -> int | None:
+    """Newest tick of the queue on ``name`` (root or branch)."""
+    with c.on(name, autocommit=True) as conn:
+        return queueops.last_tick(conn, c.queue)[0]
+
+
+def applied_tick(c: Cascade, name: str) -> int | None:
+    """Last tick applied on ``name`` (the root's is its queue's newest tick)."""
+    view = c.view(name)
+    if view.node_type == "root":
+        return queue_top(c, name)
+    return view.last_tick
+
+
+def wait_applied(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> int:
+    """Poll until ``name`` has applied ``tick``; ``timeout`` <= 0 waits for ever."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        current = applied_tick(c, name)
+        if current is not None and current >= tick:
+            return current
+        if deadline is not None and time.monotonic() >= deadline:
+            raise NodeError(
+                f"Node {name} did not reach tick {tick} within {timeout:g}s"
+                f" (at tick {current if current is not None else '?'}; is its worker running?)"
+            )
+        time.sleep(poll)
+
+
+def has_tick(conn: psycopg.Connection, queue: str, tick: int) -> tuple[bool, int | None]:
+    """Whether the queue holds ``tick``, and its newest tick."""
+    row = conn.execute(
+        """
+        select bool_or(t.tick_id = %s), max(t.tick_id)
+          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s
+        """,
+        (tick, queue),
+    ).fetchone()
+    return (bool(row and row[0]), row[1] if row else None)
+
+
+def wait_tick_available(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> None:
+    """Poll until the queue on ``name`` holds ``tick`` (a branch behind catches up)."""
+    deadline = time.monotonic() + max(timeout, 0)
+    while True:
+        with c.on(name, autocommit=True) as conn:
+            found, top = has_tick(conn, c.queue, tick)
+        if found:
+            return
+        if top is not None and top > tick:
+            raise NodeError(f"Tick {tick} is no longer in the queue of node {name} (at {top})")
+        if time.monotonic() >= deadline:
+            raise NodeError(
+                f"Node {name} has not reached tick {tick} within {timeout:g}s"
+                f" (at tick {top if top is not None else '?'})"
+            )
+        time.sleep(poll)
+
+
+def find_root(c: Cascade) -> str:
+    """Walk up the provider chain from the local node to the root."""
+    name: str | None = c.local.node_name
+    seen: set[str] = set()
+    while name is not None and name not in seen:
+        seen.add(name)
+        view = c.view(name)
+        if view.node_type == "root":
+            return name
+        name = view.provider
+    raise NodeError("No root found above the local node")
+
+
+def wait_root(c: Cascade, timeout: float, poll: float) -> tuple[str, int | None]:
+    """Wait until the local node has applied the root's newest tick; (root, tick)."""
+    root = find_root(c)
+    if root == c.local.node_name:
+        return root, queue_top(c, root)
+    tick = queue_top(c, root)
+    if tick is not None:
+        log.info("Waiting for tick %s of root %s", tick, root)
+        wait_applied(c, c.local.node_name, tick, timeout, poll)
+    return root, tick
+
+
+def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | None]:
+    """Wait until the local node has applied its provider's newest tick; (provider, tick)."""
+    provider = c.local.provider_node
+    if provider is None:
+        raise NodeError(f"Node {c.local.node_name} is the root: it has no provider")
+    with c.on(provider, autocommit=True) as conn:
+        node = model.require_node(conn, c.queue)
+        tick = queueops.last_tick(conn, c.queue)[0] if node.has_queue else None
+    if tick is not None:
+        log.info("Waiting for tick %s of provider %s", tick, provider)
+        wait_applied(c, c.local.node_name, tick, timeout, poll)
+    return provider, tick

@@ -1,0 +1,195 @@
+"""A cascade of four nodes on the two session clusters, workers running in threads.
+
+``tree`` builds root -> branch -> leaf plus leaf2 under the root with the real admin code,
+one table ``public."Tbl é"`` (mixed case, a space, unicode) registered everywhere (the
+subscribers start in sync, so no copy is needed), and offers helpers: SQL on any node, a
+tick on whichever node is root now, waiting until nodes have applied it, and the CLI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgferry.cli.main import main
+from pgferry.config import Config, load_config
+from pgferry.node import setup
+from pgferry.replication import tableops
+from pgferry.replication.worker import Worker
+
+TABLE = 'public."Tbl é"'
+_queues = itertools.count(1)
+
+
+class Runner(threading.Thread):
+    """One node's worker loop, as the daemon runs it, until stopped."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(daemon=True)
+        self.worker = Worker(config)
+        self.halt = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                if not self.worker.work():
+                    self.halt.wait(0.1)
+            except Exception as exc:  # the daemon records and retries the same way
+                self.errors.append(str(exc))
+                try:
+                    self.worker.on_error(exc)
+                except Exception:
+                    pass
+                self.halt.wait(0.2)
+        self.worker.shutdown()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Tree:
+    queue: str
+    dsns: dict[str, str]
+    configs: dict[str, Path]
+    capsys: pytest.CaptureFixture[str]
+    runners: dict[str, Runner] = field(default_factory=dict)
+
+    def sql(self, node: str, query, params=None) -> list[tuple]:
+        with psycopg.connect(self.dsns[node], autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def cli(self, node: str, *args: object) -> CliResult:
+        self.capsys.readouterr()
+        code = main([str(self.configs[node]), *map(str, args)])
+        captured = self.capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    def start(self, *nodes: str) -> None:
+        for node in nodes:
+            runner = Runner(load_config(self.configs[node]))
+            self.runners[node] = runner
+            runner.start()
+
+    def stop(self, *nodes: str) -> None:
+        for node in nodes or tuple(self.runners):
+            runner = self.runners.pop(node, None)
+            if runner is not None:
+                runner.stop()
+
+    def node_type(self, node: str) -> str:
+        return self.sql(node, "select node_type from ferry_node.node_info")[0][0]
+
+    def provider(self, node: str) -> str | None:
+        return self.sql(node, "select provider_node from ferry_node.local_state")[0][0]
+
+    def root(self) -> str:
+        roots = [n for n in self.dsns if self._alive(n) and self.node_type(n) == "root"]
+        assert len(roots) == 1, roots
+        return roots[0]
+
+    def _alive(self, node: str) -> bool:
+        return bool(self.sql(node, "select to_regclass('ferry_node.node_info') is not null")[0][0])
+
+    def tick(self) -> int:
+        root = self.root()
+        self.sql(root, "select ferry_queue.force_tick(%s)", (self.queue,))
+        tick = self.sql(root, "select ferry_queue.ticker(%s)", (self.queue,))[0][0]
+        assert tick is not None
+        return tick
+
+    def last_tick(self, node: str) -> int | None:
+        return self.sql(node, "select last_tick_id from ferry_node.local_state")[0][0]
+
+    def wait_for(self, cond: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                errors = {n: r.errors[-3:] for n, r in self.runners.items() if r.errors}
+                raise AssertionError(f"timed out waiting for {what}; worker errors: {errors}")
+            time.sleep(0.1)
+
+    def catch_up(self, *nodes: str, timeout: float = 60) -> int:
+        """Tick the root and wait until ``nodes`` (default: every running one) applied it."""
+        tick = self.tick()
+        targets = nodes or tuple(n for n in self.runners if self.node_type(n) != "root")
+        for node in targets:
+            self.wait_for(
+                lambda n=node: (self.last_tick(n) or 0) >= tick, timeout, f"{node} at {tick}"
+            )
+        return tick
+
+    def rows(self, node: str) -> list[tuple]:
+        query = sql.SQL("select id, v from {} order by id").format(
+            sql.Identifier("public", "Tbl é")
+        )
+        return self.sql(node, query)
+
+    def write(self, node: str, query: str, params=None) -> None:
+        self.sql(node, sql.SQL(query).format(t=sql.Identifier("public", "Tbl é")), params)
+
+
+def write_ini(path: Path, **values: str) -> Path:
+    path.write_text("[londiste3]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+    return path
+
+
+@pytest.fixture
+def tree(new_db_a, new_db_b, tmp_path: Path, capsys) -> Iterator[Tree]:
+    queue = f"casc{next(_queues)}"
+    layout = {  # node: (cluster factory, type, provider node)
+        "root": (new_db_a, "root", None),
+        "branch": (new_db_b, "branch", "root"),
+        "leaf": (new_db_b, "leaf", "branch"),
+        "leaf2": (new_db_a, "leaf", "root"),
+    }
+    dsns: dict[str, str] = {}
+    configs: dict[str, Path] = {}
+    for node, (factory, node_type, provider) in layout.items():
+        dsns[node] = factory(None)
+        configs[node] = write_ini(
+            tmp_path / f"{node}.ini",
+            job_name=f"{queue}_{node}_job",
+            db=dsns[node],
+            queue_name=queue,
+            loop_delay="0.1",
+            exception_sleep="0.2",
+        )
+        cfg = load_config(configs[node])
+        with psycopg.connect(dsns[node], autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("create table {} (id int primary key, v text)").format(
+                    sql.Identifier("public", "Tbl é")
+                )
+            )
+        req = setup.build_request(
+            cfg, node_type, node, None, dsns[provider] if provider else None
+        )
+        setup.create_node(cfg, req)
+        with psycopg.connect(dsns[node]) as conn:
+            tableops.add_tables(
+                cfg, conn, [TABLE], tableops.AddTableOptions(expect_sync=node_type != "root")
+            )
+    t = Tree(queue, dsns, configs, capsys)
+    try:
+        yield t
+    finally:
+        t.stop()
