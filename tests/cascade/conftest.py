@@ -8,6 +8,7 @@ tick on whichever node is root now, waiting until nodes have applied it, and the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -45,16 +46,62 @@ class Runner(threading.Thread):
                     self.halt.wait(0.1)
             except Exception as exc:  # the daemon records and retries the same way
                 self.errors.append(str(exc))
-                try:
+                with contextlib.suppress(Exception):
                     self.worker.on_error(exc)
-                except Exception:
-                    pass
                 self.halt.wait(0.2)
         self.worker.shutdown()
 
     def stop(self) -> None:
         self.halt.set()
         self.join(timeout=30)
+
+
+class Ticker(threading.Thread):
+    """Ticks whichever node holds the root queue (external-ticker queues are skipped)."""
+
+    def __init__(self, dsns: list[str], queue: str, every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.dsns, self.queue, self.every = dsns, queue, every
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.every):
+            for dsn in self.dsns:
+                try:
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute(
+                            "select ferry_queue.force_tick(queue_name) from ferry_queue.queue"
+                            " where queue_name = %s and not queue_external_ticker",
+                            (self.queue,),
+                        )
+                        conn.execute("select ferry_queue.ticker()")
+                except psycopg.Error:
+                    pass  # a node being dropped or stopped
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)
+
+
+class Writer(threading.Thread):
+    """Inserts rows with new ids into the table on one node until stopped."""
+
+    def __init__(self, dsn: str, first_id: int, every: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.next_id, self.every = dsn, first_id, every
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        query = sql.SQL("insert into {} values (%s, %s)").format(sql.Identifier("public", "Tbl é"))
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.halt.wait(self.every):
+                conn.execute(query, (self.next_id, f"w{self.next_id}"))
+                self.next_id += 1
+
+    def stop(self) -> int:
+        self.halt.set()
+        self.join(timeout=30)
+        return self.next_id
 
 
 @dataclass
@@ -71,6 +118,7 @@ class Tree:
     configs: dict[str, Path]
     capsys: pytest.CaptureFixture[str]
     runners: dict[str, Runner] = field(default_factory=dict)
+    ticker: Ticker | None = None
 
     def sql(self, node: str, query, params=None) -> list[tuple]:
         with psycopg.connect(self.dsns[node], autocommit=True) as conn:
@@ -88,6 +136,35 @@ class Tree:
             runner = Runner(load_config(self.configs[node]))
             self.runners[node] = runner
             runner.start()
+
+    def start_ticker(self) -> None:
+        self.ticker = Ticker(list(self.dsns.values()), self.queue)
+        self.ticker.start()
+
+    def stop_ticker(self) -> None:
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+
+    def log_applied(self, node: str) -> None:
+        """Record every row change replay makes on ``node`` (to spot double application)."""
+        self.sql(node, "create table applied_log (id int, op text)")
+        self.sql(
+            node,
+            "create function log_applied() returns trigger language plpgsql as $$"
+            " begin insert into applied_log values (new.id, tg_op); return null; end $$",
+        )
+        for query in (
+            "create trigger log_applied after insert or update on {t}"
+            " for each row execute function log_applied()",
+            "alter table {t} enable always trigger log_applied",
+        ):
+            self.write(node, query)
+
+    def applied_twice(self, node: str) -> list[tuple]:
+        return self.sql(
+            node, "select id, count(*) from applied_log group by id having count(*) > 1"
+        )
 
     def stop(self, *nodes: str) -> None:
         for node in nodes or tuple(self.runners):
@@ -180,9 +257,7 @@ def tree(new_db_a, new_db_b, tmp_path: Path, capsys) -> Iterator[Tree]:
                     sql.Identifier("public", "Tbl é")
                 )
             )
-        req = setup.build_request(
-            cfg, node_type, node, None, dsns[provider] if provider else None
-        )
+        req = setup.build_request(cfg, node_type, node, None, dsns[provider] if provider else None)
         setup.create_node(cfg, req)
         with psycopg.connect(dsns[node]) as conn:
             tableops.add_tables(
@@ -192,4 +267,5 @@ def tree(new_db_a, new_db_b, tmp_path: Path, capsys) -> Iterator[Tree]:
     try:
         yield t
     finally:
+        t.stop_ticker()
         t.stop()

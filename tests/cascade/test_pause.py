@@ -37,9 +37,11 @@ def test_pause_stops_and_resume_continues(tree) -> None:
 def test_paused_position_cannot_move(tree) -> None:
     """A batch in flight when the pause commits rolls back as a whole."""
     tree.cli("leaf", "pause")
-    with psycopg.connect(tree.dsns["leaf"], application_name="pgferry-worker") as conn:
-        with pytest.raises(psycopg.Error, match="Node is paused"):
-            conn.execute("update ferry_node.local_state set last_tick_id = last_tick_id + 1")
+    with (
+        psycopg.connect(tree.dsns["leaf"], application_name="pgferry-worker") as conn,
+        pytest.raises(psycopg.Error, match="Node is paused"),
+    ):
+        conn.execute("update ferry_node.local_state set last_tick_id = last_tick_id + 1")
     # An admin connection (e.g. takeover) may still set it.
     tree.sql("leaf", "update ferry_node.local_state set last_tick_id = last_tick_id")
 

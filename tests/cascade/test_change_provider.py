@@ -1,0 +1,102 @@
+"""change-provider: a leaf moves from the root to the branch under writes, nothing lost or
+applied twice; bad requests fail with one line and change nothing."""
+
+from __future__ import annotations
+
+
+def _consumers(tree, node: str) -> list[str]:
+    return [r[0] for r in tree.sql(node, "select sub_consumer from ferry_queue.subscription")]
+
+
+def _subscribers(tree, node: str) -> list[str]:
+    return [r[0] for r in tree.sql(node, "select subscriber_node from ferry_node.subscriber_info")]
+
+
+def test_move_leaf_under_branch_while_writing(tree) -> None:
+    from tests.cascade.conftest import Writer
+
+    tree.log_applied("leaf2")
+    tree.start("branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
+    tree.catch_up()
+    tree.start_ticker()
+    writer = Writer(tree.dsns["root"], 1000)
+    writer.start()
+    try:
+        tree.wait_for(lambda: writer.next_id > 1030, what="writes")
+        res = tree.cli("leaf2", "change-provider", "--provider=branch")
+        assert res.code == 0, res.err
+        assert "Node leaf2 now reads from branch" in res.out
+        tree.wait_for(lambda: writer.next_id > 1080, what="more writes")
+    finally:
+        writer.stop()
+        tree.stop_ticker()
+    tree.catch_up()
+    expected = tree.rows("root")
+    assert len(expected) > 80
+    for node in ("branch", "leaf", "leaf2"):
+        assert tree.rows(node) == expected, node
+    assert tree.applied_twice("leaf2") == []
+    assert tree.sql("leaf2", "select count(*) from applied_log") == [(len(expected),)]
+
+    assert tree.provider("leaf2") == "branch"
+    job = "leaf2_job"
+    assert not any(c.endswith(job) for c in _consumers(tree, "root"))
+    assert any(c.endswith(job) for c in _consumers(tree, "branch"))
+    assert "leaf2" not in _subscribers(tree, "root")
+    assert "leaf2" in _subscribers(tree, "branch")
+    status = tree.cli("leaf", "status")
+    lines = status.out.splitlines()
+    assert lines.index(next(x for x in lines if "branch (branch)" in x)) < lines.index(
+        next(x for x in lines if "leaf2 (leaf)" in x)
+    )
+    again = tree.cli("leaf2", "change-provider", "--provider=branch")
+    assert again.code == 0 and "already reads from branch" in again.out
+
+
+def test_waits_for_a_provider_behind(tree) -> None:
+    tree.start("leaf2", "leaf")
+    tree.write("root", "insert into {t} values (1, 'a')")
+    tree.catch_up("leaf2")
+    at = tree.last_tick("leaf2")
+    # The branch is stopped: it has not reached leaf2's tick.
+    res = tree.cli("leaf2", "change-provider", "--provider=branch", "--timeout=1")
+    assert res.code != 0
+    assert f"Node branch has not reached tick {at}" in res.err
+    assert "Traceback" not in res.err
+    assert tree.provider("leaf2") == "root"
+    assert tree.sql("leaf2", "select paused from ferry_node.local_state") == [(False,)]
+    assert "leaf2" not in _subscribers(tree, "branch")
+
+    import threading
+
+    result = {}
+    mover = threading.Thread(
+        target=lambda: result.setdefault(
+            "res", tree.cli("leaf2", "change-provider", "--provider=branch", "--timeout=60")
+        )
+    )
+    mover.start()
+    tree.start("branch")
+    mover.join(90)
+    assert result["res"].code == 0, result["res"].err
+    tree.write("root", "insert into {t} values (2, 'b')")
+    tree.catch_up("branch", "leaf", "leaf2")
+    assert tree.rows("leaf2") == tree.rows("root") == tree.rows("leaf")
+
+
+def test_bad_requests(tree) -> None:
+    cases = [
+        (("leaf2", "--provider=leaf2"), "Node leaf2 cannot be its own provider"),
+        (("leaf2", "--provider=leaf"), "Node leaf is a leaf: it has no queue to provide"),
+        (("leaf2", "--provider=nosuch"), "Unknown node: nosuch"),
+        (("root", "--provider=branch"), "Node root is the root: it has no provider"),
+        (("leaf2", "--provider=branch", "--node=ghost"), "Unknown node: ghost"),
+    ]
+    for (node, *args), message in cases:
+        res = tree.cli(node, "change-provider", *args)
+        assert res.code != 0, args
+        assert message in res.err, (args, res.err)
+        assert "Traceback" not in res.err and "password" not in res.err
+    assert tree.provider("leaf2") == "root"
+    assert tree.sql("leaf2", "select paused from ferry_node.local_state") == [(False,)]
