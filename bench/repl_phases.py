@@ -197,7 +197,7 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
         tick = rig.consumer_position()[0]
         if not first and tick != start_tick:
             first.append(time.monotonic() - t0)
-        return tick >= target
+        return rig.reached(target)
 
     wait_for(f"{rig.name} catch-up to tick {target}", done, d.catchup_timeout_s, poll=0.1)
     elapsed = time.monotonic() - t0

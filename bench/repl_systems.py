@@ -212,16 +212,43 @@ class Rig:
             )
         )
 
+    def reached(self, target: int) -> bool:
+        """True once the leaf's consumer finished ``target``; fails fast if the worker died."""
+        if self.consumer_position()[0] >= target:
+            return True
+        if not self.leaf_running():
+            tail = " | ".join(self.log_tail(3))
+            raise BenchError(f"{self.name} leaf worker is not running; log: {tail}")
+        return False
+
     def wait_caught_up(self, timeout: float) -> int:
         """Force a tick after the writes and wait until the leaf's consumer has passed it."""
         target = self.force_tick()
         wait_for(
             f"{self.name} leaf to reach tick {target}",
-            lambda: self.consumer_position()[0] >= target,
+            lambda: self.reached(target),
             timeout,
             poll=0.2,
         )
         return target
+
+    def log_size(self) -> int:
+        try:
+            return self.leaf_log.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int, keep: int = 20) -> list[str]:
+        """Leaf log lines written since ``offset``: the first and last ``keep`` of them."""
+        try:
+            with self.leaf_log.open("rb") as fh:
+                fh.seek(offset)
+                lines = fh.read().decode(errors="replace").splitlines()
+        except OSError:
+            return []
+        if len(lines) <= 2 * keep:
+            return lines
+        return [*lines[:keep], f"... {len(lines) - 2 * keep} lines ...", *lines[-keep:]]
 
     def log_tail(self, lines: int = 15) -> list[str]:
         try:
