@@ -27,6 +27,7 @@ from pgferry.replication import tableops
 from pgferry.replication.worker import Worker
 
 TABLE = 'public."Tbl é"'
+TABLE_ID = sql.Identifier("public", "Tbl é")
 _queues = itertools.count(1)
 
 
@@ -84,19 +85,30 @@ class Ticker(threading.Thread):
 
 
 class Writer(threading.Thread):
-    """Inserts rows with new ids into the table on one node until stopped."""
+    """Inserts rows with new ids until stopped, on the first of ``dsns`` that accepts them.
 
-    def __init__(self, dsn: str, first_id: int, every: float = 0.02) -> None:
+    A refused write (a node that is not root denies it) moves on to the next database and
+    retries the same id, as an application would after a switchover.
+    """
+
+    def __init__(self, dsns: list[str], first_id: int, every: float = 0.02) -> None:
         super().__init__(daemon=True)
-        self.dsn, self.next_id, self.every = dsn, first_id, every
+        self.dsns, self.next_id, self.every = dsns, first_id, every
         self.halt = threading.Event()
+        self.refused = 0
 
     def run(self) -> None:
-        query = sql.SQL("insert into {} values (%s, %s)").format(sql.Identifier("public", "Tbl é"))
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self.halt.wait(self.every):
-                conn.execute(query, (self.next_id, f"w{self.next_id}"))
-                self.next_id += 1
+        query = sql.SQL("insert into {} values (%s, %s)").format(TABLE_ID)
+        current = 0
+        while not self.halt.wait(self.every):
+            try:
+                with psycopg.connect(self.dsns[current], autocommit=True) as conn:
+                    while not self.halt.wait(self.every):
+                        conn.execute(query, (self.next_id, f"w{self.next_id}"))
+                        self.next_id += 1
+            except psycopg.Error:
+                self.refused += 1
+                current = (current + 1) % len(self.dsns)
 
     def stop(self) -> int:
         self.halt.set()
@@ -117,8 +129,28 @@ class Tree:
     dsns: dict[str, str]
     configs: dict[str, Path]
     capsys: pytest.CaptureFixture[str]
+    tmp_path: Path
     runners: dict[str, Runner] = field(default_factory=dict)
     ticker: Ticker | None = None
+
+    def add_node(self, node: str, dsn: str, node_type: str, provider: str | None) -> None:
+        """Create the table on ``dsn``, make it a node and register the table (in sync)."""
+        self.dsns[node] = dsn
+        self.configs[node] = write_ini(
+            self.tmp_path / f"{node}.ini",
+            job_name=f"{self.queue}_{node}_job",
+            db=dsn,
+            queue_name=self.queue,
+            loop_delay="0.1",
+            exception_sleep="0.2",
+        )
+        cfg = load_config(self.configs[node])
+        self.sql(node, sql.SQL("create table {} (id int primary key, v text)").format(TABLE_ID))
+        provider_dsn = self.dsns[provider] if provider else None
+        setup.create_node(cfg, setup.build_request(cfg, node_type, node, None, provider_dsn))
+        with psycopg.connect(dsn) as conn:
+            options = tableops.AddTableOptions(expect_sync=node_type != "root")
+            tableops.add_tables(cfg, conn, [TABLE], options)
 
     def sql(self, node: str, query, params=None) -> list[tuple]:
         with psycopg.connect(self.dsns[node], autocommit=True) as conn:
@@ -184,7 +216,11 @@ class Tree:
         return roots[0]
 
     def _alive(self, node: str) -> bool:
-        return bool(self.sql(node, "select to_regclass('ferry_node.node_info') is not null")[0][0])
+        try:
+            found = self.sql(node, "select to_regclass('ferry_node.node_info') is not null")
+        except psycopg.OperationalError:
+            return False  # a database made unreachable on purpose
+        return bool(found[0][0])
 
     def tick(self) -> int:
         root = self.root()
@@ -215,13 +251,11 @@ class Tree:
         return tick
 
     def rows(self, node: str) -> list[tuple]:
-        query = sql.SQL("select id, v from {} order by id").format(
-            sql.Identifier("public", "Tbl é")
-        )
+        query = sql.SQL("select id, v from {} order by id").format(TABLE_ID)
         return self.sql(node, query)
 
     def write(self, node: str, query: str, params=None) -> None:
-        self.sql(node, sql.SQL(query).format(t=sql.Identifier("public", "Tbl é")), params)
+        self.sql(node, sql.SQL(query).format(t=TABLE_ID), params)
 
 
 def write_ini(path: Path, **values: str) -> Path:
@@ -231,39 +265,11 @@ def write_ini(path: Path, **values: str) -> Path:
 
 @pytest.fixture
 def tree(new_db_a, new_db_b, tmp_path: Path, capsys) -> Iterator[Tree]:
-    queue = f"casc{next(_queues)}"
-    layout = {  # node: (cluster factory, type, provider node)
-        "root": (new_db_a, "root", None),
-        "branch": (new_db_b, "branch", "root"),
-        "leaf": (new_db_b, "leaf", "branch"),
-        "leaf2": (new_db_a, "leaf", "root"),
-    }
-    dsns: dict[str, str] = {}
-    configs: dict[str, Path] = {}
-    for node, (factory, node_type, provider) in layout.items():
-        dsns[node] = factory(None)
-        configs[node] = write_ini(
-            tmp_path / f"{node}.ini",
-            job_name=f"{queue}_{node}_job",
-            db=dsns[node],
-            queue_name=queue,
-            loop_delay="0.1",
-            exception_sleep="0.2",
-        )
-        cfg = load_config(configs[node])
-        with psycopg.connect(dsns[node], autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("create table {} (id int primary key, v text)").format(
-                    sql.Identifier("public", "Tbl é")
-                )
-            )
-        req = setup.build_request(cfg, node_type, node, None, dsns[provider] if provider else None)
-        setup.create_node(cfg, req)
-        with psycopg.connect(dsns[node]) as conn:
-            tableops.add_tables(
-                cfg, conn, [TABLE], tableops.AddTableOptions(expect_sync=node_type != "root")
-            )
-    t = Tree(queue, dsns, configs, capsys)
+    t = Tree(f"casc{next(_queues)}", {}, {}, capsys, tmp_path)
+    t.add_node("root", new_db_a(None), "root", None)
+    t.add_node("branch", new_db_b(None), "branch", "root")
+    t.add_node("leaf", new_db_b(None), "leaf", "branch")
+    t.add_node("leaf2", new_db_a(None), "leaf", "root")
     try:
         yield t
     finally:

@@ -20,7 +20,7 @@ def test_move_leaf_under_branch_while_writing(tree) -> None:
     tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
     tree.catch_up()
     tree.start_ticker()
-    writer = Writer(tree.dsns["root"], 1000)
+    writer = Writer([tree.dsns["root"]], 1000)
     writer.start()
     try:
         tree.wait_for(lambda: writer.next_id > 1030, what="writes")

@@ -1,0 +1,151 @@
+"""takeover: switchover of the root under writes, failover of a dead root, a branch taking
+the place of another, and refusals that leave everything as it was."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.cascade.conftest import Writer
+
+
+def _same_everywhere(tree, nodes=("root", "branch", "leaf", "leaf2")) -> list[tuple]:
+    source = tree.root()
+    expected = tree.rows(source)
+    for node in nodes:
+        assert tree.rows(node) == expected, node
+    return expected
+
+
+def test_switchover_under_writes(tree) -> None:
+    tree.log_applied("leaf")
+    tree.log_applied("leaf2")
+    tree.start("root", "branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
+    tree.catch_up()
+    tree.start_ticker()
+    writer = Writer([tree.dsns["root"], tree.dsns["branch"]], 1000)
+    writer.start()
+    try:
+        tree.wait_for(lambda: writer.next_id > 1030, what="writes")
+        res = tree.cli("branch", "takeover", "root", "--timeout=60")
+        assert res.code == 0, res.err
+        assert "Node branch is now root" in res.out
+        tree.wait_for(lambda: writer.next_id > 1080, what="writes on the new root")
+    finally:
+        writer.stop()
+        tree.stop_ticker()
+    assert writer.refused > 0  # writes moved from the old root to the new one
+    assert tree.node_type("branch") == "root" and tree.provider("branch") is None
+    assert tree.node_type("root") == "branch" and tree.provider("root") == "branch"
+    assert tree.provider("leaf") == "branch" and tree.provider("leaf2") == "root"
+    tree.catch_up("root", "leaf", "leaf2")
+    expected = _same_everywhere(tree)
+    assert len(expected) > 80
+    for node in ("leaf", "leaf2"):
+        assert tree.applied_twice(node) == []
+        assert tree.sql(node, "select count(*) from applied_log") == [(len(expected),)]
+    # Capture moved with the role: the old root refuses writes, the new one queues them.
+    with pytest.raises(psycopg.Error, match="change not allowed"):
+        tree.write("root", "insert into {t} values (99999, 'x')")
+    tree.write("branch", "update {t} set v = 'new root' where id = 1")
+    tree.catch_up("root", "leaf", "leaf2")
+    assert tree.rows("leaf2")[0] == (1, "new root")
+    status = tree.cli("leaf2", "status")
+    assert status.out.splitlines()[2].startswith("branch (root)")
+
+
+def test_failed_switchover_restores_the_root(tree) -> None:
+    tree.start("leaf2")
+    res = tree.cli("branch", "takeover", "root", "--timeout=1")
+    assert res.code != 0 and "Node branch did not reach tick" in res.err
+    assert "Traceback" not in res.err
+    assert tree.node_type("root") == "root" and tree.node_type("branch") == "branch"
+    assert tree.sql("root", "select queue_external_ticker from ferry_queue.queue") == [(False,)]
+    assert tree.sql("root", "select paused from ferry_node.local_state") == [(False,)]
+    assert tree.sql("branch", "select paused from ferry_node.local_state") == [(False,)]
+    tree.write("root", "insert into {t} values (5, 'after')")
+    tree.start("branch", "leaf")
+    tree.catch_up()
+    _same_everywhere(tree)
+    assert tree.rows("leaf") == [(5, "after")]
+
+
+def test_takeover_refusals(tree) -> None:
+    cases = [
+        ("leaf", ("root",), "Node leaf is a leaf: only a branch can take over"),
+        ("branch", ("branch",), "Node branch cannot take over itself"),
+        ("branch", ("ghost",), "Unknown node: ghost"),
+        ("branch", ("leaf2",), "Node leaf2 is a leaf: there is nothing to take over"),
+    ]
+    for node, args, message in cases:
+        res = tree.cli(node, "takeover", *args)
+        assert res.code != 0 and message in res.err, (args, res.err)
+    tree.sql("branch", "update ferry.table_info set merge_state = null")
+    res = tree.cli("branch", "takeover", "root")
+    assert res.code != 0 and "is not ok on node branch" in res.err
+    assert tree.node_type("root") == "root"
+    assert tree.sql("root", "select queue_external_ticker from ferry_queue.queue") == [(False,)]
+
+
+def test_failover_of_a_dead_root(tree) -> None:
+    tree.start("branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
+    tree.catch_up()
+    tree.stop("branch", "leaf", "leaf2")
+    # The root's database goes away.
+    dbname = psycopg.conninfo.conninfo_to_dict(tree.dsns["root"])["dbname"]
+    admin = tree.dsns["root"].replace(f"dbname={dbname}", "dbname=postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
+            (dbname,),
+        )
+        conn.execute(
+            psycopg.sql.SQL("alter database {} rename to {}").format(
+                psycopg.sql.Identifier(dbname), psycopg.sql.Identifier(dbname + "_gone")
+            )
+        )
+    try:
+        res = tree.cli("branch", "takeover", "root", "--dead-root")
+        assert res.code == 0, res.err
+        assert "Node branch is now root in place of dead root" in res.out
+        assert "moved leaf2" in res.out
+        assert tree.node_type("branch") == "root"
+        assert tree.provider("leaf2") == "branch"
+        for node in ("branch", "leaf", "leaf2"):
+            dead = tree.sql(
+                node, "select dead from ferry_node.node_location where node_name = 'root'"
+            )
+            assert dead == [(True,)], node
+        tree.start("leaf", "leaf2")
+        tree.write("branch", "insert into {t} values (100, 'after failover')")
+        tree.catch_up("leaf", "leaf2")
+        _same_everywhere(tree, ("branch", "leaf", "leaf2"))
+        status = tree.cli("leaf", "status")
+        assert status.code == 0
+        assert "root (? dead)" in status.out or "root (root dead)" in status.out
+        assert "Node is marked dead" in status.out
+    finally:
+        tree.stop()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                psycopg.sql.SQL("alter database {} rename to {}").format(
+                    psycopg.sql.Identifier(dbname + "_gone"), psycopg.sql.Identifier(dbname)
+                )
+            )
+
+
+def test_branch_takes_the_place_of_its_provider(tree, new_db_a) -> None:
+    tree.add_node("branch2", new_db_a(None), "branch", "branch")
+    tree.start("branch", "leaf", "leaf2", "branch2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up()
+    res = tree.cli("branch2", "takeover", "branch", "--all", "--timeout=60")
+    assert res.code == 0, res.err
+    assert tree.provider("branch2") == "root"
+    assert tree.provider("branch") == "branch2"
+    assert tree.provider("leaf") == "branch2"
+    tree.write("root", "insert into {t} values (50, 'moved')")
+    tree.catch_up("branch2", "branch", "leaf", "leaf2")
+    _same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))
