@@ -85,8 +85,9 @@ def create_login_db(cluster: LocalCluster, dbname: str, schema: Path, rows: int)
 
 def psql_cmd(cluster: LocalCluster, dbname: str, command: str) -> list[str]:
     local = cluster.bindir / "psql"
+    psql = str(local) if local.exists() else shutil.which("psql") or "psql"
     return [
-        str(local) if local.exists() else shutil.which("psql") or "psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(cluster.port),
+        psql, "-X", "-q", "-h", "127.0.0.1", "-p", str(cluster.port),
         "-U", "postgres", "-d", dbname, "-c", command,
     ]  # fmt: skip
 
@@ -188,6 +189,7 @@ def arrow_read(spark, src: str, table: str) -> tuple[float, int]:
     from pgferry.pipeline import repair
     from pgferry.pipeline.compare import CompareTask
 
+    repair.read_table_count(spark, src, CompareTask(table, table))  # warm-up: Arrow, workers
     started = time.monotonic()
     rows = repair.read_table_count(spark, src, CompareTask(table, table))
     return time.monotonic() - started, rows

@@ -22,8 +22,8 @@ BUCKET_ROWS = 500
 MAX_BUCKETS = 20_000
 # Sample about this many keys per bucket boundary when the table is big.
 SAMPLE_PER_BUCKET = 10
-# Below this many rows the whole key column is read instead of sampling pages.
-EXACT_SAMPLE_ROWS = 200_000
+# Below this many rows the whole key column is read instead of a sample.
+EXACT_SAMPLE_ROWS = 20_000
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from psycopg import sql
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.compare import (
-    SESSION_SETTINGS,
+    SESSION_SQL,
     CompareTask,
     _groups,
     _TablePlan,
@@ -36,6 +36,8 @@ from pgferry.pipeline.spark import job_error
 
 log = logging.getLogger(__name__)
 
+# A whole-table read is split into ranges of about 200k rows (one Arrow table each).
+READ_GROUP_BUCKETS = 400
 # Statements sent to the server per round trip when applying.
 APPLY_CHUNK = 500
 
@@ -98,7 +100,7 @@ def repair_tables(
     ):
         prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
         work: list[tuple[int, KeyRange]] = []
-        groups = _groups(prepared.boundaries, spark.sparkContext.defaultParallelism)
+        groups = _groups(prepared.boundaries, READ_GROUP_BUCKETS)
         for table_no, task in enumerate(tasks):
             if ranges is not None and task.dest_table in ranges:
                 work += [(table_no, r) for r in ranges[task.dest_table]]
@@ -190,7 +192,7 @@ def read_table_count(spark, connstr: str, task: CompareTask) -> int:
     """Read one table whole into Spark the way repair does, and count it (data-path probe)."""
     with maybe_snapshot(connstr, None) as snap:
         prepared = prepare(connstr, connstr, [task], snap)
-        groups = _groups(prepared.boundaries, spark.sparkContext.defaultParallelism)
+        groups = _groups(prepared.boundaries, READ_GROUP_BUCKETS)
         ranges = tuple((0, KeyRange(g.lower, g.upper)) for g in groups)
         job = _ReadJob((connstr, connstr), (snap, snap), tuple(prepared.plans), ranges)
         width = len(prepared.plans[0].columns)
@@ -210,8 +212,7 @@ def _read_batches(job: _ReadJob, batches: Iterator, width: int) -> Iterator:
                 conn = conns.get(side)
                 if conn is None:
                     conn = open_in_snapshot(job.connstrs[side], job.snapshots[side])
-                    for setting in SESSION_SETTINGS:
-                        conn.execute(setting)
+                    conn.execute(SESSION_SQL)
                     conns[side] = conn
                 table_no, rng = job.ranges[range_no]
                 plan = job.plans[table_no]
