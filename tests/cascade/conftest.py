@@ -204,8 +204,9 @@ class Tree:
             if runner is not None:
                 runner.stop()
 
-    def node_type(self, node: str) -> str:
-        return self.sql(node, "select node_type from ferry_node.node_info")[0][0]
+    def node_type(self, node: str) -> str | None:
+        found = self.sql(node, "select node_type from ferry_node.node_info")
+        return found[0][0] if found else None
 
     def provider(self, node: str) -> str | None:
         return self.sql(node, "select provider_node from ferry_node.local_state")[0][0]

@@ -41,6 +41,7 @@ class NodeStatus:
     paused: bool = False
     error: str | None = None
     last_seen: datetime | None = None
+    subscribers: list[str] = field(default_factory=list)
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -88,6 +89,7 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
     if state is not None:
         st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
         st.paused, st.error, st.last_seen = state.paused, state.cur_error, state.last_seen
+    st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
         st.tick, st.tick_time = queueops.last_tick(conn, queue)
@@ -128,8 +130,16 @@ def gather(
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_THREADS, len(others)))) as pool:
         remote = list(pool.map(lambda m: _remote_status(config, queue, m), others))
     nodes = [local_status, *remote]
+    _place_unreached(nodes)
     _fill_lag(nodes)
     return StatusReport(queue=queue, local_node=local.node_name, nodes=nodes)
+
+
+def _place_unreached(nodes: list[NodeStatus]) -> None:
+    """A dead or unreachable node is drawn under the live node that lists it as subscriber."""
+    for n in nodes:
+        if n.node_type is None and n.provider is None:
+            n.provider = next((p.name for p in nodes if n.name in p.subscribers), None)
 
 
 def _fill_lag(nodes: list[NodeStatus]) -> None:
