@@ -24,16 +24,34 @@ class Batch:
     tick_snapshot: str | None  # snapshot of the closing tick (text form)
 
 
+def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tuple[int, int]:
+    """(ticks, events) made after ``last_tick`` on the provider."""
+    if last_tick is None:
+        return 0, 0
+    row = conn.execute(
+        """
+        select count(*) - 1, coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0)
+          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s and t.tick_id >= %s
+        """,
+        (queue, last_tick),
+    ).fetchone()
+    return (0, 0) if row is None else (max(row[0], 0), row[1])
+
+
 def next_batch(
     conn: psycopg.Connection,
     queue: str,
     consumer: str,
     *,
-    behind: bool,
-    min_count: int,
+    min_count: int | None,
 ) -> int | None:
-    """Next batch id; a consumer that is behind asks for one batch spanning several ticks."""
-    if behind:
+    """Next batch id; with ``min_count`` one batch spanning ticks up to that many events.
+
+    A consumer that is behind takes one large batch: a batch costs a fixed price (a Spark
+    job, a transaction), and events of one key collapse within it.
+    """
+    if min_count:
         row = conn.execute(
             "select ferry_queue.next_batch_custom(%s, %s, null, %s, null)",
             (queue, consumer, min_count),

@@ -1,8 +1,9 @@
-"""The query that reads one ev_id range of a batch on the provider, already decided.
+"""The query that reads one part of a batch on the provider, already decided.
 
 Routing, the copy hand-over filter and the copy_condition are all evaluated by the
-provider while it reads, so what comes back is small: per (table, key) of the range only
-the last event (``DISTINCT ON``), as ``(ev_id, table_name, op, row_key, row_data)`` with
+provider while it reads, so what comes back is small: per (table, key) only the last
+event (``DISTINCT ON``), as rows of ``ferry.replay_stage`` (``COPY`` passes them through
+untouched) whose ``(ev_id, table_name, op, row_key, row_data)`` carry
 op ``U`` (upsert the image), ``D`` (delete by key), ``R`` (truncate) or ``S`` (sequence).
 A row image that fails its table's condition becomes ``D``: a row that left the condition
 disappears on the subscriber.
@@ -35,14 +36,21 @@ def _cond_expr(route: Route) -> sql.Composable:
     ).format(cond=sql.SQL(route.copy_condition), src=sql.Identifier(schema, name))
 
 
-def range_query(
+def part_query(
     batch_sql: str,
     routes: Iterable[Route],
     sequences: Iterable[str],
-    lo: int | None,
-    hi: int | None,
+    *,
+    consumer: str,
+    batch_id: int,
+    part: int,
+    parts: int,
 ) -> str:
-    """SQL text reading events with ``lo < ev_id <= hi`` (open ends when None)."""
+    """SQL text producing the ``ferry.replay_stage`` rows of one part of the batch.
+
+    Parts split the batch by a hash of (table, key), so every event of one key lands in
+    the same part: each part collapses completely on its own and Spark needs no shuffle.
+    """
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     keys = [
@@ -67,12 +75,15 @@ def range_query(
             " or (e.ev_type = 'SEQ' and e.ev_extra1 = any({seqs}))"
         ).format(tables=sql.Literal([r.table_name for r in routes]), seqs=sql.Literal(seqs))
     ]
-    if lo is not None:
-        where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(lo)))
-    if hi is not None:
-        where.append(sql.SQL("e.ev_id <= {}").format(sql.Literal(hi)))
     if skips:
         where.append(sql.SQL("not ({})").format(sql.SQL(" or ").join(skips)))
+    in_part = (
+        sql.SQL("true")
+        if parts <= 1
+        else sql.SQL(
+            "mod(hashtext(x.table_name || coalesce(x.row_key, '')) & 2147483647, {}) = {}"
+        ).format(sql.Literal(parts), sql.Literal(part))
+    )
     upsert = (
         sql.SQL("case e.ev_extra1 {} else 'U' end").format(sql.SQL(" ").join(conds))
         if conds
@@ -85,7 +96,9 @@ def range_query(
     )
     query = sql.SQL(
         """
-        select distinct on (x.table_name, x.row_key) x.*
+        select distinct on (x.table_name, x.row_key)
+               {consumer}, {batch_id}::bigint, {part}, x.ev_id, x.table_name, x.op, x.row_key,
+               x.row_data
           from (
             select e.ev_id, e.ev_extra1 as table_name,
                    case when e.ev_type = 'R' then 'R'
@@ -102,12 +115,17 @@ def range_query(
               ) j
              where {where}
           ) x
+         where {in_part}
          order by x.table_name, x.row_key, x.ev_id desc
         """
     ).format(
         upsert=upsert,
         key=key,
-        batch=sql.SQL(batch_sql),
+        batch=sql.SQL(batch_sql.removesuffix(" order by ev_id")),  # we sort on our own
+        consumer=sql.Literal(consumer),
+        batch_id=sql.Literal(batch_id),
+        part=sql.Literal(part),
+        in_part=in_part,
         where=sql.SQL(" and ").join(sql.SQL("({})").format(w) for w in where),
     )
     return query.as_string(None)

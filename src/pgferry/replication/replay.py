@@ -2,27 +2,26 @@
 
 Data path (design-notes §3, §7):
 
-1. The batch's ev_id span is cut into ranges; each range is read by one query on the
-   provider (:func:`pgferry.replication.eventsql.range_query`) that routes, filters and
-   collapses inside the range.
-2. Spark executors run those queries in parallel, collapse per (table, key) across ranges
-   (the last event by ev_id wins) and COPY the final images into ``ferry.replay_stage`` on
-   the subscriber, each task in its own transaction after deleting its own part, so a task
-   run twice cannot double anything.
+1. The batch is split into parts by a hash of (table, key); each part is one query on the
+   provider (:func:`pgferry.replication.eventsql.part_query`) that routes, filters and
+   collapses to the last event per key.  All events of a key fall into one part, so the
+   collapse is complete inside each part and the Spark job is a single stage (no shuffle).
+2. Each Spark task streams its part with COPY from the provider straight into
+   ``ferry.replay_stage`` on the subscriber (bytes passed through, never parsed), in its own
+   transaction after deleting its own part, so a task run twice cannot double anything.
 3. The driver applies the staged rows in ONE transaction (:func:`apply_staged`): TRUNCATE
    barriers, then per table one DELETE ... USING and one INSERT ... ON CONFLICT DO UPDATE,
    then sequences; the caller adds the tick record to the same transaction.
 
 A batch whose estimated size is at most ``local_max_events`` skips Spark: the same queries
-run on the driver and the rows go into the stage inside the applying transaction.  A Spark
-job costs more than such a batch does, and the result is identical.
+run as one part on the driver, streamed into the stage inside the applying transaction.  A
+Spark job costs more than such a batch does, and the result is identical.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -30,11 +29,10 @@ from psycopg import sql
 
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, PgferryError
+from pgferry.pipeline.spark import job_error
 from pgferry.replication.routes import Route
 
 log = logging.getLogger(__name__)
-
-StageRow = tuple[int, str, str, str | None, str | None]  # ev_id, table, op, key, data
 
 STAGE_COLUMNS = (
     "consumer_name",
@@ -59,126 +57,75 @@ class ApplyStats:
     truncates: int = 0
     sequences: int = 0
     tables: set[str] = field(default_factory=set)
+    spark: bool = False
+    apply_seconds: float = 0.0
 
     @property
     def rows(self) -> int:
         return self.upserts + self.deletes
 
 
-def split_ranges(lo: int | None, hi: int | None, parts: int) -> list[tuple[int | None, int | None]]:
-    """Cut (lo, hi] into ``parts`` ranges; the outer ones are open so nothing is missed.
-
-    Events of long transactions can carry ids below ``lo`` or above ``hi`` (ids are taken
-    at insert time, membership is decided by commit): open ends cover them.
-    """
-    if lo is None or hi is None or parts <= 1 or hi - lo < parts:
-        return [(None, None)]
-    step = (hi - lo) // parts
-    bounds = [lo + step * i for i in range(1, parts)]
-    edges: list[int | None] = [None, *bounds, None]
-    return list(zip(edges[:-1], edges[1:], strict=True))
-
-
 # --- executor side -----------------------------------------------------------------------
 
+# Bytes gathered before one write to the subscriber: one COPY message per row is slow.
+WRITE_CHUNK = 1 << 20
 
-def read_range(provider_dsn: str, query: str) -> list[StageRow]:
-    """Run one range query on the provider (no parameters: the text is fully composed)."""
+
+def stream_part(provider: psycopg.Connection, local: psycopg.Connection, query: str) -> int:
+    """COPY one part's rows from the provider straight into the stage (bytes untouched)."""
+    cols = ", ".join(STAGE_COLUMNS)
+    with (
+        provider.cursor() as pcur,
+        pcur.copy("copy (" + query + ") to stdout") as src,  # type: ignore[arg-type]
+        local.cursor() as lcur,
+    ):
+        with lcur.copy(f"copy ferry.replay_stage ({cols}) from stdin") as dst:  # type: ignore[arg-type]
+            buf = bytearray()
+            for chunk in src:
+                buf += chunk
+                if len(buf) >= WRITE_CHUNK:
+                    dst.write(bytes(buf))
+                    buf.clear()
+            if buf:
+                dst.write(bytes(buf))
+        return max(lcur.rowcount, 0)
+
+
+def stage_part(provider_dsn: str, local_dsn: str, key: tuple[str, int, int], query: str) -> int:
+    """Replace one part's rows in the stage, in one transaction (safe to run twice)."""
+    consumer, batch_id, part = key
     try:
-        with connect(provider_dsn, autocommit=True, application_name="pgferry-replay") as conn:
-            return [tuple(r) for r in conn.execute(query.encode()).fetchall()]  # type: ignore[misc]
-    except psycopg.Error as exc:
-        raise DatabaseError(f"reading batch events: {error_text(exc)}") from None
-
-
-def later(a: StageRow, b: StageRow) -> StageRow:
-    return a if a[0] >= b[0] else b
-
-
-def collapse(rows: Iterable[StageRow]) -> list[StageRow]:
-    """Keep the last event by ev_id per (table, key); R rows share the key None."""
-    last: dict[tuple[str, str | None], StageRow] = {}
-    for row in rows:
-        k = (row[1], row[3])
-        prev = last.get(k)
-        if prev is None or row[0] > prev[0]:
-            last[k] = row
-    return list(last.values())
-
-
-def copy_rows(
-    conn: psycopg.Connection, consumer: str, batch_id: int, part: int, rows: Iterable[StageRow]
-) -> int:
-    n = 0
-    cols = sql.SQL(", ").join(map(sql.Identifier, STAGE_COLUMNS))
-    stmt = sql.SQL("copy ferry.replay_stage ({}) from stdin").format(cols)
-    with conn.cursor().copy(stmt) as cp:
-        for ev_id, table, op, key, data in rows:
-            cp.write_row((consumer, batch_id, part, ev_id, table, op, key, data))
-            n += 1
-    return n
-
-
-def stage_part(
-    local_dsn: str, consumer: str, batch_id: int, part: int, rows: Iterable[StageRow]
-) -> int:
-    """Replace this part's rows in the stage, in one transaction (safe to run twice)."""
-    try:
-        with connect(local_dsn, application_name="pgferry-replay") as conn, conn.transaction():
-            conn.execute(
+        with (
+            connect(provider_dsn, autocommit=True, application_name="pgferry-replay") as prov,
+            connect(local_dsn, application_name="pgferry-replay") as local,
+            local.transaction(),
+        ):
+            local.execute(
                 "delete from ferry.replay_stage"
                 " where consumer_name = %s and batch_id = %s and part = %s",
                 (consumer, batch_id, part),
             )
-            return copy_rows(conn, consumer, batch_id, part, rows)
+            return stream_part(prov, local, query)
     except psycopg.Error as exc:
-        raise DatabaseError(f"staging batch rows: {error_text(exc)}") from None
+        raise DatabaseError(f"staging batch {batch_id}: {error_text(exc)}") from None
 
 
 def _spark_stage(
-    spark,
-    provider_dsn: str,
-    local_dsn: str,
-    consumer: str,
-    batch_id: int,
-    queries: Sequence[str],
+    spark, provider_dsn: str, local_dsn: str, consumer: str, batch_id: int, queries: Sequence[str]
 ) -> int:
-    """One Spark job: read ranges, collapse across them, COPY each partition to the stage."""
+    """One single-stage Spark job: each task stages one part (no shuffle needed)."""
+    work = [((consumer, batch_id, part), q) for part, q in enumerate(queries)]
     sc = spark.sparkContext
-    nparts = max(1, len(queries))
-
-    def read(query: str) -> Iterator[tuple[tuple[str, str | None], StageRow]]:
-        for row in read_range(provider_dsn, query):
-            yield (row[1], row[3]), row
-
-    def stage(index: int, items: Iterator[tuple[object, StageRow]]) -> Iterator[int]:
-        yield stage_part(local_dsn, consumer, batch_id, index, (row for _, row in items))
-
-    rdd = (
-        sc.parallelize(list(queries), nparts)
-        .flatMap(read)
-        .reduceByKey(later, numPartitions=nparts)
-        .mapPartitionsWithIndex(stage)
-    )
     try:
-        return int(sum(rdd.collect()))
+        sc.setJobDescription(f"pgferry replay batch {batch_id}")
+        counts = (
+            sc.parallelize(work, max(1, len(work)))
+            .map(lambda kq: stage_part(provider_dsn, local_dsn, kq[0], kq[1]))
+            .collect()
+        )
     except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
-        raise ReplayError(f"batch {batch_id}: {spark_error_text(exc)}") from None
-
-
-_ERR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*Error|\w*Exception): (.+)$")
-
-
-def spark_error_text(exc: BaseException) -> str:
-    """The Python error raised inside an executor, as one line (Py4J adds pages of Java)."""
-    found = None
-    for line in str(exc).splitlines():
-        m = _ERR_LINE.match(line.strip())
-        if m and not m.group(1).startswith(("Py4J", "Spark")):
-            found = m.group(2) if m.group(1) in ("DatabaseError", "ReplayError") else line.strip()
-    if found is None:
-        found = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return error_text(RuntimeError(found))
+        raise ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
+    return int(sum(counts))
 
 
 # --- driver side -------------------------------------------------------------------------
@@ -191,6 +138,7 @@ def clear_stage(conn: psycopg.Connection, consumer: str) -> None:
 def stage_batch(
     *,
     spark_factory,
+    provider: psycopg.Connection,
     provider_dsn: str,
     local_dsn: str,
     local_conn: psycopg.Connection,
@@ -202,17 +150,14 @@ def stage_batch(
     """Fill the stage for ``batch_id``.
 
     Spark path: the stage is cleared and committed first, the tasks commit their own parts.
-    Driver path: rows are read here and copied inside ``local_conn``'s open transaction.
+    Driver path: one part, streamed inside ``local_conn``'s open transaction.
     """
     if use_spark:
         with local_conn.transaction():
             clear_stage(local_conn, consumer)
         return _spark_stage(spark_factory(), provider_dsn, local_dsn, consumer, batch_id, queries)
     clear_stage(local_conn, consumer)
-    rows: list[StageRow] = []
-    for query in queries:
-        rows.extend(read_range(provider_dsn, query))
-    return copy_rows(local_conn, consumer, batch_id, 0, collapse(rows))
+    return sum(stream_part(provider, local_conn, q) for q in queries)
 
 
 def _stage_filter(consumer: str, batch_id: int, table: str, op: str, after: int) -> sql.Composed:
