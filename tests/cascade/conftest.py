@@ -152,6 +152,27 @@ class Tree:
             options = tableops.AddTableOptions(expect_sync=node_type != "root")
             tableops.add_tables(cfg, conn, [TABLE], options)
 
+    @contextlib.contextmanager
+    def gone(self, node: str) -> Iterator[None]:
+        """The node's database disappears (renamed) for the block: as good as dead."""
+        dbname = psycopg.conninfo.conninfo_to_dict(self.dsns[node])["dbname"]
+        admin = self.dsns[node].replace(f"dbname={dbname}", "dbname=postgres")
+        rename = sql.SQL("alter database {} rename to {}")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
+                (dbname,),
+            )
+            conn.execute(rename.format(sql.Identifier(dbname), sql.Identifier(dbname + "_gone")))
+        try:
+            yield
+        finally:
+            self.stop()
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    rename.format(sql.Identifier(dbname + "_gone"), sql.Identifier(dbname))
+                )
+
     def sql(self, node: str, query, params=None) -> list[tuple]:
         with psycopg.connect(self.dsns[node], autocommit=True) as conn:
             cur = conn.execute(query, params)

@@ -85,7 +85,10 @@ def test_waits_for_a_provider_behind(tree) -> None:
     assert tree.rows("leaf2") == tree.rows("root") == tree.rows("leaf")
 
 
-def test_bad_requests(tree) -> None:
+def test_bad_requests(tree, new_db_a) -> None:
+    tree.add_node("branch2", new_db_a(None), "branch", "branch")
+    res = tree.cli("root", "change-provider", "--node=branch", "--provider=branch2")
+    assert res.code != 0 and "Node branch2 is below branch: it cannot be its provider" in res.err
     cases = [
         (("leaf2", "--provider=leaf2"), "Node leaf2 cannot be its own provider"),
         (("leaf2", "--provider=leaf"), "Node leaf is a leaf: it has no queue to provide"),

@@ -93,20 +93,7 @@ def test_failover_of_a_dead_root(tree) -> None:
     tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
     tree.catch_up()
     tree.stop("branch", "leaf", "leaf2")
-    # The root's database goes away.
-    dbname = psycopg.conninfo.conninfo_to_dict(tree.dsns["root"])["dbname"]
-    admin = tree.dsns["root"].replace(f"dbname={dbname}", "dbname=postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
-            (dbname,),
-        )
-        conn.execute(
-            psycopg.sql.SQL("alter database {} rename to {}").format(
-                psycopg.sql.Identifier(dbname), psycopg.sql.Identifier(dbname + "_gone")
-            )
-        )
-    try:
+    with tree.gone("root"):
         res = tree.cli("branch", "takeover", "root", "--dead-root")
         assert res.code == 0, res.err
         assert "Node branch is now root in place of dead root" in res.out
@@ -124,16 +111,29 @@ def test_failover_of_a_dead_root(tree) -> None:
         _same_everywhere(tree, ("branch", "leaf", "leaf2"))
         status = tree.cli("leaf", "status")
         assert status.code == 0
-        assert "root (? dead)" in status.out or "root (root dead)" in status.out
-        assert "Node is marked dead" in status.out
-    finally:
-        tree.stop()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                psycopg.sql.SQL("alter database {} rename to {}").format(
-                    psycopg.sql.Identifier(dbname + "_gone"), psycopg.sql.Identifier(dbname)
-                )
-            )
+        assert "root (? dead)" in status.out and "Node is marked dead" in status.out
+
+
+def test_failover_catches_up_from_a_sibling_ahead(tree, new_db_a) -> None:
+    tree.add_node("branch2", new_db_a(None), "branch", "root")
+    tree.start("branch", "branch2", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up()
+    tree.stop("branch")
+    tree.write("root", "insert into {t} select g, 'b' from generate_series(11, 20) g")
+    tree.catch_up("branch2", "leaf2")
+    assert (tree.last_tick("branch2") or 0) > (tree.last_tick("branch") or 0)
+    tree.stop()
+    with tree.gone("root"):
+        tree.start("branch", "branch2", "leaf", "leaf2")
+        res = tree.cli("branch", "takeover", "root", "--dead=root", "--timeout=60")
+        assert res.code == 0, res.err
+        assert tree.node_type("branch") == "root"
+        assert tree.provider("branch2") == "branch" and tree.provider("leaf2") == "branch"
+        tree.write("branch", "insert into {t} values (100, 'after failover')")
+        tree.catch_up("branch2", "leaf", "leaf2")
+        rows = _same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))
+        assert len(rows) == 21
 
 
 def test_branch_takes_the_place_of_its_provider(tree, new_db_a) -> None:
