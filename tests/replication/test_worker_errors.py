@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from pgferry.errors import PgferryError
@@ -47,3 +48,15 @@ def test_unreachable_provider_is_recorded(pair) -> None:
     worker.on_error(failure.value)
     text = _cur_error(pair) or ""
     assert "cannot connect" in text and "sekret" not in text
+
+
+def test_replica_role_refused_names_the_remedy(pair) -> None:
+    role = "ferry_plain_user"
+    pair.leaf(f"drop role if exists {role}; create role {role} login")
+    worker = Worker(pair.leaf_cfg)
+    dsn = pair.leaf_dsn + f" user={role}"
+    with psycopg.connect(dsn) as conn, pytest.raises(PgferryError) as failure:
+        worker._set_replica_role(conn)
+    text = str(failure.value)
+    assert "session_replication_role" in text
+    assert "GRANT SET ON PARAMETER session_replication_role" in text

@@ -22,7 +22,7 @@ import psycopg
 
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
-from pgferry.db import describe, error_text
+from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.replication import batches, forward, handover, replay, sequences, state, sync
@@ -84,6 +84,8 @@ class Worker(Service):
         self.provider_dsn: str | None = None
         self._connected_at = 0.0
         self._spark = None
+        self._owns_spark = False  # a session that was running before us is not ours to stop
+        self._replica_conn: psycopg.Connection | None = None
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self.batches_applied = 0
 
@@ -103,15 +105,15 @@ class Worker(Service):
     def shutdown(self) -> None:
         self.holder.release()
         self._disconnect()
-        if self._spark is not None:
+        if self._spark is not None and self._owns_spark:
             with contextlib.suppress(Exception):  # best effort at exit
                 self._spark.stop()
-            self._spark = None
+        self._spark = None
 
     def on_error(self, exc: BaseException) -> None:
         self._disconnect()
         message = exc_message(exc)
-        with psycopg.connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
+        with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
             node = state.load_node(conn, self.settings.queue)
             state.record_error(conn, self.settings.queue, node.consumer_name, message)
 
@@ -139,10 +141,7 @@ class Worker(Service):
         ):
             self._disconnect()
         if self.local is None or self.local.closed:
-            from pgferry.db import connect
-
             conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
-            self._set_replica_role(conn)
             self.local = conn
             self._connected_at = time.monotonic()
         return self.local
@@ -153,17 +152,18 @@ class Worker(Service):
             self.provider.close()
             self.provider = None
         if self.provider is None:
-            from pgferry.db import connect
-
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             self.provider_dsn = dsn
         return self.provider
 
     def _set_replica_role(self, conn: psycopg.Connection) -> None:
         # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.
+        if self._replica_conn is conn:
+            return
         try:
             conn.execute("set session_replication_role = replica")
             conn.commit()
+            self._replica_conn = conn
         except psycopg.errors.InsufficientPrivilege as exc:
             conn.close()
             raise DatabaseError(REPLICA_REMEDY.format(detail=error_text(exc))) from None
@@ -171,8 +171,11 @@ class Worker(Service):
     def spark(self):
         """The Spark session, created on first use (a root worker never starts one)."""
         if self._spark is None:
+            from pyspark.sql import SparkSession
+
             from pgferry.pipeline.spark import get_spark
 
+            self._owns_spark = SparkSession.getActiveSession() is None
             self._spark = get_spark(
                 master=self.config.spark_master,
                 app_name=f"pgferry-{self.config.job_name}",
@@ -204,6 +207,7 @@ class Worker(Service):
 
     def _subscriber_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
         assert node.provider_location is not None
+        self._set_replica_role(local)
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         with local.transaction():
@@ -350,7 +354,3 @@ class Worker(Service):
             log.info("Table %s is now ok", table)
         stats.spark = use_spark
         return stats
-
-
-def describe_target(config: Config) -> str:
-    return describe(local_connstr(config))
