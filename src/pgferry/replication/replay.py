@@ -29,7 +29,6 @@ from psycopg import sql
 
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.spark import job_error
 from pgferry.replication.routes import Route
 
 log = logging.getLogger(__name__)
@@ -124,6 +123,8 @@ def _spark_stage(
             .collect()
         )
     except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
+        from pgferry.pipeline.spark import job_error  # pyspark is slow to import: only here
+
         raise ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
     return int(sum(counts))
 
