@@ -97,10 +97,17 @@ def _switchover_root(
         set_paused(c, new, False)
         _unfreeze_root(c, old.name, tables, was_paused)
         raise
+    promoted: list[bool] = []
     try:
-        _swap_roles(c, old, me, tables, tick)
-    except BaseException:
+        _swap_roles(c, old, me, tables, tick, promoted)
+    except PgferryError as exc:
         set_paused(c, new, False)
+        if promoted:
+            # Two roots must never run: the old one stays frozen (no capture, no ticks).
+            raise NodeError(
+                f"Node {new} is root now but {old.name} could not be made its branch ({exc});"
+                f" {old.name} stays frozen: tag-dead {old.name}, then drop-node or rebuild it"
+            ) from None
         _unfreeze_root(c, old.name, tables, was_paused)
         raise
     set_paused(c, new, False)
@@ -173,8 +180,11 @@ def _unfreeze_root(c: Cascade, old: str, tables: list[str], was_paused: bool) ->
         log.error("could not restore root %s: %s", old, exc)
 
 
-def _swap_roles(c: Cascade, old: NodeView, me: NodeView, tables: list[str], tick: int) -> None:
-    """NEW becomes root and OLD its branch at ``tick``; NEW commits first."""
+def _swap_roles(
+    c: Cascade, old: NodeView, me: NodeView, tables: list[str], tick: int, promoted: list[bool]
+) -> None:
+    """NEW becomes root and OLD its branch at ``tick``; NEW commits first (then
+    ``promoted`` gets an entry)."""
     with c.on(old.name) as old_conn:
         tick_time = old_conn.execute(
             """
@@ -212,7 +222,7 @@ def _swap_roles(c: Cascade, old: NodeView, me: NodeView, tables: list[str], tick
                 (me.name, tick, tick_time[0] if tick_time else None, c.queue, old.worker_name),
             )
             cascade.unregister_subscriber(old_conn, c.queue, me.name, me.worker_name)
-        # NEW has committed here; OLD commits when its block ends.
+        promoted.append(True)  # NEW has committed; OLD commits when its block ends.
 
 
 def _promote(
