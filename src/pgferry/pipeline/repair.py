@@ -183,7 +183,7 @@ def _side_frame(spark, job: _ReadJob, side: int, width: int):
     spec_schema = StructType([StructField("side", IntegerType()), StructField("r", IntegerType())])
     sc = spark.sparkContext
     specs = [(side, i) for i in range(len(job.ranges))]
-    slices = max(1, min(len(specs), sc.defaultParallelism * 4))
+    slices = max(1, min(len(specs), sc.defaultParallelism))
     frame = spark.createDataFrame(sc.parallelize(specs, slices), spec_schema)
     return frame.mapInArrow(lambda batches: _read_batches(job, batches, width), schema)
 
