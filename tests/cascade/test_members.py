@@ -116,3 +116,16 @@ def test_unreachable_member_errors_hide_secrets(tree) -> None:
     assert "leaf2" in status.out and "s3cret" not in status.out
     res = tree.cli("root", "drop-node", "leaf2")
     assert "s3cret" not in res.err + res.out
+
+
+def test_drop_node_run_on_itself(tree) -> None:
+    res = tree.cli("leaf2", "drop-node", "leaf2")
+    assert res.code == 0, res.err
+    assert tree.sql("leaf2", "select count(*) from ferry_node.node_info") == [(0,)]
+    assert tree.sql("root", "select subscriber_node from ferry_node.subscriber_info") == [
+        ("branch",)
+    ]
+    for node in ("root", "branch", "leaf"):
+        assert "leaf2" not in _dead_flags(tree, node), node
+    res = tree.cli("leaf2", "status")
+    assert res.code != 0 and "Node not initialized" in res.err
