@@ -35,10 +35,14 @@ class Rig:
     queue_schema = ""  # schema of the queue API on the root (same function names)
     stop_args: tuple[str, ...] = ("-s",)  # graceful stop of a worker through its pidfile
 
-    def __init__(self, pair: Pair, workdir: Path, with_seqs: bool = True) -> None:
+    def __init__(
+        self, pair: Pair, workdir: Path, with_seqs: bool = True, verbose: bool = False
+    ) -> None:
         self.pair = pair
         self.dir = workdir
         self.with_seqs = with_seqs
+        # -v on the leaf worker: pgferry then logs one line per batch, as Londiste does.
+        self.worker_flags: tuple[str, ...] = ("-v",) if verbose else ()
         for sub in ("conf", "log", "pid"):
             (workdir / sub).mkdir(parents=True, exist_ok=True)
         self.root_ini = workdir / "conf" / "root.ini"
@@ -100,7 +104,8 @@ class Rig:
         return self.run(self.command(self.root_ini, *args), "root " + " ".join(args[:2]))
 
     def leaf(self, *args: str) -> str:
-        return self.run(self.command(self.leaf_ini, *args), "leaf " + " ".join(args[:2]))
+        shown = [a for a in args if a != "-v"][:2]
+        return self.run(self.command(self.leaf_ini, *args), "leaf " + " ".join(shown))
 
     # --- life cycle ---------------------------------------------------------------------
     def setup(self) -> None:
@@ -122,7 +127,7 @@ class Rig:
         wait_for("ticker pidfile", lambda: read_pid(self.ticker_pidfile) is not None, 30)
 
     def start_leaf(self) -> None:
-        self.leaf("-d", "worker")
+        self.leaf(*self.worker_flags, "-d", "worker")
         wait_for("leaf worker pidfile", lambda: read_pid(self.leaf_pidfile) is not None, 60)
 
     def stop_leaf(self, timeout: float = 300) -> None:
@@ -338,8 +343,10 @@ class LondisteRig(Rig):
     def available(cls) -> bool:
         return Path(cls.LONDISTE).exists() and Path(cls.PGQD).exists()
 
-    def __init__(self, pair: Pair, workdir: Path, with_seqs: bool = True) -> None:
-        super().__init__(pair, workdir, with_seqs)
+    def __init__(
+        self, pair: Pair, workdir: Path, with_seqs: bool = True, verbose: bool = False
+    ) -> None:
+        super().__init__(pair, workdir, with_seqs, verbose=False)  # its INFO has batch lines
         if os.geteuid() == 0:
             for path in (workdir, *workdir.iterdir()):
                 shutil.chown(path, user="postgres")

@@ -63,6 +63,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--copy-timeout", type=int, default=300)
     p.add_argument("--catchup-timeout", type=int, default=600)
+    p.add_argument(
+        "--pgferry-verbose",
+        action="store_true",
+        help="run pgferry's leaf worker with -v (a log line per batch, Spark start time)",
+    )
     p.add_argument("--keep", action="store_true", help="keep clusters and logs for inspection")
     p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
     args = p.parse_args(argv)
@@ -108,7 +113,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
     outdir.mkdir(parents=True, exist_ok=True)
     try:
         result["seed_rows"] = load_seed(pair, args.base_rows, args.log_rows)
-        rig = RIGS[name](pair, workdir, with_seqs=not args.no_seqs)
+        rig = RIGS[name](pair, workdir, with_seqs=not args.no_seqs, verbose=args.pgferry_verbose)
         t0 = time.monotonic()
         rig.setup()
         result["setup_s"] = round(time.monotonic() - t0, 2)
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             "sequences": not args.no_seqs,
             "clusters": "fast (fsync off)" if args.fast_clusters else "PostgreSQL defaults",
             "quick": args.quick,
+            "pgferry_worker_verbose": args.pgferry_verbose,
         },
         "systems": {},
     }
