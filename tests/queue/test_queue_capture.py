@@ -189,3 +189,28 @@ def test_types_round_trip_exactly(queue: psycopg.Connection, scalar: Scalar) -> 
     assert scalar("select count(*) from dst") == len(ROWS)
     assert scalar("select f8::text from dst where id = 1") == "NaN"
     assert scalar("select f4::text from dst where id = 1") == "Infinity"
+
+
+def test_capture_functions_follow_rotation_and_drop(
+    queue: psycopg.Connection, scalar: Scalar
+) -> None:
+    queue.execute("create table a (id int primary key)")
+    queue.execute("create table b (id int primary key, v text)")
+    queue.execute('create table c ("K" text primary key)')
+    for table in ("a", "b", "c"):
+        scalar("select ferry_queue.attach_capture('q', %s)", table)
+    # One generated function per key column list, shared by tables with the same key.
+    assert scalar("select count(*) from ferry_queue.capture_function") == 2
+    scalar("select ferry_queue.set_queue_config('q', 'rotation_period', '0')")
+    queue.execute("insert into a values (1)")
+    assert _events(queue)[0][1] == '{"id":1}'
+    assert scalar("select ferry_queue.maint_rotate_tables_step1('q')") == 0
+    assert scalar("select queue_cur_table from ferry_queue.queue") == 1
+    queue.execute("insert into b values (2, 'x')")
+    queue.execute("""insert into c values ('k')""")
+    assert scalar("select count(*) from ferry_queue.event_1_1") == 2  # the new table
+    assert [e[1] for e in _events(queue)] == ['{"id":2,"v":"x"}', '{"K":"k"}']
+    scalar("select ferry_queue.drop_queue('q', true)")
+    assert scalar("select count(*) from pg_proc where proname ~ '^capture_[0-9]'") == 0
+    assert scalar("select count(*) from pg_trigger where tgname like '\\_ferry\\_%'") == 0
+    queue.execute("insert into a values (3)")  # no trigger left behind

@@ -167,7 +167,6 @@ begin
     -- The first tick: a consumer registers at the latest tick.
     insert into ferry_queue.tick (tick_queue, tick_id, tick_event_seq)
     values (v_id, nextval(format('ferry_queue.%I', v_tk)::regclass), 0);
-    perform ferry_queue.capture_function(v_id);
     return 1;
 end;
 $$;
@@ -195,9 +194,11 @@ begin
           from pg_trigger tg
          where tg.tgname in (format('_ferry_%s_capture', i_queue)::name,
                              format('_ferry_%s_truncate', i_queue)::name)
-           and tg.tgfoid in (to_regprocedure(format('ferry_queue.capture_%s()', q.queue_id)),
-                             'ferry_queue.capture_truncate()'::regprocedure,
-                             'ferry_queue.deny_write()'::regprocedure)
+           and (tg.tgfoid in ('ferry_queue.capture_truncate()'::regprocedure,
+                              'ferry_queue.deny_write()'::regprocedure)
+                or tg.tgfoid in (select to_regprocedure(format('ferry_queue.%I()', cf_name))
+                                   from ferry_queue.capture_function
+                                  where cf_queue = q.queue_id))
     loop
         execute format('drop trigger %I on %s', t.tgname, t.tbl);
     end loop;
@@ -207,8 +208,11 @@ begin
     for n in 0 .. q.queue_ntables - 1 loop
         execute format('drop table ferry_queue.%I', format('event_%s_%s', q.queue_id, n));
     end loop;
+    for t in select cf_name from ferry_queue.capture_function where cf_queue = q.queue_id loop
+        execute format('drop function ferry_queue.%I()', t.cf_name);
+    end loop;
+    delete from ferry_queue.capture_function where cf_queue = q.queue_id;
     delete from ferry_queue.queue where queue_id = q.queue_id;
-    execute format('drop function if exists ferry_queue.%I()', format('capture_%s', q.queue_id));
     execute format('drop sequence %s', q.queue_event_seq);
     execute format('drop sequence %s', q.queue_tick_seq);
     return 1;
@@ -712,6 +716,8 @@ declare
     q        ferry_queue.queue;
     v_xmin   xid8;
     v_next   integer;
+    v_table  text;
+    v_maxtx  xid8;
     v_keep   bigint;
 begin
     select * into q from ferry_queue.queue where queue_name = i_queue for no key update;
@@ -732,17 +738,27 @@ begin
         return 0;
     end if;
     v_next := (q.queue_cur_table + 1) % q.queue_ntables;
+    v_table := format('event_%s_%s', q.queue_id, v_next);
     begin
-        execute format('lock table ferry_queue.%I in access exclusive mode nowait',
-                       format('event_%s_%s', q.queue_id, v_next));
+        -- Writers still adding to the table hold a lock on it until they end.
+        execute format('lock table ferry_queue.%I in access exclusive mode nowait', v_table);
     exception when lock_not_available then
-        return 0;  -- somebody reads it (a long batch, pg_dump): try again next round
+        return 0;  -- somebody uses it (a writer, a long batch, pg_dump): next round
     end;
-    execute format('truncate ferry_queue.%I', format('event_%s_%s', q.queue_id, v_next));
+    -- Belt and braces: every event in the table must be visible to every consumer's last
+    -- tick (xid below its xmin), whatever path the event took into the table.
+    if v_xmin is not null then
+        execute format('select max(ev_txid) from ferry_queue.%I', v_table) into v_maxtx;
+        if v_maxtx is not null and v_maxtx >= v_xmin then
+            return 0;
+        end if;
+    end if;
+    execute format('truncate ferry_queue.%I', v_table);
     update ferry_queue.queue
        set queue_cur_table = v_next, queue_switch_time = now(),
            queue_switch_step1 = pg_current_xact_id(), queue_switch_step2 = null
      where queue_id = q.queue_id;
+    perform ferry_queue.refresh_capture_functions(q.queue_id);
     -- Old ticks: keep those of the last rotation period (for repositioning), every
     -- consumer's position and the latest tick.
     select least(min(s.sub_last_tick), (select max(tick_id) from ferry_queue.tick
@@ -883,75 +899,92 @@ $$;
 -- capture triggers (event format: docs/events.md)
 --
 -- Row trigger arguments, computed once by attach_capture so the per-row work is small:
---   0 queue name, 1 table as %I.%I (ev_extra1), 2 primary-key list for ev_type,
---   3.. primary-key column names (to notice key-changing updates).
+--   0 queue name, 1 table as %I.%I (ev_extra1), 2 primary-key list for ev_type.
 --
--- Each queue gets its own row-trigger function, ferry_queue.capture_<queue_id>(), written
--- by create_queue from the template below.  Naming the queue's partitions and sequence in
--- static SQL gives cached plans that insert straight into the current rotation table: no
--- EXECUTE, and no tuple routing through the partitioned parent (which costs more than the
--- rest of the trigger).  Only the current table number is read per row, with the
--- statement's snapshot, so writers move to the new table as soon as a rotation commits.
+-- Row-trigger functions are generated: ferry_queue.capture_<queue_id>_<n>(), one per queue
+-- and primary-key column list (PL/pgSQL compiles a trigger function per trigger, so tables
+-- with the same key columns share one).  Each names the queue's *current* rotation table,
+-- its sequence and the key columns in static SQL, so a row costs one cached-plan INSERT
+-- straight into that table: no EXECUTE, no lookup of the current table, no tuple routing
+-- through the partitioned parent, and a key-change test on typed columns (testing keys
+-- generically through jsonb would cost more than all the rest).  Every rotation rewrites
+-- the functions; a writer picks up the new one at its next transaction or lock, and one
+-- that still adds to the previous table is safe because rotation only truncates a table
+-- whose every event all consumers have passed (see maint_rotate_tables_step1).
 
-create function ferry_queue.capture_function(i_queue_id integer) returns regprocedure
+create table ferry_queue.capture_function (
+    cf_queue    integer not null references ferry_queue.queue on delete cascade,
+    cf_pkey     text[]  not null,
+    cf_name     text    not null unique,
+    primary key (cf_queue, cf_pkey)
+);
+
+-- (Re)write the capture function of a queue for a primary-key column list.
+create function ferry_queue.capture_function(i_queue_id integer, i_pkey text[])
+returns text
 language plpgsql as $$
 declare
-    v_ntables integer;
-    v_inserts text;
-    v_body    text;
+    q      ferry_queue.queue;
+    v_name text;
+    v_body text;
 begin
-    select queue_ntables into v_ntables from ferry_queue.queue where queue_id = i_queue_id;
-    select string_agg(format(
-               '%s v_cur = %s then'
-               ' insert into ferry_queue.%I (ev_part, ev_id, ev_type, ev_data, ev_extra1)'
-               ' values (%s, nextval(%L::regclass), v_type || tg_argv[2], v_data, tg_argv[1]);',
-               case when n = 0 then 'if' else 'elsif' end, n,
-               format('event_%s_%s', i_queue_id, n), i_queue_id * 10 + n,
-               format('ferry_queue.event_%s_id_seq', i_queue_id)),
-           E'\n    ' order by n) || E'\n    end if;'
-      into v_inserts from generate_series(0, v_ntables - 1) n;
-    v_body := $template$
-declare
-    v_cur  integer;
-    v_type text;
-    v_data text;
-    v_old  jsonb;
-    v_new  jsonb;
-begin
-    select queue_cur_table into v_cur from ferry_queue.queue where queue_id = @QUEUE_ID@;
-    if tg_op = 'INSERT' then
-        v_type := 'I:';
-        v_data := row_to_json(new)::text;
-    elsif tg_op = 'DELETE' then
-        v_type := 'D:';
-        v_data := row_to_json(old)::text;
-    else
-        v_type := 'U:';
-        v_data := row_to_json(new)::text;
-        v_old := to_jsonb(old);
-        v_new := to_jsonb(new);
-        for i in 3 .. tg_nargs - 1 loop
-            if v_old -> tg_argv[i] is distinct from v_new -> tg_argv[i] then
-                -- Key change: a delete of the old key first, then an insert of the new row.
-                insert into ferry_queue.event (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-                values (@QUEUE_ID@ * 10 + v_cur, nextval('@EVENT_SEQ@'::regclass),
-                        'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
-                v_type := 'I:';
-                exit;
-            end if;
-        end loop;
+    select * into q from ferry_queue.queue where queue_id = i_queue_id;
+    select cf_name into v_name from ferry_queue.capture_function
+     where cf_queue = i_queue_id and cf_pkey = i_pkey;
+    if v_name is null then
+        v_name := format('capture_%s_%s', i_queue_id,
+                         (select count(*) + 1 from ferry_queue.capture_function
+                           where cf_queue = i_queue_id));
+        insert into ferry_queue.capture_function (cf_queue, cf_pkey, cf_name)
+        values (i_queue_id, i_pkey, v_name);
     end if;
-    @INSERTS@
+    v_body := $template$
+begin
+    if tg_op = 'INSERT' then
+        insert into @TABLE@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+        values (@PART@, nextval(@SEQ@), 'I:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+    elsif tg_op = 'DELETE' then
+        insert into @TABLE@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+        values (@PART@, nextval(@SEQ@), 'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
+    elsif @KEY_CHANGED@ then
+        -- Key change: a delete of the old key, then an insert of the new row.
+        insert into @TABLE@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+        values (@PART@, nextval(@SEQ@), 'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
+        insert into @TABLE@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+        values (@PART@, nextval(@SEQ@), 'I:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+    else
+        insert into @TABLE@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
+        values (@PART@, nextval(@SEQ@), 'U:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+    end if;
     return null;
 end;
 $template$;
-    v_body := replace(v_body, '@QUEUE_ID@', i_queue_id::text);
-    v_body := replace(v_body, '@EVENT_SEQ@', format('ferry_queue.event_%s_id_seq', i_queue_id));
-    v_body := replace(v_body, '@INSERTS@', v_inserts);
+    v_body := replace(v_body, '@KEY_CHANGED@',
+        (select string_agg(format('old.%I is distinct from new.%I', k, k), ' or ')
+           from unnest(i_pkey) k));
+    v_body := replace(v_body, '@TABLE@',
+        format('ferry_queue.%I', format('event_%s_%s', q.queue_id, q.queue_cur_table)));
+    v_body := replace(v_body, '@PART@', (q.queue_id * 10 + q.queue_cur_table)::text);
+    v_body := replace(v_body, '@SEQ@', quote_literal(q.queue_event_seq::text) || '::regclass');
     execute format('create or replace function ferry_queue.%I() returns trigger'
-                   ' language plpgsql as %L',
-                   format('capture_%s', i_queue_id), v_body);
-    return format('ferry_queue.%I()', format('capture_%s', i_queue_id))::regprocedure;
+                   ' language plpgsql as %L', v_name, v_body);
+    return v_name;
+end;
+$$;
+
+-- Point every capture function of a queue at its current rotation table.
+create function ferry_queue.refresh_capture_functions(i_queue_id integer) returns integer
+language plpgsql as $$
+declare
+    v_pkey text[];
+    v_count integer := 0;
+begin
+    for v_pkey in select cf_pkey from ferry_queue.capture_function where cf_queue = i_queue_id
+    loop
+        perform ferry_queue.capture_function(i_queue_id, v_pkey);
+        v_count := v_count + 1;
+    end loop;
+    return v_count;
 end;
 $$;
 
@@ -1031,10 +1064,9 @@ begin
         return 1;
     end if;
     execute format('create trigger %I after insert or update or delete on %s'
-                   ' for each row execute function ferry_queue.%I(%L, %L, %L, %s)',
-                   v_row, tbl, format('capture_%s', q.queue_id), v_queue, v_name,
-                   (select string_agg(quote_ident(x), ',') from unnest(v_pk) x),
-                   (select string_agg(quote_literal(x), ', ') from unnest(v_pk) x));
+                   ' for each row execute function ferry_queue.%I(%L, %L, %L)',
+                   v_row, tbl, ferry_queue.capture_function(q.queue_id, v_pk), v_queue, v_name,
+                   (select string_agg(quote_ident(x), ',') from unnest(v_pk) x));
     execute format('create trigger %I after truncate on %s'
                    ' for each statement execute function ferry_queue.capture_truncate(%L, %L)',
                    v_trunc, tbl, v_queue, v_name);
