@@ -103,3 +103,22 @@ def test_bad_requests(tree, new_db_a) -> None:
         assert "Traceback" not in res.err and "password" not in res.err
     assert tree.provider("leaf2") == "root"
     assert tree.sql("leaf2", "select paused from ferry_node.local_state") == [(False,)]
+
+
+def test_move_a_branch_with_its_leaf(tree, new_db_a) -> None:
+    """root -> branch2 -> branch -> leaf: the moved branch keeps serving its leaf."""
+    tree.add_node("branch2", new_db_a(None), "branch", "root")
+    tree.log_applied("leaf")
+    tree.start("branch", "branch2", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up()
+    res = tree.cli("root", "change-provider", "--node=branch", "--provider=branch2")
+    assert res.code == 0, res.err
+    tree.write("root", "insert into {t} select g, 'b' from generate_series(11, 20) g")
+    tree.write("root", "update {t} set v = 'c' where id <= 5")
+    tree.catch_up()
+    expected = tree.rows("root")
+    for node in ("branch", "branch2", "leaf", "leaf2"):
+        assert tree.rows(node) == expected, node
+    assert tree.provider("branch") == "branch2"
+    assert sorted(tree.applied_twice("leaf")) == [(i, 2) for i in range(1, 6)]  # insert, update
