@@ -149,3 +149,17 @@ def test_branch_takes_the_place_of_its_provider(tree, new_db_a) -> None:
     tree.write("root", "insert into {t} values (50, 'moved')")
     tree.catch_up("branch2", "branch", "leaf", "leaf2")
     _same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))
+
+
+def test_switchover_all_moves_the_other_subscribers(tree) -> None:
+    tree.start("root", "branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up()
+    res = tree.cli("branch", "takeover", "root", "--all", "--timeout=60")
+    assert res.code == 0, res.err
+    assert "moved leaf2" in res.out
+    assert tree.provider("leaf2") == "branch" and tree.provider("root") == "branch"
+    tree.write("branch", "delete from {t} where id > 5")
+    tree.catch_up("root", "leaf", "leaf2")
+    assert len(_same_everywhere(tree)) == 5
+    assert tree.sql("root", "select count(*) from ferry_node.subscriber_info") == [(0,)]
