@@ -37,6 +37,7 @@ class Pair:
     leaf_cfg: Config
     queue: str
     workers: list[Worker] = field(default_factory=list)
+    _default: Worker | None = None
 
     def sql(self, dsn: str, query: str, params=None) -> list[tuple]:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -65,6 +66,9 @@ class Pair:
                 tableops.add_tables(cfg, conn, list(names), tableops.AddTableOptions(**extra))
 
     def worker(self, **settings: str) -> Worker:
+        """A fresh leaf worker; earlier ones are disconnected (their process is gone)."""
+        for old in self.workers:
+            old._disconnect()
         cfg = self.leaf_cfg
         if settings:
             cfg = Config(cfg.path, cfg.section, {**cfg.values, **settings})
@@ -87,7 +91,8 @@ class Pair:
 
     def catch_up(self, worker: Worker | None = None, rounds: int = 200) -> Worker:
         """Tick the root, then run the worker until the leaf holds that tick."""
-        worker = worker or self.worker()
+        worker = worker or self._default or self.worker()
+        self._default = worker
         target = self.tick()
         for _ in range(rounds):
             worker.work()

@@ -60,3 +60,16 @@ def test_replica_role_refused_names_the_remedy(pair) -> None:
     text = str(failure.value)
     assert "session_replication_role" in text
     assert "GRANT SET ON PARAMETER session_replication_role" in text
+
+
+def test_second_worker_for_one_node_is_refused(pair) -> None:
+    pair.root("create table public.t (id int primary key)")
+    pair.leaf("create table public.t (id int primary key)")
+    pair.add_tables("public.t")
+    first = pair.catch_up()
+    second = Worker(pair.leaf_cfg)
+    with pytest.raises(PgferryError, match="Another worker is already applying"):
+        second.work()
+    first.shutdown()
+    pair.catch_up(second)
+    second.shutdown()

@@ -162,7 +162,17 @@ class Worker(Service):
             return
         try:
             conn.execute("set session_replication_role = replica")
+            # One applier per node: a second worker would share (and clear) the stage.
+            got = conn.execute(
+                "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))",
+                (f"{self.settings.queue}/{self.config.job_name}",),
+            ).fetchone()
             conn.commit()
+            if not got or not got[0]:
+                raise NodeError(
+                    f"Another worker is already applying into this node (queue"
+                    f" {self.settings.queue}, worker {self.config.job_name})"
+                )
             self._replica_conn = conn
         except psycopg.errors.InsufficientPrivilege as exc:
             conn.close()
