@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pgferry import schema
+from pgferry import db, schema
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
@@ -72,8 +72,6 @@ class Cascade:
     @contextmanager
     def on(self, name: str, **kwargs) -> Iterator[psycopg.Connection]:
         """A connection to member ``name``: committed on success; errors name the node."""
-        from pgferry import db
-
         self.member(name)
         if name != self.local.node_name:
             kwargs.setdefault("connect_timeout", REMOTE_TIMEOUT)
