@@ -30,7 +30,7 @@ from pgferry.node import cascade, model, queueops
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
 from pgferry.node.waits import wait_applied, wait_tick_available
-from pgferry.replication import capture, registry
+from pgferry.replication import capture, registry, tableops
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,7 @@ def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
         state = model.local_state(conn, c.queue, node.worker_name)
         was_paused = bool(state and state.paused)
         _set_paused_in(conn, c.queue, node.worker_name, True)
+        tableops.limit_lock_wait(c.config, conn)  # fail rather than block writers for long
         for table in tables:
             capture.attach(conn, c.queue, table, deny=True)
         conn.execute("select ferry_queue.force_tick(%s)", (c.queue,))
