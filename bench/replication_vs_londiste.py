@@ -139,6 +139,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
                             rig, durations, outdir, busy=False, add_seqs=not args.no_seqs
                         )
                         first_copy = False
+                        log_at = rig.log_size()
                     run = steady_lag if phase == "lag" else catch_up
                     res = run(rig, durations, outdir)
             except Exception as exc:  # record the failure, keep the other phases going
