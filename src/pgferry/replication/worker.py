@@ -59,8 +59,10 @@ class WorkerSettings:
             exception_sleep=config.getfloat("exception_sleep", 20.0),
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
-            # Measured here: below ~20k events one driver-side COPY beats a Spark job.
-            local_max_events=config.getint("replay_local_events", 20000),
+            # Measured on 2 shared cores, the driver path beat a Spark job at every batch size
+            # up to 80k events (BENCHMARKS.md); Spark takes only batches beyond the default
+            # multi-tick batch size, where reading parts in parallel can pay off.
+            local_max_events=config.getint("replay_local_events", 100000),
             batch_min_events=config.getint(
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
             ),
