@@ -188,6 +188,8 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
     target = rig.force_tick()
     start_tick = rig.consumer_position()[0]
     pending = rig.pending_events()
+    log_at = rig.log_size()
+    wall0 = time.time()
     t0 = time.monotonic()
     rig.start_leaf()
     t_started = time.monotonic() - t0
@@ -212,5 +214,24 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
         "catchup_s": round(elapsed, 3),
         "events_per_s": round(load["events"] / elapsed, 1),
     }
+    spark_at = _logged_at(rig.log_since(log_at, keep=10**6), "Spark session started")
+    if spark_at is not None:
+        # Only logged with --pgferry-verbose: how much of the catch-up was the Spark start.
+        res["spark_started_s"] = round(spark_at - wall0, 3)
+        apply_s = elapsed - res["spark_started_s"]
+        if apply_s > 0:
+            res["events_per_s_after_spark_start"] = round(load["events"] / apply_s, 1)
     res["check"] = _checked(rig, d)
     return res
+
+
+def _logged_at(lines: list[str], text: str) -> float | None:
+    """Epoch time of the first log line containing ``text`` (log times are local time)."""
+    for line in lines:
+        if text in line:
+            try:
+                stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+                return time.mktime(stamp) + int(line[20:23]) / 1000
+            except ValueError:
+                return None
+    return None
