@@ -148,3 +148,21 @@ def source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str] 
         (table_name,),
     ).fetchone()
     return frozenset(row[0]) if row and row[0] else None
+
+
+def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
+    """Changes whenever the local registry or a destination's columns change (one query)."""
+    row = conn.execute(
+        """
+        select md5(coalesce(string_agg(concat_ws('|', t.table_name, t.merge_state,
+                   t.dest_table, t.copy_condition, t.copy_snapshot::text, t.skip_truncate,
+                   (select count(*) from pg_attribute a
+                     where a.attrelid = to_regclass(coalesce(t.dest_table, t.table_name))
+                       and a.attnum > 0 and not a.attisdropped)),
+                   ',' order by t.table_name), ''))
+          from ferry.table_info t
+         where t.queue_name = %s and t.local
+        """,
+        (queue_name,),
+    ).fetchone()
+    return row[0] if row else ""

@@ -27,9 +27,14 @@ from pgferry.errors import DatabaseError, NodeError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.replication import batches, forward, handover, replay, sequences, state, sync
 from pgferry.replication.eventsql import part_query
-from pgferry.replication.routes import load_routes, source_columns
+from pgferry.replication.routes import Route, load_routes, registry_signature, source_columns
 
 log = logging.getLogger(__name__)
+
+ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
+HEARTBEAT_EVERY = 1.0  # seconds between heartbeat writes while idle
+# Subscribers poll the provider this often when idle: the lag goal is measured in seconds.
+SUBSCRIBER_LOOP_DELAY = 0.25
 
 REPLICA_REMEDY = (
     "cannot set session_replication_role = replica: {detail}; "
@@ -55,7 +60,7 @@ class WorkerSettings:
         return cls(
             queue=queue_name(config),
             local_dsn=local_connstr(config),
-            loop_delay=config.getfloat("loop_delay", 1.0),
+            loop_delay=config.getfloat("loop_delay", SUBSCRIBER_LOOP_DELAY),
             exception_sleep=config.getfloat("exception_sleep", 20.0),
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
@@ -88,6 +93,9 @@ class Worker(Service):
         self._spark = None
         self._owns_spark = False  # a session that was running before us is not ours to stop
         self._replica_conn: psycopg.Connection | None = None
+        self._route_cache: tuple[str, float, dict[str, Route]] | None = None
+        self._src_cols: dict[str, frozenset[str] | None] = {}
+        self._last_heartbeat = 0.0
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self.batches_applied = 0
 
@@ -204,15 +212,16 @@ class Worker(Service):
         if node.node_type == "root":
             return self._root_step(local, node)
         if node.paused:
-            with local.transaction():
-                state.heartbeat(local, node.queue_name, node.consumer_name)
+            self._heartbeat(local, node.queue_name, node.consumer_name)
             return False
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
+        # Nothing waits on the root worker: it keeps the original's 1 s default pace.
+        self.loop_delay = self.config.getfloat("loop_delay", 1.0)
         with local.transaction():
             sent = sequences.publish(local, node.queue_name)
-            state.heartbeat(local, node.queue_name, node.consumer_name)
+        self._heartbeat(local, node.queue_name, node.consumer_name)
         if sent:
             log.debug("published %d sequence values", sent)
         return False
@@ -223,7 +232,7 @@ class Worker(Service):
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         with local.transaction():
-            routes = load_routes(local, queue)
+            routes = self._routes(local, queue)
             seqs = sequences.local_sequences(local, queue)
             request = sync.pending_request(local, queue, consumer)
         self.holder.release_if_done(request)
@@ -258,8 +267,7 @@ class Worker(Service):
                 min_count = max(1, min(events, self.settings.batch_min_events))
         batch_id = batches.next_batch(provider, queue, consumer, min_count=min_count)
         if batch_id is None:
-            with local.transaction():
-                state.heartbeat(local, queue, consumer)
+            self._heartbeat(local, queue, consumer)
             return False
         batch = batches.batch_info(provider, batch_id)
 
@@ -304,6 +312,36 @@ class Worker(Service):
                     sync.mark_missed(local, queue, consumer)
         return True
 
+    def _routes(self, local: psycopg.Connection, queue: str) -> dict[str, Route]:
+        """The registry, re-read only when it changed or is older than ROUTES_MAX_AGE."""
+        signature = registry_signature(local, queue)
+        cached = self._route_cache
+        if (
+            cached is None
+            or cached[0] != signature
+            or time.monotonic() - cached[1] > ROUTES_MAX_AGE
+        ):
+            cached = (signature, time.monotonic(), load_routes(local, queue))
+            self._route_cache = cached
+            self._src_cols = {}
+        return cached[2]
+
+    def _source_columns(
+        self, provider: psycopg.Connection, active: list[Route]
+    ) -> dict[str, frozenset[str] | None]:
+        for route in active:
+            if route.table_name not in self._src_cols:
+                self._src_cols[route.table_name] = source_columns(provider, route.table_name)
+        return self._src_cols
+
+    def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
+        """At most one write per HEARTBEAT_EVERY seconds while idle."""
+        now = time.monotonic()
+        if now - self._last_heartbeat >= HEARTBEAT_EVERY:
+            with local.transaction():
+                state.heartbeat(local, queue, consumer)
+            self._last_heartbeat = now
+
     def _apply(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         batch_sql = batches.batch_event_sql(provider, batch.batch_id)
@@ -327,7 +365,7 @@ class Worker(Service):
             )
             for part in range(parts)
         ]
-        src_cols = {r.table_name: source_columns(provider, r.table_name) for r in active}
+        src_cols = self._source_columns(provider, active)
         if use_spark:
             replay.stage_batch(
                 spark_factory=self.spark,
