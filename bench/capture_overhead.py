@@ -4,9 +4,10 @@ Runs on a throw-away cluster (PostgreSQL's default durability settings, as in th
 anchor run): the walkthrough's tables with 200k users, then ``login.sql`` and ``logout.sql``
 with 2 pgbench clients each, concurrently, once per phase: no triggers, pgferry capture
 triggers (``ferry_queue.attach_capture``), Londiste's C triggers (``pgq.logutriga`` row
-trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them).  Phases
-are interleaved and repeated so that background load hits all of them alike; a ticker
-thread ticks both queues every second, as pgqd / the pgferry ticker would.
+trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them).
+Phases are interleaved in a rotating order and repeated, so that background load hits all
+of them alike; a ticker thread ticks both queues every second, as pgqd or the pgferry
+ticker would.
 
     .venv/bin/python bench/capture_overhead.py [--seconds 30] [--reps 3] [--fast]
 
@@ -143,7 +144,9 @@ def main() -> None:
         tick_thread = threading.Thread(target=ticker, args=(connstr, stop), daemon=True)
         tick_thread.start()
         for rep in range(args.reps):
-            for phase in PHASES:
+            # Rotate the order each rep: no phase always runs first or after another.
+            order = PHASES[rep % len(PHASES) :] + PHASES[: rep % len(PHASES)]
+            for phase in order:
                 set_triggers(connstr, phase)
                 tps = run_phase(cluster, args.seed, args.seconds, args.clients)
                 results[phase].append(tps)
