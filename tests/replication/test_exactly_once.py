@@ -63,3 +63,23 @@ def test_lost_position_is_an_error(pair) -> None:
     with pytest.raises(NodeError, match="Lost position"):
         worker.work()
     assert pair.leaf("select count(*) from t") == [(0,)]
+
+
+def test_reset_skips_to_the_newest_tick(pair) -> None:
+    from pgferry.cli.cmd_worker import _reposition
+
+    pair.root("create table public.t (id int primary key, v int)")
+    pair.leaf("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    worker = pair.catch_up()
+    pair.root("insert into t values (1, 1)")
+    newest = pair.tick()
+    pair.leaf("update ferry_node.local_state set last_tick_id = last_tick_id - 1")
+    with pytest.raises(NodeError, match="Lost position"):
+        worker.work()
+    _reposition(pair.leaf_cfg, reset=True)
+    assert pair.last_tick() == newest
+    pair.root("insert into t values (2, 2)")
+    pair.catch_up(worker)
+    # The skipped batch is not applied (a resync would bring it), later ones are.
+    assert pair.leaf("select id from t order by id") == [(2,)]
