@@ -36,6 +36,7 @@ def test_row_changes_replicate(make_pair, spark_path) -> None:
     pair.root("update users set id = id + 1000 where id = 1")  # primary-key change
     pair.catch_up(worker)
     pair.same("users")
+    assert (worker.spark_batches > 0) == spark_path
 
 
 def test_collapse_and_truncate_barrier(pair) -> None:

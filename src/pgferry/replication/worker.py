@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -92,12 +93,14 @@ class Worker(Service):
         self._connected_at = 0.0
         self._spark = None
         self._owns_spark = False  # a session that was running before us is not ours to stop
+        self._spark_starting: threading.Thread | None = None
         self._replica_conn: psycopg.Connection | None = None
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
         self._src_cols: dict[str, frozenset[str] | None] = {}
         self._last_heartbeat = 0.0
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self.batches_applied = 0
+        self.spark_batches = 0
 
     def _apply_settings(self) -> None:
         self.settings = WorkerSettings.from_config(self.config)
@@ -113,6 +116,8 @@ class Worker(Service):
         self._disconnect()
 
     def shutdown(self) -> None:
+        if self._spark_starting is not None:
+            self._spark_starting.join()
         self.holder.release()
         self._disconnect()
         if self._spark is not None and self._owns_spark:
@@ -191,18 +196,49 @@ class Worker(Service):
     def spark(self):
         """The Spark session, created on first use (a root worker never starts one)."""
         if self._spark is None:
-            from pyspark.sql import SparkSession
-
-            from pgferry.pipeline.spark import get_spark
-
-            self._owns_spark = SparkSession.getActiveSession() is None
-            self._spark = get_spark(
-                master=self.config.spark_master,
-                app_name=f"pgferry-{self.config.job_name}",
-                settings=self.config.spark_settings(),
-                verbose=self.verbose > 1,
-            )
+            if self._spark_starting is not None:
+                self._spark_starting.join()
+                self._spark_starting = None
+            if self._spark is None:
+                self._start_spark()
         return self._spark
+
+    def spark_ready(self) -> bool:
+        """True when the session runs; otherwise start it in the background.
+
+        Starting Spark takes from seconds to half a minute on a busy machine: replay never
+        waits for it (the driver path handles the batch meanwhile).
+        """
+        if self._spark is not None:
+            return True
+        if self._spark_starting is None:
+            self._spark_starting = threading.Thread(
+                target=self._start_spark_quietly, name="spark-start", daemon=True
+            )
+            self._spark_starting.start()
+        elif not self._spark_starting.is_alive():
+            self._spark_starting = None
+        return self._spark is not None
+
+    def _start_spark(self) -> None:
+        from pyspark.sql import SparkSession
+
+        from pgferry.pipeline.spark import get_spark
+
+        owns = SparkSession.getActiveSession() is None
+        session = get_spark(
+            master=self.config.spark_master,
+            app_name=f"pgferry-{self.config.job_name}",
+            settings=self.config.spark_settings(),
+            verbose=self.verbose > 1,
+        )
+        self._owns_spark, self._spark = owns, session
+
+    def _start_spark_quietly(self) -> None:
+        try:
+            self._start_spark()
+        except Exception as exc:  # noqa: BLE001 - the driver path goes on; logged once
+            log.warning("Spark did not start, replaying on the driver: %s", exc_message(exc))
 
     # --- the loop ------------------------------------------------------------------------
     def _work(self) -> bool:
@@ -290,6 +326,7 @@ class Worker(Service):
             forward.ensure_tick(local, queue, batch)
         batches.finish_batch(provider, batch_id)
         self.batches_applied += 1
+        self.spark_batches += stats.spark
         log.debug(
             "batch %s tick %s%s: %d upserts, %d deletes, %d truncates in %.3fs (apply %.3fs)",
             batch_id,
@@ -349,7 +386,11 @@ class Worker(Service):
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
-        use_spark = bool(active) and (estimate is None or estimate > self.settings.local_max_events)
+        use_spark = (
+            bool(active)
+            and (estimate is None or estimate > self.settings.local_max_events)
+            and self.spark_ready()
+        )
         parts = 1
         if use_spark:
             parts = self.settings.read_parts or self.spark().sparkContext.defaultParallelism
