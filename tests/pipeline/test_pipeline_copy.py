@@ -156,3 +156,21 @@ def test_unknown_tables_fail_cleanly(spark, both) -> None:
         copy_tables(spark, src, dst, [CopyTask("t", "nope")])
     with pytest.raises(TableError, match="unknown table public.nope"):
         copy_tables(spark, src, dst, [CopyTask("public.nope", "t")])
+
+
+def test_tables_linked_by_foreign_key_copy_together(spark, both) -> None:
+    src, dst = both
+    ddl = (
+        "create table parent (id int primary key)",
+        "create table child (id int primary key, parent_id int not null references parent)",
+    )
+    run_sql(src, *ddl, "insert into parent select generate_series(1, 50)",
+            "insert into child select g, 1 + g % 50 from generate_series(1, 500) g")  # fmt: skip
+    run_sql(dst, *ddl, "insert into parent values (99)", "insert into child values (1, 99)")
+    result = copy_tables(
+        spark, src, dst, [CopyTask("child", "child"), CopyTask("parent", "parent")]
+    )
+    assert result.rows == {"child": 500, "parent": 50}
+    assert fetch(dst, "select count(*) from child c join parent p on p.id = c.parent_id") == [
+        (500,)
+    ]

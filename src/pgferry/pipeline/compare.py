@@ -2,9 +2,11 @@
 
 The databases do the work: each Spark task runs one aggregate per side over a contiguous group
 of key buckets (``width_bucket`` over sampled key boundaries), returning per bucket the row
-count and ``sum(hashtextextended(row::text, 0))``.  PostgreSQL sums bigints into numeric and
-the driver adds Python ints, so nothing overflows (Spark's ANSI mode would raise on a plain
-64-bit sum).  Buckets are small, so the differing ones tell repair exactly where to look.
+count and the sum of a 64-bit hash of every row (``hash_record_extended`` when both sides
+have the same hashable column types, else ``hashtextextended`` of the row's text).
+PostgreSQL sums bigints into numeric and the driver adds Python ints, so nothing overflows
+(Spark's ANSI mode would raise on a plain 64-bit sum).  Buckets are small, so the differing
+ones tell repair exactly where to look.
 
 Both sides are read at one logical point each: snapshots given by the caller (exported at a
 tick by the replication worker) or exported here for the duration of the job.
@@ -106,6 +108,7 @@ class _TablePlan:
     dst: _Side
     columns: tuple[str, ...]
     key: KeySpec
+    by_type: bool = False  # hash each value by its type (fast) instead of its text form
 
 
 @dataclass(frozen=True)
@@ -197,12 +200,16 @@ def prepare(
                 )
             have = set(dst.column_names)
             columns = tuple(c for c in src.column_names if c in have)
+            by_type = all(src.column(c).type == dst.column(c).type for c in columns) and all(
+                _hashable([src.column(c).type for c in columns], c_) for c_ in (conn, dst_connstr)
+            )
             plans.append(
                 _TablePlan(
                     _Side(src.schema, src.name, task.copy_condition),
                     _Side(dst.schema, dst.name, task.dest_condition),
                     columns,
                     key,
+                    by_type,
                 )
             )
             boundaries.append(sample_boundaries(conn, src, key))
@@ -211,6 +218,27 @@ def prepare(
     finally:
         conn.close()
     return _Prepared(tasks, sources, dests, plans, boundaries)
+
+
+def _hashable(types: list[str], where: psycopg.Connection | str) -> bool:
+    """Whether every type has an extended hash function, so whole rows can be hashed by type.
+
+    That is about 3x cheaper than hashing the row's text, and it is what compare uses when
+    both sides have identical column types; otherwise (json, point, differing types) the row's
+    text form is hashed.  Probed on a row of NULLs, so empty tables answer too.
+    """
+    probe = sql.SQL("select hash_record_extended(row({}), 0)").format(
+        sql.SQL(", ").join(sql.SQL("null::{}").format(sql.SQL(t)) for t in types)
+    )
+    if isinstance(where, str):
+        with connect(where, autocommit=True) as conn:
+            return _hashable(types, conn)
+    try:
+        with where.transaction():
+            where.execute(probe)
+        return True
+    except psycopg.Error:
+        return False
 
 
 def _groups(boundaries: list[list[Key]], group_buckets: int = GROUP_BUCKETS) -> list[_Group]:
@@ -241,15 +269,17 @@ def _sum_side(
     where = [plan.key.predicate(KeyRange(group.lower, group.upper))]
     if side.condition:
         where.append(sql.SQL("({})").format(sql.SQL(side.condition)))
-    row_text = sql.SQL("row({})::text").format(
-        sql.SQL(", ").join(map(sql.Identifier, plan.columns))
-    )
+    row = sql.SQL("row({})").format(sql.SQL(", ").join(map(sql.Identifier, plan.columns)))
+    if plan.by_type:
+        row_hash = sql.SQL("hash_record_extended({}, 0)").format(row)
+    else:
+        row_hash = sql.SQL("hashtextextended({}::text, 0)").format(row)
     query = sql.SQL(
-        "select {bucket}, count(*), coalesce(sum(hashtextextended({row}, 0)), 0)::text"
+        "select {bucket}, count(*), coalesce(sum({row_hash}), 0)::text"
         " from only {table} where {where} group by 1"
     ).format(
         bucket=plan.key.bucket(group.thresholds),
-        row=row_text,
+        row_hash=row_hash,
         table=sql.Identifier(side.schema, side.name),
         where=sql.SQL(" and ").join(where),
     )

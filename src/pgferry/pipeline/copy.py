@@ -227,12 +227,16 @@ def _prepare_destination(dst_connstr: str, tasks: list[CopyTask], dests: list[Ta
                 conn.execute("select pg_advisory_xact_lock(hashtext('ferry_copy.bookkeeping'))")
                 conn.execute(_BOOKKEEPING_SQL)
             with conn.transaction():
-                seen: set[str] = set()
-                for task, dst in zip(tasks, dests, strict=True):
-                    if task.skip_truncate or dst.display in seen:
-                        continue
-                    seen.add(dst.display)
-                    conn.execute(sql.SQL("truncate table {}").format(dst.ident))
+                emptied = {
+                    dst.display: dst
+                    for task, dst in zip(tasks, dests, strict=True)
+                    if not task.skip_truncate
+                }
+                if emptied:
+                    # One statement: tables of the copy may reference each other by FK.
+                    idents = sql.SQL(", ").join(d.ident for d in emptied.values())
+                    conn.execute(sql.SQL("truncate table {}").format(idents))
+                for dst in emptied.values():
                     _drop_secondary_indexes(conn, dst)
     except psycopg.Error as exc:
         raise DatabaseError(f"{describe(dst_connstr)}: {error_text(exc)}") from None
