@@ -98,3 +98,16 @@ def insert_event(
         "select ferry_queue.insert_event(%s, %s, %s, %s, null, null, null)",
         (queue, ev_type, data, extra1),
     )
+
+
+def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
+    """The batch's queued scripts (EXECUTE events) in order: barriers for replay.
+
+    Rows: (ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4).
+    """
+    query = (
+        "select ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4 from ("
+        + batch_sql
+        + ") e where e.ev_type = 'EXECUTE' order by e.ev_id"
+    )
+    return conn.execute(query.encode()).fetchall()

@@ -45,6 +45,8 @@ def part_query(
     batch_id: int,
     part: int,
     parts: int,
+    after: int | None = None,
+    upto: int | None = None,
 ) -> str:
     """SQL text producing the ``ferry.replay_stage`` rows of one part of the batch.
 
@@ -77,6 +79,11 @@ def part_query(
     ]
     if skips:
         where.append(sql.SQL("not ({})").format(sql.SQL(" or ").join(skips)))
+    # Segments between queued scripts (EXECUTE events are barriers): after < ev_id <= upto.
+    if after is not None:
+        where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(after)))
+    if upto is not None:
+        where.append(sql.SQL("e.ev_id <= {}").format(sql.Literal(upto)))
     in_part = (
         sql.SQL("true")
         if parts <= 1

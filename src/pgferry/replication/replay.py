@@ -59,6 +59,13 @@ class ApplyStats:
     spark: bool = False
     apply_seconds: float = 0.0
 
+    def add(self, other: ApplyStats) -> None:
+        self.upserts += other.upserts
+        self.deletes += other.deletes
+        self.truncates += other.truncates
+        self.sequences += other.sequences
+        self.tables |= other.tables
+
     @property
     def rows(self) -> int:
         return self.upserts + self.deletes

@@ -14,6 +14,7 @@ Tables waiting for their initial copy are copied between batches (:mod:`.handove
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -383,57 +384,69 @@ class Worker(Service):
         queue, consumer = node.queue_name, node.consumer_name
         batch_sql = batches.batch_event_sql(provider, batch.batch_id)
         active = [r for r in routes.values() if r.applies]
+        scripts = batches.scripts(provider, batch_sql)
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
         use_spark = (
             bool(active)
+            and not scripts  # segments between scripts run on the driver
             and (estimate is None or estimate > self.settings.local_max_events)
             and self.spark_ready()
         )
         parts = 1
         if use_spark:
             parts = self.settings.read_parts or self.spark().sparkContext.defaultParallelism
-        queries = [
-            part_query(
-                batch_sql,
-                active,
-                seqs,
-                consumer=consumer,
-                batch_id=batch.batch_id,
-                part=part,
-                parts=parts,
-            )
-            for part in range(parts)
-        ]
         src_cols = self._source_columns(provider, active)
-        if use_spark:
-            replay.stage_batch(
-                spark_factory=self.spark,
-                provider=provider,
-                provider_dsn=self.provider_dsn or "",
-                local_dsn=self.settings.local_dsn,
-                local_conn=local,
-                consumer=consumer,
-                batch_id=batch.batch_id,
-                queries=queries,
-                use_spark=True,
-            )
-        with local.transaction():
-            if not use_spark and (active or seqs):
-                replay.stage_batch(
-                    spark_factory=self.spark,
-                    provider=provider,
-                    provider_dsn=self.provider_dsn or "",
-                    local_dsn=self.settings.local_dsn,
-                    local_conn=local,
+
+        def queries(after: int | None = None, upto: int | None = None) -> list[str]:
+            return [
+                part_query(
+                    batch_sql,
+                    active,
+                    seqs,
                     consumer=consumer,
                     batch_id=batch.batch_id,
-                    queries=queries,
-                    use_spark=False,
+                    part=part,
+                    parts=parts,
+                    after=after,
+                    upto=upto,
                 )
+                for part in range(parts)
+            ]
+
+        stage = functools.partial(
+            replay.stage_batch,
+            spark_factory=self.spark,
+            provider=provider,
+            provider_dsn=self.provider_dsn or "",
+            local_dsn=self.settings.local_dsn,
+            local_conn=local,
+            consumer=consumer,
+            batch_id=batch.batch_id,
+        )
+        if use_spark:
+            stage(queries=queries(), use_spark=True)
+        with local.transaction():
             staged_at = time.monotonic()
-            stats = replay.apply_staged(local, consumer, batch.batch_id, routes, src_cols)
+            if use_spark:
+                stats = replay.apply_staged(local, consumer, batch.batch_id, routes, src_cols)
+            else:
+                stats = replay.ApplyStats()
+                after = None
+                for script in [*scripts, None]:
+                    upto = script[0] if script else None
+                    if active or seqs:
+                        stage(queries=queries(after, upto), use_spark=False)
+                        part = replay.apply_staged(
+                            local, consumer, batch.batch_id, routes, src_cols
+                        )
+                        stats.add(part)
+                    if script:
+                        self._run_script(local, queue, script, routes, seqs)
+                        routes = load_routes(local, queue)  # the script may change tables
+                        self._route_cache = None
+                    after = upto
             stats.apply_seconds = time.monotonic() - staged_at
             if node.node_type == "branch":
                 forward.forward_events(local, provider, queue, batch_sql)
@@ -445,3 +458,19 @@ class Worker(Service):
             log.info("Table %s is now ok", table)
         stats.spark = use_spark
         return stats
+
+    def _run_script(self, local, queue: str, script: tuple, routes, seqs) -> None:
+        """A queued script, in the applying transaction, between the rows around it."""
+        from pgferry.replication.execute import apply_script_event
+
+        _ev_id, script_sql, file_name, attrs_text, tables_json = script
+        apply_script_event(
+            local,
+            queue,
+            script_sql=script_sql,
+            file_name=file_name,
+            attrs_text=attrs_text,
+            queue_tables_json=tables_json,
+            local_names={r.table_name: r.dest_fq for r in routes.values()},
+            local_seqs=frozenset(seqs),
+        )
