@@ -53,6 +53,11 @@ def test_diff_where_limits_both_sides(both) -> None:
     proc = diff(src, "acct", dst, "acct", "--where", "id <= 2000")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "public.acct: ok"
+    # An error inside the Spark tasks still ends as one line, without Spark's stack dump.
+    proc = diff(src, "acct", dst, "acct", "--where", "nosuch > 1")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].endswith('column "nosuch" does not exist')
+    assert "Traceback" not in proc.stderr and "at org.apache" not in proc.stderr
 
 
 def test_diff_input_errors_are_one_line(both) -> None:

@@ -55,9 +55,11 @@ def get_spark(
     for key, value in merged.items():
         builder = builder.config(key, value)
     if not verbose:
-        builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+        builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=FATAL")
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("INFO" if verbose else "ERROR")
+    # A failed task is reported by the job as one line (job_error); Spark would also log the
+    # whole Java + Python stack at ERROR, so only FATAL gets through unless verbose.
+    session.sparkContext.setLogLevel("INFO" if verbose else "FATAL")
     log.debug("Spark session started: master=%s", session.sparkContext.master)
     return session
 
