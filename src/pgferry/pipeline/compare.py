@@ -26,7 +26,7 @@ from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.keyranges import Key, KeyRange, KeySpec, merge_buckets, sample_boundaries
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
 from pgferry.pipeline.spark import job_error
-from pgferry.pipeline.tables import TableInfo, resolve_table
+from pgferry.pipeline.tables import TableInfo, relation, resolve_table
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,11 @@ class _Side:
     schema: str
     name: str
     condition: str | None
+    partitioned: bool = False
+
+    @property
+    def relation(self) -> sql.Composable:
+        return relation(self.schema, self.name, self.partitioned)
 
 
 @dataclass(frozen=True)
@@ -205,8 +210,8 @@ def prepare(
             )
             plans.append(
                 _TablePlan(
-                    _Side(src.schema, src.name, task.copy_condition),
-                    _Side(dst.schema, dst.name, task.dest_condition),
+                    _Side(src.schema, src.name, task.copy_condition, src.partitioned),
+                    _Side(dst.schema, dst.name, task.dest_condition, dst.partitioned),
                     columns,
                     key,
                     by_type,
@@ -276,11 +281,11 @@ def _sum_side(
         row_hash = sql.SQL("hashtextextended({}::text, 0)").format(row)
     query = sql.SQL(
         "select {bucket}, count(*), coalesce(sum({row_hash}), 0)::text"
-        " from only {table} where {where} group by 1"
+        " from {table} where {where} group by 1"
     ).format(
         bucket=plan.key.bucket(group.thresholds),
         row_hash=row_hash,
-        table=sql.Identifier(side.schema, side.name),
+        table=side.relation,
         where=sql.SQL(" and ").join(where),
     )
     conn = open_in_snapshot(connstr, snapshot)

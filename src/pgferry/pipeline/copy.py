@@ -36,7 +36,7 @@ from pgferry.errors import DatabaseError, PgferryError, TableError
 from pgferry.pipeline.progress import TableProgress
 from pgferry.pipeline.snapshot import exported_snapshot, open_in_snapshot
 from pgferry.pipeline.spark import job_error
-from pgferry.pipeline.tables import TableInfo, common_columns, resolve_table
+from pgferry.pipeline.tables import TableInfo, common_columns, relation, resolve_table
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +364,8 @@ def _copy_range(
         where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({unit.hi_block},0)")))
     if plan.condition:
         where.append(sql.SQL("({})").format(sql.SQL(plan.condition)))
-    select = sql.SQL("select {} from only {}").format(
-        cols, sql.Identifier(plan.src_schema, plan.src_name)
+    select = sql.SQL("select {} from {}").format(
+        cols, relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )
     if where:
         select = sql.SQL("{} where {}").format(select, sql.SQL(" and ").join(where))

@@ -97,7 +97,7 @@ class KeySpec:
 def row_estimate(conn: psycopg.Connection, table: TableInfo) -> int:
     if table.est_rows >= 0 and not (table.est_rows == 0 and table.pages > 0):
         return table.est_rows
-    row = conn.execute(sql.SQL("select count(*) from only {}").format(table.ident)).fetchone()
+    row = conn.execute(sql.SQL("select count(*) from {}").format(table.relation)).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -109,7 +109,7 @@ def sample_boundaries(conn: psycopg.Connection, table: TableInfo, spec: KeySpec)
         return []
     # Qualified: a bare name in ORDER BY would mean the text output column, i.e. text order.
     order = sql.SQL(", ").join(sql.Identifier("_t", n) for n in spec.names)
-    source: sql.Composable = sql.SQL("only {} as _t").format(table.ident)
+    source: sql.Composable = sql.SQL("{} as _t").format(table.relation)
     if rows > EXACT_SAMPLE_ROWS:
         percent = min(100.0, 100.0 * buckets * SAMPLE_PER_BUCKET / rows)
         # Row-level sampling: page sampling clusters on tables stored in key order.

@@ -253,9 +253,9 @@ def _read_range(conn: psycopg.Connection, plan: _TablePlan, side: int, rng: KeyR
     where = [plan.key.predicate(rng)]
     if target.condition:
         where.append(sql.SQL("({})").format(sql.SQL(target.condition)))
-    query = sql.SQL("copy (select {} from only {} where {}) to stdout (format csv)").format(
+    query = sql.SQL("copy (select {} from {} where {}) to stdout (format csv)").format(
         sql.SQL(", ").join(map(sql.Identifier, names)),
-        sql.Identifier(target.schema, target.name),
+        target.relation,
         sql.SQL(" and ").join(where),
     )
     buf = io.BytesIO()
@@ -292,6 +292,7 @@ def _fix_sql(
 ) -> list[str]:
     names = _ordered_columns(plan)
     nkey = len(plan.key.names)
+    dest_rel = plan.dst.relation
     deletes, updates, inserts = [], [], []
 
     def key_match(values: list) -> sql.Composable:
@@ -302,7 +303,7 @@ def _fix_sql(
 
     for _key, kind, src, dst in sorted(diffs, key=lambda d: d[0]):
         if kind == "delete":
-            stmt = sql.SQL("delete from only {} where {};").format(dest, key_match(dst))
+            stmt = sql.SQL("delete from {} where {};").format(dest_rel, key_match(dst))
             deletes.append(stmt.as_string(conn))
         elif kind == "insert":
             stmt = sql.SQL("insert into {} ({}) values ({});").format(
@@ -317,8 +318,8 @@ def _fix_sql(
                 for i, n in enumerate(names)
                 if i >= nkey and src[i] != dst[i]
             ]
-            stmt = sql.SQL("update only {} set {} where {};").format(
-                dest, sql.SQL(", ").join(changed), key_match(src)
+            stmt = sql.SQL("update {} set {} where {};").format(
+                dest_rel, sql.SQL(", ").join(changed), key_match(src)
             )
             updates.append(stmt.as_string(conn))
     result.inserts, result.updates, result.deletes = len(inserts), len(updates), len(deletes)

@@ -40,6 +40,10 @@ class TableInfo:
     def ident(self) -> sql.Identifier:
         return sql.Identifier(self.schema, self.name)
 
+    @property
+    def relation(self) -> sql.Composable:
+        return relation(self.schema, self.name, self.partitioned)
+
     def column(self, name: str) -> Column:
         for col in self.columns:
             if col.name == name:
@@ -54,6 +58,13 @@ class TableInfo:
         if not self.pkey:
             raise TableError(f"table {self.display} has no primary key")
         return self.pkey
+
+
+def relation(schema: str, name: str, partitioned: bool) -> sql.Composable:
+    """The table as a FROM/UPDATE/DELETE target: ``ONLY`` (never inheritance children) for a
+    plain table, the whole table for a partitioned one, whose rows all live in partitions."""
+    ident = sql.Identifier(schema, name)
+    return ident if partitioned else sql.SQL("only {}").format(ident)
 
 
 _TABLE_SQL = """
