@@ -61,21 +61,28 @@ def record_tick(
     tick_id: int,
     tick_time: datetime | None,
     expected_prev: int | None,
+    provider_node: str | None = None,
 ) -> None:
     """Set last applied tick inside the caller's transaction; refuse a moved position.
 
-    ``expected_prev`` guards against a second worker that applied the same batch meanwhile:
-    the row is locked and compared, so two appliers cannot both commit.
+    ``expected_prev`` guards against a second applier of the same batch, ``provider_node``
+    against a batch read from a provider the node has left meanwhile (change-provider while
+    the batch was in flight): the row is locked and compared, so such a batch never lands.
     """
     row = conn.execute(
         """
-        select last_tick_id from ferry_node.local_state
+        select last_tick_id, provider_node from ferry_node.local_state
          where queue_name = %s and consumer_name = %s for update
         """,
         (queue_name, consumer_name),
     ).fetchone()
     if row is None:
         raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
+    if provider_node is not None and row[1] != provider_node:
+        raise NodeError(
+            f"Provider changed from {provider_node} to {row[1]} while applying a batch:"
+            " batch discarded"
+        )
     if expected_prev is not None and row[0] is not None and row[0] != expected_prev:
         raise NodeError(
             f"Lost position: local last tick {row[0]} changed while applying "

@@ -452,7 +452,13 @@ class Worker(Service):
                 forward.forward_events(local, provider, queue, batch_sql)
             done = handover.promote(local, queue, batch.tick_snapshot)
             state.record_tick(
-                local, queue, consumer, batch.tick_id, batch.tick_time, batch.prev_tick_id
+                local,
+                queue,
+                consumer,
+                batch.tick_id,
+                batch.tick_time,
+                batch.prev_tick_id,
+                node.provider_node,
             )
         for table in done:
             log.info("Table %s is now ok", table)
