@@ -33,7 +33,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     def make():
         from pgferry.replication.worker import Worker
 
-        return Worker(config, verbose=ctx.verbose, overrides=ctx.overrides)
+        return Worker(config, verbose=ctx.verbose, overrides=ctx.overrides, warm_spark=True)
 
     return run_service(
         make,

@@ -56,6 +56,7 @@ class WorkerSettings:
     local_max_events: int  # batches estimated at most this big are replayed without Spark
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
     read_parts: int  # parts (Spark tasks) per replayed batch
+    warm_spark: bool  # start Spark in the background once caught up
 
     @classmethod
     def from_config(cls, config: Config) -> WorkerSettings:
@@ -74,6 +75,7 @@ class WorkerSettings:
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
             ),
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
+            warm_spark=config.getbool("spark_warm", True),
         )
 
 
@@ -81,9 +83,17 @@ class Worker(Service):
     """The node's worker loop; see the module docstring."""
 
     def __init__(
-        self, config: Config, verbose: int = 0, overrides: dict[str, str] | None = None
+        self,
+        config: Config,
+        verbose: int = 0,
+        overrides: dict[str, str] | None = None,
+        *,
+        warm_spark: bool = False,
     ) -> None:
+        """``warm_spark``: the worker process may start Spark once caught up (the daemon
+        does; library users and tests that share one process get it only on demand)."""
         super().__init__()
+        self.may_warm_spark = warm_spark
         self.config = config
         self.overrides = dict(overrides or {})
         self.verbose = verbose
@@ -238,6 +248,9 @@ class Worker(Service):
     def _start_spark_quietly(self) -> None:
         try:
             self._start_spark()
+            # One tiny job starts the Python workers, the slow part of the first real job.
+            assert self._spark is not None
+            self._spark.sparkContext.parallelize([0], 1).count()
         except Exception as exc:  # noqa: BLE001 - the driver path goes on; logged once
             log.warning("Spark did not start, replaying on the driver: %s", exc_message(exc))
 
@@ -305,6 +318,10 @@ class Worker(Service):
         batch_id = batches.next_batch(provider, queue, consumer, min_count=min_count)
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
+            if self.may_warm_spark and self.settings.warm_spark:
+                # Caught up: a good moment to start Spark for the next copy or large batch,
+                # rather than during a catch-up, where its start would compete for the CPU.
+                self.spark_ready()
             return False
         batch = batches.batch_info(provider, batch_id)
 
