@@ -56,6 +56,21 @@ def test_execute_runs_on_root_once_and_queues(pair, tmp_path: Path, capsys) -> N
     assert "different script with this name" in capsys.readouterr().err
 
 
+def test_rows_changed_by_a_script_are_not_captured_twice(pair, tmp_path: Path) -> None:
+    _prepare(pair)
+    pair.root("insert into digoal_01.user_info values (1, 'a'), (2, 'b')")
+    script = tmp_path / "fix_names.sql"
+    script.write_text("update digoal_01.user_info set engname = upper(engname);")
+    assert main([str(pair.root_cfg.path), "execute", str(script)]) == 0
+    assert pair.root("select engname from digoal_01.user_info order by 1") == [("A",), ("B",)]
+    updates = pair.root(
+        "select count(*) from ferry_queue.event e join ferry_queue.queue q"
+        " on e.ev_part / 10 = q.queue_id where q.queue_name = %s and e.ev_type like 'U:%%'",
+        (pair.queue,),
+    )
+    assert updates == [(0,)]
+
+
 def test_execute_on_leaf_is_refused(pair, tmp_path: Path) -> None:
     _prepare(pair)
     with psycopg.connect(pair.leaf_dsn) as conn, pytest.raises(NodeError) as err:

@@ -120,9 +120,10 @@ def execute_on_root(
     conn.commit()
     for script, statements in todo:
         with conn.transaction():
-            # Row changes made by the script reach subscribers through the script itself:
-            # capture triggers stay quiet in 'local' role.
-            conn.execute("set local session_replication_role = local")
+            # Row changes made by the script reach subscribers through the script itself, so
+            # capture must not queue them too; replica role silences the capture triggers and
+            # makes the root run the script exactly as every subscriber will.
+            conn.execute("set local session_replication_role = replica")
             log.info("Executing: %s", script.name)
             _run_statements(conn, statements)
             _record(conn, queue, script)
