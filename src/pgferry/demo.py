@@ -1,80 +1,246 @@
-"""``make demo``: capture row changes into a queue, tick, consume them in batches.
+"""``make demo``: the seed walkthrough in miniature on throw-away local clusters.
 
-Starts a throw-away PostgreSQL cluster, installs the queue schema, attaches capture
-triggers to a table, makes a few changes (insert, update, a primary-key change, delete,
-truncate), ticks and reads the events back batch by batch with the consumer class.
+A source database ``digoal_01`` (root) replicates to a full copy on a second server (leaf
+``dst1_digoal_01``) and to a partial, renamed copy (leaf ``dst2_digoal_02``: only
+``userid < 1000``, into ``digoal_02.user_info1`` / ``user_session1``).  The ticker and the
+workers run as daemons, a pgbench load of logins and logouts runs on the source, then
+``status``, ``tables`` and ``compare`` show that every copy equals its source.  Everything
+started here is stopped at the end.
 """
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import psycopg
 from rich.console import Console
-from rich.table import Table
+from rich.rule import Rule
 
-from pgferry import schema
 from pgferry.errors import PgferryError
-from pgferry.queue.consumer import Batch, Consumer
-from pgferry.testing.cluster import make_cluster
+from pgferry.testing.cluster import LocalCluster, find_pg_tool, make_cluster
 
-QUEUE = "replika"
-CONSUMER = "demo_reader"
+USERS = 20_000
+LOAD_SECONDS = 10
+TABLES = ("digoal_01.user_info", "digoal_01.user_session")
 
-# (description, statement) pairs; each commits on its own, ticks are made in between.
-CHANGES = [
-    [
-        ("insert two users", "insert into digoal_01.user_info values (1, 'ann'), (2, 'bob')"),
-        ("update one", "update digoal_01.user_info set engname = 'Ann' where userid = 1"),
-    ],
-    [
-        ("change a primary key", "update digoal_01.user_info set userid = 20 where userid = 2"),
-        ("delete a row", "delete from digoal_01.user_info where userid = 1"),
-    ],
-    [("truncate the table", "truncate digoal_01.user_info")],
-]
+SCHEMA = """
+create schema digoal_01;
+create table digoal_01.user_info (
+    userid int primary key, engname text, cnname text, occupation text, birthday date,
+    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
+create table digoal_01.user_session (
+    userid int primary key, logintime timestamp(0), login_count bigint default 0,
+    logouttime timestamp(0), online_interval interval default '0');
+"""
+FILL = f"""
+insert into digoal_01.user_info
+select g, 'eng' || g, 'cn' || g, 'dba', date '1970-01-01' + g % 15000, 'hello', g || '@x.org',
+       10000 + g, now(), null from generate_series(1, {USERS}) g;
+insert into digoal_01.user_session (userid) select g from generate_series(1, {USERS}) g;
+"""
+PARTIAL = """
+create schema digoal_02;
+"""
+LOGIN = f"""\\set userid random(1, {USERS})
+select userid, engname, cnname from digoal_01.user_info where userid = :userid;
+update digoal_01.user_session set logintime = now(), login_count = login_count + 1
+ where userid = :userid;
+"""
+LOGOUT = f"""\\set userid random(1, {USERS})
+update digoal_01.user_session set logouttime = now(),
+       online_interval = online_interval + (now() - logintime) where userid = :userid;
+update digoal_01.user_info set mod_time = now() where userid = :userid;
+"""
+
+
+class Demo:
+    def __init__(self, console: Console, workdir: Path) -> None:
+        self.console = console
+        self.workdir = workdir
+        self.daemons: list[tuple[str, str]] = []
+
+    def pgferry(self, *args: str, show: bool = True) -> str:
+        """Run ``pgferry ARGS`` as an operator would, echoing the command and its output."""
+        if show:
+            self.console.print(f"[bold cyan]$ pgferry {' '.join(map(_quote, args))}[/]")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pgferry", *args],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        output = (proc.stdout + proc.stderr).rstrip()
+        if show and output:
+            self.console.print(output, markup=False, highlight=False)
+        if proc.returncode not in (0,) and args[-1] != "compare":
+            raise PgferryError(f"pgferry {' '.join(args)} failed: {output.splitlines()[-1:]}")
+        return output
+
+    def daemon(self, ini: str, command: str) -> None:
+        self.pgferry("-d", ini, command)
+        self.daemons.append((ini, command))
+
+    def stop_daemons(self) -> None:
+        for ini, command in reversed(self.daemons):
+            self.pgferry("-s", ini, command, show=False)
+        deadline = time.monotonic() + 30
+        pids = self.workdir / "pid"
+        while time.monotonic() < deadline and any(pids.glob("*.pid")):
+            time.sleep(0.2)
+        for ini, command in self.daemons:
+            if any(pids.glob("*.pid")):
+                self.pgferry("-k", ini, command, show=False)
+        self.daemons.clear()
+
+    def step(self, title: str) -> None:
+        self.console.print(Rule(f"[bold]{title}"))
+
+
+def _quote(arg: str) -> str:
+    return shlex.quote(arg) if any(c in arg for c in " <'\"") else arg
+
+
+def _sql(connstr: str, statements: str) -> None:
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        conn.execute(statements)  # type: ignore[arg-type]
+
+
+def _wait(what: str, connstr: str, query: str, expected: object, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(connstr, autocommit=True) as conn:
+            if conn.execute(query).fetchone()[0] == expected:  # type: ignore[arg-type]
+                return
+        time.sleep(0.3)
+    raise PgferryError(f"timed out waiting for {what}")
+
+
+def _write_configs(workdir: Path, src: str, dst1: str, dst2: str, root: LocalCluster) -> None:
+    common = (
+        "queue_name = replika\n"
+        "logfile = %(config_dir)s/log/%(job_name)s.log\n"
+        "pidfile = %(config_dir)s/pid/%(job_name)s.pid\n"
+        "parallel_copies = 4\nloop_delay = 0.5\nexception_sleep = 2\n"
+        "spark_master = local[1]\nspark.sql.shuffle.partitions = 2\n"
+    )
+    for job, dsn in (("src_digoal_01", src), ("dst1_digoal_01", dst1), ("dst2_digoal_02", dst2)):
+        (workdir / f"{job}.ini").write_text(f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}")
+    (workdir / "pgqd.ini").write_text(
+        "[pgqd]\n"
+        f"base_connstr = host=127.0.0.1 port={root.port} user=postgres\n"
+        "initial_database = postgres\nticker_period = 0.5\n"
+        "logfile = %(config_dir)s/log/pgqd.log\npidfile = %(config_dir)s/pid/pgqd.pid\n"
+    )
+    (workdir / "login.sql").write_text(LOGIN)
+    (workdir / "logout.sql").write_text(LOGOUT)
+
+
+def _load(workdir: Path, root: LocalCluster, console: Console) -> None:
+    pgbench = find_pg_tool("pgbench")
+    base = [pgbench, "-h", "127.0.0.1", "-p", str(root.port), "-U", "postgres", "-n",
+            "-M", "prepared", "-c", "2", "-j", "2", "-T", str(LOAD_SECONDS)]  # fmt: skip
+    console.print(
+        f"[bold cyan]$ pgbench -c 2 -T {LOAD_SECONDS} -f login.sql digoal_01 &"
+        f"  pgbench -c 2 -T {LOAD_SECONDS} -f logout.sql digoal_01[/]"
+    )
+    runs = [
+        subprocess.Popen(
+            [*base, "-f", script, "digoal_01"],
+            cwd=workdir,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for script in ("login.sql", "logout.sql")
+    ]
+    for run, script in zip(runs, ("login.sql", "logout.sql"), strict=True):
+        out, _ = run.communicate(timeout=LOAD_SECONDS + 60)
+        tps = [line for line in out.splitlines() if line.startswith("tps")]
+        console.print(f"  {script}: {tps[0] if tps else out.strip().splitlines()[-1:]}")
 
 
 def run(console: Console) -> None:
-    console.print("[bold]Starting a throw-away PostgreSQL cluster...[/]")
-    cluster = make_cluster("demo")
+    console.print(Rule("[bold]pgferry demo: the walkthrough in miniature"))
+    workdir = Path(tempfile.mkdtemp(prefix="pgferry-demo-"))
+    console.print("Starting two throw-away PostgreSQL clusters on 127.0.0.1 ...")
+    root_cluster = make_cluster("demo-src")
+    target_cluster: LocalCluster | None = None
+    demo = Demo(console, workdir)
     try:
-        connstr = cluster.createdb("digoal_01")
-        with psycopg.connect(connstr) as conn:
-            for item in schema.install(conn, ("queue",)):
-                console.print(f"Installing {item}")
-        with psycopg.connect(connstr, autocommit=True) as conn:
-            conn.execute("create schema digoal_01")
-            conn.execute("create table digoal_01.user_info (userid int primary key, engname text)")
-            conn.execute("select ferry_queue.create_queue(%s)", (QUEUE,))
-            conn.execute("select ferry_queue.attach_capture(%s, 'digoal_01.user_info')", (QUEUE,))
-            console.print(
-                f"Queue [cyan]{QUEUE}[/] created, capture triggers on digoal_01.user_info"
-            )
-            with Consumer(connstr, QUEUE, CONSUMER) as consumer:
-                consumer.register()
-                for group in CHANGES:
-                    for description, statement in group:
-                        conn.execute(statement)  # type: ignore[arg-type]
-                        console.print(f"  {description}: [dim]{statement}[/]")
-                    conn.execute("select ferry_queue.force_tick(%s)", (QUEUE,))
-                    tick = conn.execute("select ferry_queue.ticker(%s)", (QUEUE,)).fetchone()
-                    console.print(f"  tick {tick[0] if tick else '?'}")
-                consumer.run(lambda batch: show_batch(console, batch))
+        target_cluster = make_cluster("demo-dst")
+        src = root_cluster.createdb("digoal_01")
+        dst1 = target_cluster.createdb("digoal_01")
+        dst2 = target_cluster.createdb("digoal_02")
+        console.print(
+            f"  source  127.0.0.1:{root_cluster.port}/digoal_01 ({USERS:,} users)\n"
+            f"  target  127.0.0.1:{target_cluster.port}/digoal_01 and /digoal_02\n"
+            f"  configs {workdir}"
+        )
+        _sql(src, SCHEMA + FILL)
+        _sql(dst1, SCHEMA)
+        _sql(dst2, PARTIAL)
+        _write_configs(workdir, src, dst1, dst2, root_cluster)
+
+        demo.step("1-4: root, leaf, workers and the ticker")
+        demo.pgferry("src_digoal_01.ini", "create-root", "src_digoal_01", src)
+        demo.daemon("src_digoal_01.ini", "worker")
+        demo.pgferry("dst1_digoal_01.ini", "create-leaf", "dst1_digoal_01", dst1,
+                     f"--provider={src}")  # fmt: skip
+        demo.daemon("dst1_digoal_01.ini", "worker")
+        demo.daemon("pgqd.ini", "ticker")
+
+        demo.step("8: add the tables on the root, then on the leaf (copied in parallel)")
+        demo.pgferry("src_digoal_01.ini", "add-table", *TABLES)
+        demo.pgferry("dst1_digoal_01.ini", "add-table", *TABLES)
+        demo.pgferry("dst1_digoal_01.ini", "wait-sync")
+        demo.pgferry("dst1_digoal_01.ini", "tables")
+
+        demo.step("18: a partial, renamed leaf (userid < 1000 into digoal_02)")
+        demo.pgferry("dst2_digoal_02.ini", "create-leaf", "dst2_digoal_02", dst2,
+                     f"--provider={src}")  # fmt: skip
+        demo.daemon("dst2_digoal_02.ini", "worker")
+        for table, dest in zip(TABLES, ("digoal_02.user_info1", "digoal_02.user_session1"),
+                               strict=True):  # fmt: skip
+            demo.pgferry("dst2_digoal_02.ini", "add-table", table, f"--dest-table={dest}",
+                         "--copy-condition=userid<1000", "--create")  # fmt: skip
+        demo.pgferry("dst2_digoal_02.ini", "wait-sync")
+        demo.pgferry("dst2_digoal_02.ini", "tables")
+
+        demo.step("12: a pgbench load of logins and logouts on the source")
+        _load(workdir, root_cluster, console)
+        demo.pgferry("src_digoal_01.ini", "status")
+        demo.pgferry("dst1_digoal_01.ini", "wait-root")
+        demo.pgferry("dst2_digoal_02.ini", "wait-root")
+
+        demo.step("14: compare both sides, each at one tick")
+        out1 = demo.pgferry("dst1_digoal_01.ini", "compare")
+        out2 = demo.pgferry("dst2_digoal_02.ini", "compare")
+        demo.step("16: TRUNCATE is replicated too")
+        _sql(src, "truncate digoal_01.user_session")
+        demo.pgferry("dst1_digoal_01.ini", "wait-root")
+        _wait("the truncate on dst1", dst1, "select count(*) from digoal_01.user_session", 0)
+        console.print("  digoal_01.user_session on dst1: 0 rows")
+        demo.pgferry("dst1_digoal_01.ini", "members")
+
+        demo.step("result")
+        equal = "Results do not match" not in out1 + out2
+        if equal:
+            console.print("[bold green]Every replicated table equals its source.[/]")
+        else:
+            console.print("[bold red]Some tables differ: see compare above.[/]")
+            raise SystemExit(1)
     finally:
-        cluster.destroy()
-        console.print("[bold]Cluster stopped and removed.[/]")
-
-
-def show_batch(console: Console, batch: Batch) -> None:
-    info = batch.info
-    table = Table(title=f"batch {info.batch_id}: ticks {info.prev_tick_id} -> {info.tick_id}")
-    for column in ("ev_id", "ev_txid", "ev_type", "ev_extra1"):
-        table.add_column(column)
-    table.add_column("ev_data", overflow="fold")  # the row image matters most: never cut
-    for ev in batch.events():
-        table.add_row(str(ev.ev_id), str(ev.ev_txid), ev.ev_type, ev.ev_extra1, ev.ev_data or "")
-    console.print(table)
+        console.print("Stopping workers, ticker and clusters ...")
+        demo.stop_daemons()
+        for cluster in (target_cluster, root_cluster):
+            if cluster is not None:
+                cluster.destroy()
 
 
 def main() -> int:
@@ -82,10 +248,10 @@ def main() -> int:
     try:
         run(console)
     except PgferryError as exc:
-        print(f"pgferry demo: {exc}", file=sys.stderr)
+        console.print(f"[bold red]demo failed:[/] {exc}")
         return 1
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

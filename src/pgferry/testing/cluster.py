@@ -43,7 +43,9 @@ def find_pg_bin() -> Path:
         return Path(env)
     on_path = shutil.which("initdb")
     if on_path and shutil.which("pg_ctl"):
-        return Path(on_path).parent
+        # Resolve symlinks (e.g. /usr/local/bin/initdb) so that the server's sibling tools
+        # (pgbench, psql) are found next to it.
+        return Path(on_path).resolve().parent
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin"),
         key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
@@ -55,6 +57,17 @@ def find_pg_bin() -> Path:
         "PostgreSQL server binaries not found: put initdb and pg_ctl on PATH, "
         "set PGFERRY_PG_BIN, or install postgresql (e.g. apt-get install postgresql)"
     )
+
+
+def find_pg_tool(name: str) -> str:
+    """Path of a PostgreSQL client tool (psql, pgbench), preferring the server's version."""
+    beside = find_pg_bin() / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise PgferryError(f"{name} not found: install the PostgreSQL client tools")
 
 
 def free_port() -> int:
