@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "pgferry.cli.cmd_worker",
     "pgferry.cli.cmd_sync",
     "pgferry.cli.cmd_execute",
+    "pgferry.cli.cmd_skip",
     "pgferry.cli.cmd_cascade",
 )
 

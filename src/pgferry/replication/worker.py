@@ -25,9 +25,9 @@ import psycopg
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
-from pgferry.errors import DatabaseError, NodeError
+from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
-from pgferry.replication import batches, forward, handover, replay, sequences, state, sync
+from pgferry.replication import batches, forward, handover, replay, sequences, skip, state, sync
 from pgferry.replication.eventsql import part_query
 from pgferry.replication.routes import Route, load_routes, registry_signature, source_columns
 
@@ -142,6 +142,8 @@ class Worker(Service):
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
             node = state.load_node(conn, self.settings.queue)
             state.record_error(conn, self.settings.queue, node.consumer_name, message)
+            if isinstance(exc, skip.EventFailed):
+                skip.record_failure(conn, exc.event)
 
     def work(self) -> bool:
         try:
@@ -460,7 +462,7 @@ class Worker(Service):
                         )
                         stats.add(part)
                     if script:
-                        self._run_script(local, queue, script, routes, seqs)
+                        self._run_script(local, node, batch, script, routes, seqs)
                         routes = load_routes(local, queue)  # the script may change tables
                         self._route_cache = None
                     after = upto
@@ -477,23 +479,49 @@ class Worker(Service):
                 batch.prev_tick_id,
                 node.provider_node,
             )
+            if scripts:  # only a script can leave a failed event behind
+                skip.clear_failure(local, queue, consumer)
         for table in done:
             log.info("Table %s is now ok", table)
         stats.spark = use_spark
         return stats
 
-    def _run_script(self, local, queue: str, script: tuple, routes, seqs) -> None:
-        """A queued script, in the applying transaction, between the rows around it."""
-        from pgferry.replication.execute import apply_script_event
+    def _run_script(self, local, node, batch, script: tuple, routes, seqs) -> None:
+        """A queued script, in the applying transaction, between the rows around it.
 
-        _ev_id, script_sql, file_name, attrs_text, tables_json = script
-        apply_script_event(
-            local,
-            queue,
-            script_sql=script_sql,
-            file_name=file_name,
-            attrs_text=attrs_text,
-            queue_tables_json=tables_json,
-            local_names={r.table_name: r.dest_fq for r in routes.values()},
-            local_seqs=frozenset(seqs),
-        )
+        A script that fails stops replay here (the transaction rolls back, the position is
+        kept); the failing event is recorded so that ``skip-event`` can name it.  A script
+        the operator skipped is passed over.
+        """
+        from pgferry.replication.execute import EXECUTE_EVENT, apply_script_event
+
+        ev_id, script_sql, file_name, attrs_text, tables_json = script
+        queue = node.queue_name
+        if skip.is_skipped(local, queue, batch.tick_id, ev_id):
+            log.warning("%s: skipped by the operator (event %s)", file_name, ev_id)
+            return
+        try:
+            with local.transaction():  # a savepoint: the error text must stay readable
+                apply_script_event(
+                    local,
+                    queue,
+                    script_sql=script_sql,
+                    file_name=file_name,
+                    attrs_text=attrs_text,
+                    queue_tables_json=tables_json,
+                    local_names={r.table_name: r.dest_fq for r in routes.values()},
+                    local_seqs=frozenset(seqs),
+                )
+        except (psycopg.Error, PgferryError) as exc:
+            error = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
+            raise skip.EventFailed(
+                skip.FailedEvent(
+                    queue,
+                    node.consumer_name,
+                    batch.tick_id,
+                    ev_id,
+                    EXECUTE_EVENT,
+                    file_name,
+                    error,
+                )
+            ) from None
