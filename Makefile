@@ -16,11 +16,11 @@ demo: $(STAMP)
 	$(BIN)/python -m pgferry.demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench tools
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,299 @@
+"""A small replicated set-up on local clusters, a pgbench-like load and fault injection.
+
+Used by the fault-injection test and by ``tools/soak.py``: a root database and two leaves
+(one full copy, one partial renamed copy ``userid < 1000``) on a second cluster, the ticker
+and the workers as ``-d`` daemons through the real command line, a writer thread that
+survives server restarts, and faults that a DBA meets in practice.  After each fault the
+caller waits until every replicated table equals its source again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from pgferry.daemon import pid_alive, read_pid
+from pgferry.testing.cluster import LocalCluster
+
+log = logging.getLogger(__name__)
+
+ROWS = 2000
+SCHEMA = """
+create schema digoal_01;
+create table digoal_01.user_info (userid int primary key, engname text, mod_time timestamp);
+create table digoal_01.user_session (
+    userid int primary key, logintime timestamp(0), login_count bigint default 0);
+create table digoal_01.user_login_rec (
+    id bigserial primary key, userid int, login_time timestamp, ip inet);
+"""
+FILL = f"""
+insert into digoal_01.user_info select g, 'u' || g, now() from generate_series(1, {ROWS}) g;
+insert into digoal_01.user_session (userid) select generate_series(1, {ROWS});
+"""
+TABLES = ("digoal_01.user_info", "digoal_01.user_session", "digoal_01.user_login_rec")
+PARTIAL = {
+    "digoal_01.user_info": "digoal_02.user_info1",
+    "digoal_01.user_session": "digoal_02.user_session1",
+}
+CONDITION = "userid<1000"
+
+
+def sql(dsn: str, query: str, params: tuple | None = None) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        cur = conn.execute(query, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except psycopg.OperationalError:
+            pass  # a server being restarted
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Load:
+    """Logins, logouts and log inserts on the source in a thread; reconnects after faults."""
+
+    def __init__(self, dsn: str, pause: float = 0.002) -> None:
+        self.dsn = dsn
+        self.pause = pause
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.transactions = 0
+        self.failures = 0
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        while not self.stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as conn:
+                    while not self.stop.is_set():
+                        uid = rng.randint(1, ROWS)
+                        with conn.transaction():
+                            conn.execute(
+                                "update digoal_01.user_session set logintime = now(),"
+                                " login_count = login_count + 1 where userid = %s",
+                                (uid,),
+                            )
+                            conn.execute(
+                                "insert into digoal_01.user_login_rec (userid, login_time, ip)"
+                                " values (%s, now(), '10.0.0.1')",
+                                (uid,),
+                            )
+                            if uid % 13 == 0:
+                                conn.execute(
+                                    "update digoal_01.user_info set mod_time = now(),"
+                                    " userid = userid + %s where userid = %s",
+                                    (ROWS, uid),
+                                )
+                        self.transactions += 1
+                        time.sleep(self.pause)
+            except psycopg.Error:
+                self.failures += 1
+                time.sleep(0.5)  # the source is down: try again
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+@dataclass
+class Scenario:
+    """Root on ``root_cluster``; leaves ``dst1`` (full) and ``dst2`` (partial) on ``sub``."""
+
+    root_cluster: LocalCluster
+    sub_cluster: LocalCluster
+    workdir: Path
+    src: str = ""
+    dst1: str = ""
+    dst2: str = ""
+    faults: list[str] = field(default_factory=list)
+
+    JOBS = ("src_digoal_01", "dst1_digoal_01", "dst2_digoal_02")
+
+    # --- command line -----------------------------------------------------------------
+    def cli(self, *args: str, check: bool = True) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pgferry", *args],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"pgferry {' '.join(args)}: {proc.stdout}{proc.stderr}")
+        return proc.stdout + proc.stderr
+
+    def pid(self, job: str) -> int | None:
+        pid = read_pid(self.workdir / "pid" / f"{job}.pid")
+        return pid if pid is not None and pid_alive(pid) else None
+
+    def start(self, job: str) -> None:
+        if self.pid(job) is None:
+            self.cli("-d", f"{job}.ini", "ticker" if job == "pgqd" else "worker")
+
+    def stop(self, job: str) -> None:
+        self.cli("-s", f"{job}.ini", "ticker" if job == "pgqd" else "worker", check=False)
+        wait_until(lambda: self.pid(job) is None, 60, f"{job} to stop")
+
+    # --- set-up -------------------------------------------------------------------------
+    def setup(self, dbname: str = "digoal_01") -> None:
+        self.src = self.root_cluster.createdb(dbname)
+        self.dst1 = self.sub_cluster.createdb("digoal_01")
+        self.dst2 = self.sub_cluster.createdb("digoal_02")
+        common = (
+            f"queue_name = replika\nlogfile = {self.workdir}/log/%(job_name)s.log\n"
+            f"pidfile = {self.workdir}/pid/%(job_name)s.pid\nloop_delay = 0.2\n"
+            "exception_sleep = 1\nparallel_copies = 4\nlock_timeout = 120\n"
+            "spark_master = local[1]\nspark.sql.shuffle.partitions = 2\n"
+        )
+        for job, dsn in zip(self.JOBS, (self.src, self.dst1, self.dst2), strict=True):
+            (self.workdir / f"{job}.ini").write_text(
+                f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}"
+            )
+        (self.workdir / "pgqd.ini").write_text(
+            f"[pgqd]\nbase_connstr = host=127.0.0.1 port={self.root_cluster.port} user=postgres\n"
+            f"database_list = {dbname}\nticker_period = 0.2\ncheck_period = 1\n"
+            f"logfile = {self.workdir}/log/pgqd.log\npidfile = {self.workdir}/pid/pgqd.pid\n"
+        )
+        sql(self.src, SCHEMA + FILL)
+        sql(self.dst1, SCHEMA)
+        sql(self.dst2, "create schema digoal_02")
+        self.cli("src_digoal_01.ini", "create-root", "src_digoal_01", self.src)
+        self.cli("dst1_digoal_01.ini", "create-leaf", "dst1_digoal_01", self.dst1,
+                 f"--provider={self.src}")  # fmt: skip
+        self.cli("dst2_digoal_02.ini", "create-leaf", "dst2_digoal_02", self.dst2,
+                 f"--provider={self.src}")  # fmt: skip
+        for job in ("pgqd", *self.JOBS):
+            self.start(job)
+        self.cli("src_digoal_01.ini", "add-table", *TABLES)
+        self.cli("dst1_digoal_01.ini", "add-table", *TABLES)
+        for table, dest in PARTIAL.items():
+            self.cli("dst2_digoal_02.ini", "add-table", table, f"--dest-table={dest}",
+                     f"--copy-condition={CONDITION}", "--create")  # fmt: skip
+
+    def shutdown(self) -> None:
+        for job in (*reversed(self.JOBS), "pgqd"):
+            pid = self.pid(job)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+
+    # --- checks -------------------------------------------------------------------------
+    @staticmethod
+    def _digest(dsn: str, table: str, cond: str = "true") -> list[tuple]:
+        return sql(
+            dsn,
+            f"select count(*), md5(coalesce(string_agg(t::text, '|' order by t::text), ''))"
+            f" from {table} t where {cond}",
+        )
+
+    def differences(self) -> list[str]:
+        """Tables that differ from their source right now (empty when all equal)."""
+        bad = []
+        for table in TABLES:
+            if self._digest(self.src, table) != self._digest(self.dst1, table):
+                bad.append(f"dst1 {table}")
+        for table, dest in PARTIAL.items():
+            if self._digest(self.src, table, CONDITION) != self._digest(self.dst2, dest):
+                bad.append(f"dst2 {dest}")
+        return bad
+
+    def wait_equal(self, timeout: float = 240) -> None:
+        wait_until(lambda: not self.differences(), timeout, "every table equal to its source")
+
+    def wait_synced(self, timeout: float = 240) -> None:
+        def ok() -> bool:
+            return all(
+                sql(
+                    dsn,
+                    "select count(*) filter (where merge_state = 'ok'), count(*)"
+                    " from ferry.table_info where local",
+                )[0]  # fmt: skip
+                in ((3, 3), (2, 2))
+                for dsn in (self.dst1, self.dst2)
+            )
+
+        wait_until(ok, timeout, "every table ok")
+
+    # --- faults -------------------------------------------------------------------------
+    def fault_kill_worker(self, rng: random.Random) -> str:
+        job = rng.choice(self.JOBS[1:])
+        time.sleep(rng.uniform(0.0, 1.5))
+        pid = self.pid(job)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: self.pid(job) is None, 30, f"{job} to die")
+        self.start(job)
+        return f"SIGKILL {job}"
+
+    def fault_restart_subscriber(self, rng: random.Random) -> str:
+        mode = rng.choice(("fast", "immediate"))
+        self.sub_cluster.stop(mode)
+        time.sleep(rng.uniform(0.5, 2.0))
+        self.sub_cluster.start()
+        return f"subscriber server stopped -m {mode}"
+
+    def fault_restart_provider(self, rng: random.Random) -> str:
+        mode = rng.choice(("fast", "immediate"))
+        self.root_cluster.stop(mode)
+        time.sleep(rng.uniform(0.5, 2.0))
+        self.root_cluster.start()
+        return f"provider server stopped -m {mode}"
+
+    def fault_stop_ticker(self, rng: random.Random) -> str:
+        self.stop("pgqd")
+        time.sleep(rng.uniform(1.0, 3.0))
+        self.start("pgqd")
+        return "ticker stopped"
+
+    def fault_backlog(self, rng: random.Random) -> str:
+        self.stop("dst1_digoal_01")
+        time.sleep(rng.uniform(2.0, 5.0))
+        self.start("dst1_digoal_01")
+        return "backlog on dst1"
+
+    def fault_resync(self, rng: random.Random) -> str:
+        table = rng.choice(TABLES)
+        self.cli("dst1_digoal_01.ini", "resync", table)
+        time.sleep(rng.uniform(0.0, 1.0))
+        pid = self.pid("dst1_digoal_01")  # kill during (or right after) the copy
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: self.pid("dst1_digoal_01") is None, 30, "dst1 to die")
+        self.start("dst1_digoal_01")
+        return f"resync {table} + SIGKILL during copy"
+
+    FAULTS = (
+        "fault_kill_worker",
+        "fault_restart_subscriber",
+        "fault_restart_provider",
+        "fault_stop_ticker",
+        "fault_backlog",
+        "fault_resync",
+    )
+
+    def inject(self, name: str, rng: random.Random) -> str:
+        done = getattr(self, name)(rng)
+        self.faults.append(done)
+        log.info("fault: %s", done)
+        return done

@@ -1,0 +1,77 @@
+"""Soak test: rounds of random faults under load, each ending with every node equal.
+
+    .venv/bin/python tools/soak.py --rounds 50 [--seed N] [--keep]
+
+Starts two throw-away clusters (root; both leaves on the second), then per round: load on,
+one random fault (worker SIGKILL, subscriber or provider server stopped -m fast/immediate,
+ticker stopped, a backlog, a resync killed mid-copy), load off, wait until every replicated
+table equals its source.  Prints how many faults were injected and how many rounds ended
+equal; exits non-zero if any round did not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from pgferry.testing.cluster import make_cluster
+from pgferry.testing.scenario import Load, Scenario
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--load-seconds", type=float, default=3.0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per round catch-up")
+    parser.add_argument("--keep", action="store_true", help="keep clusters and logs")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    root = make_cluster("soak-root")
+    sub = make_cluster("soak-sub")
+    workdir = Path(tempfile.mkdtemp(prefix="pgferry-soak-"))
+    scenario = Scenario(root, sub, workdir)
+    equal_rounds = 0
+    kinds: Counter[str] = Counter()
+    print(f"seed {args.seed}, work dir {workdir}", flush=True)
+    try:
+        scenario.setup()
+        scenario.wait_synced()
+        scenario.wait_equal()
+        for number in range(1, args.rounds + 1):
+            fault = rng.choice(Scenario.FAULTS)
+            started = time.monotonic()
+            with Load(scenario.src) as load:
+                time.sleep(rng.uniform(0.2, args.load_seconds))
+                what = scenario.inject(fault, rng)
+                time.sleep(rng.uniform(0.2, args.load_seconds))
+            kinds[fault] += 1
+            try:
+                scenario.wait_synced(args.timeout)
+                scenario.wait_equal(args.timeout)
+                equal_rounds += 1
+                verdict = "equal"
+            except AssertionError:
+                verdict = "DIFFERENT: " + ", ".join(scenario.differences())
+            print(
+                f"round {number}: {what}; {load.transactions} transactions; "
+                f"{verdict} after {time.monotonic() - started:.1f} s",
+                flush=True,
+            )
+    finally:
+        scenario.shutdown()
+        if not args.keep:
+            sub.destroy()
+            root.destroy()
+    print(f"faults injected: {sum(kinds.values())} ({dict(kinds)})")
+    print(f"rounds ended equal: {equal_rounds} of {args.rounds}")
+    return 0 if equal_rounds == args.rounds else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
