@@ -28,6 +28,7 @@ from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
 from pgferry.errors import PgferryError
+from pgferry.replication.names import split_qualified
 
 DEFAULT_SCHEMA = "public"
 # Statements whose bodies are opaque to the parser: we cannot see which tables they touch.
@@ -64,12 +65,6 @@ def quote_ident(name: str) -> str:
 def qualified(schema: str | None, relname: str) -> str:
     """``schema.table`` in the registry's form (format('%I.%I'))."""
     return f"{quote_ident(schema or DEFAULT_SCHEMA)}.{quote_ident(relname)}"
-
-
-def split_qualified(name: str) -> tuple[str, str]:
-    """Inverse of :func:`qualified` for names the registry stores."""
-    parsed = parse_sql(f"select from {name}")[0].stmt.fromClause[0]
-    return parsed.schemaname or DEFAULT_SCHEMA, parsed.relname
 
 
 @dataclass(frozen=True)
