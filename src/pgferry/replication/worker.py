@@ -70,7 +70,7 @@ class WorkerSettings:
             # Measured on 2 shared cores, the driver path beat a Spark job at every batch size
             # up to 80k events (BENCHMARKS.md); Spark takes only batches beyond the default
             # multi-tick batch size, where reading parts in parallel can pay off.
-            local_max_events=config.getint("replay_local_events", 100000),
+            local_max_events=config.getint("replay_local_events", 5000),
             batch_min_events=config.getint(
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
             ),
