@@ -23,26 +23,15 @@ from rich.rule import Rule
 
 from pgferry.errors import PgferryError
 from pgferry.testing.cluster import LocalCluster, find_pg_tool, make_cluster
+from pgferry.testing.scenario import sql
+from pgferry.testing.seed import seed_fill, seed_schema
 
 USERS = 20_000
 LOAD_SECONDS = 10
 TABLES = ("digoal_01.user_info", "digoal_01.user_session")
 
-SCHEMA = """
-create schema digoal_01;
-create table digoal_01.user_info (
-    userid int primary key, engname text, cnname text, occupation text, birthday date,
-    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
-create table digoal_01.user_session (
-    userid int primary key, logintime timestamp(0), login_count bigint default 0,
-    logouttime timestamp(0), online_interval interval default '0');
-"""
-FILL = f"""
-insert into digoal_01.user_info
-select g, 'eng' || g, 'cn' || g, 'dba', date '1970-01-01' + g % 15000, 'hello', g || '@x.org',
-       10000 + g, now(), null from generate_series(1, {USERS}) g;
-insert into digoal_01.user_session (userid) select g from generate_series(1, {USERS}) g;
-"""
+SCHEMA = seed_schema()
+FILL = seed_fill(USERS)
 PARTIAL = """
 create schema digoal_02;
 """
@@ -104,11 +93,6 @@ class Demo:
 
 def _quote(arg: str) -> str:
     return shlex.quote(arg) if any(c in arg for c in " <'\"") else arg
-
-
-def _sql(connstr: str, statements: str) -> None:
-    with psycopg.connect(connstr, autocommit=True) as conn:
-        conn.execute(statements)  # type: ignore[arg-type]
 
 
 def _wait(what: str, connstr: str, query: str, expected: object, timeout: float = 300) -> None:
@@ -182,9 +166,9 @@ def run(console: Console) -> None:
             f"  target  127.0.0.1:{target_cluster.port}/digoal_01 and /digoal_02\n"
             f"  configs {workdir}"
         )
-        _sql(src, SCHEMA + FILL)
-        _sql(dst1, SCHEMA)
-        _sql(dst2, PARTIAL)
+        sql(src, SCHEMA + FILL)
+        sql(dst1, SCHEMA)
+        sql(dst2, PARTIAL)
         _write_configs(workdir, src, dst1, dst2, root_cluster)
 
         demo.step("1-4: root, leaf, workers and the ticker")
@@ -222,7 +206,7 @@ def run(console: Console) -> None:
         out1 = demo.pgferry("dst1_digoal_01.ini", "compare")
         out2 = demo.pgferry("dst2_digoal_02.ini", "compare")
         demo.step("16: TRUNCATE is replicated too")
-        _sql(src, "truncate digoal_01.user_session")
+        sql(src, "truncate digoal_01.user_session")
         demo.pgferry("dst1_digoal_01.ini", "wait-root")
         _wait("the truncate on dst1", dst1, "select count(*) from digoal_01.user_session", 0)
         console.print("  digoal_01.user_session on dst1: 0 rows")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -22,31 +22,11 @@ import pytest
 
 from pgferry.daemon import pid_alive, read_pid
 from pgferry.testing.cluster import LocalCluster, make_cluster
+from pgferry.testing.scenario import sql, wait_until
+from pgferry.testing.seed import seed_fill, seed_schema
 
-SCHEMA = """
-create schema digoal_01;
-create table digoal_01.user_info (
-    userid int primary key, engname text, cnname text, occupation text, birthday date,
-    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
-create table digoal_01.user_session (
-    userid int primary key, logintime timestamp(0), login_count bigint default 0,
-    logouttime timestamp(0), online_interval interval default '0');
-"""
-FILL = """
-insert into digoal_01.user_info
-select g, 'eng' || g, 'cn' || g, 'occ', date '1980-01-01' + g % 9000, 'sign', g || '@x.org',
-       g * 1000, now(), null from generate_series(1, {n}) g;
-insert into digoal_01.user_session (userid) select g from generate_series(1, {n}) g;
-"""
-PARTIAL = """
-create schema digoal_02;
-create table digoal_02.user_info1 (
-    userid int primary key, engname text, cnname text, occupation text, birthday date,
-    signname text, email text, qq numeric, crt_time timestamp, mod_time timestamp);
-create table digoal_02.user_session1 (
-    userid int primary key, logintime timestamp(0), login_count bigint default 0,
-    logouttime timestamp(0), online_interval interval default '0');
-"""
+SCHEMA = seed_schema()
+PARTIAL = seed_schema("digoal_02", suffix="1")
 ROWS = 3000
 TABLES = ("digoal_01.user_info", "digoal_01.user_session")
 
@@ -56,24 +36,6 @@ def sub_cluster() -> Iterator[LocalCluster]:
     cluster = make_cluster("e2e-sub")
     yield cluster
     cluster.destroy()
-
-
-def sql(dsn: str, query: str, params=None) -> list[tuple]:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
-
-
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if cond():
-                return
-        except psycopg.OperationalError:
-            pass  # a server being restarted
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Load:
@@ -156,7 +118,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         f"database_list = {src.split('dbname=')[1]}\nticker_period = 0.2\n"
         f"logfile = {tmp_path}/log/pgqd.log\npidfile = {tmp_path}/pid/pgqd.pid\n"
     )
-    sql(src, SCHEMA + FILL.format(n=ROWS))
+    sql(src, SCHEMA + seed_fill(ROWS))
     sql(dst1, SCHEMA)
     sql(dst2, PARTIAL)
     pids = tmp_path / "pid"
