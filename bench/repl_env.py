@@ -32,7 +32,13 @@ SEQUENCES = ("user_login_rec_id_seq", "user_logout_rec_id_seq")
 
 # The anchor measured Londiste on clusters with PostgreSQL's defaults (fsync, synchronous
 # commit); the test clusters' speed-ups would flatter whichever side writes more.
-DURABLE_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+DURABLE_SETTINGS = {
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "max_wal_size": "1GB",
+    "max_connections": "100",
+}
 
 SCHEMA_SQL = """
 create schema if not exists digoal_01;
