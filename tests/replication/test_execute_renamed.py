@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from pgferry.cli.main import main
 from pgferry.replication import tableops
@@ -22,8 +23,9 @@ END;
 """
 
 
-def test_script_reaches_renamed_partial_leaf(make_pair, tmp_path: Path) -> None:
-    pair = make_pair()
+@pytest.mark.parametrize("spark_path", [False, True], ids=["driver", "spark"])
+def test_script_reaches_renamed_partial_leaf(make_pair, tmp_path: Path, spark_path: bool) -> None:
+    pair = make_pair(replay_local_events="0" if spark_path else "100000")
     pair.root(ROOT_SCHEMA)
     pair.root(
         "insert into digoal_01.user_info select g, 'u' || g from generate_series(1, 2000) g;"
@@ -51,6 +53,7 @@ def test_script_reaches_renamed_partial_leaf(make_pair, tmp_path: Path) -> None:
     script = tmp_path / "add_column.sql"
     script.write_text(ADD_COLUMN)
     assert main([str(pair.root_cfg.path), "execute", str(script)]) == 0
+    pair.catch_up(worker)  # the script alone; the rows below come in later batches
     pair.root("update digoal_01.user_info set c1 = userid * 2 where userid % 7 = 0")
     pair.root("insert into digoal_01.user_info values (5, 'five', 55) on conflict do nothing")
     pair.root("update digoal_01.user_session set c1 = 1")
