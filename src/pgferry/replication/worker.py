@@ -416,6 +416,8 @@ class Worker(Service):
         parts = 1
         if use_spark:
             parts = self.settings.read_parts or self.spark().sparkContext.defaultParallelism
+        if scripts:
+            self._src_cols = {}  # a script may have changed the source tables' columns
         src_cols = self._source_columns(provider, active)
 
         def queries(after: int | None = None, upto: int | None = None) -> list[str]:
@@ -463,8 +465,12 @@ class Worker(Service):
                         stats.add(part)
                     if script:
                         self._run_script(local, node, batch, script, routes, seqs)
-                        routes = load_routes(local, queue)  # the script may change tables
+                        # The script may change tables: rows after it use the new shapes.
+                        routes = load_routes(local, queue)
+                        active = [r for r in routes.values() if r.applies]
                         self._route_cache = None
+                        self._src_cols = {}
+                        src_cols = self._source_columns(provider, active)
                     after = upto
             stats.apply_seconds = time.monotonic() - staged_at
             if node.node_type == "branch":
