@@ -234,6 +234,22 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
         tables = cli("dst2_digoal_02.ini", "tables")
         assert "userid<1000" in tables
+        # 19-21: DDL through the queue reaches both leaves, the renamed one under its names
+        (tmp_path / "add_column.sql").write_text(
+            "BEGIN;\nalter table digoal_01.user_info add column c1 int;\n"
+            "alter table digoal_01.user_session add column c1 int;\nEND;\n"
+        )
+        refused = cli("dst1_digoal_01.ini", "execute", "add_column.sql", check=1)
+        assert "Node is not root node: replika" in refused
+        cli("src_digoal_01.ini", "execute", "add_column.sql")
+        with Load(src):
+            sql(src, "update digoal_01.user_info set c1 = userid % 100")
+            sql(src, "update digoal_01.user_session set c1 = 1 where userid < 2000")
+        wait_until(all_equal, 180, "dst1 after execute")
+        wait_until(partial_equal, 180, "dst2 after execute")
+        for dsn, table in ((dst1, "digoal_01.user_info"), (dst2, "digoal_02.user_info1")):
+            assert sql(dsn, f"select count(c1) > 0 from {table}") == [(True,)]
+        assert "ERR:" not in cli("src_digoal_01.ini", "status")
     finally:
         for ini, cmd in (
             ("dst2_digoal_02.ini", "worker"),
