@@ -3,6 +3,14 @@ applied twice; bad requests fail with one line and change nothing."""
 
 from __future__ import annotations
 
+import threading
+
+import psycopg
+from psycopg import sql
+
+from pgferry.config import load_config
+from tests.cascade.conftest import TABLE_ID, Runner, Writer
+
 
 def _consumers(tree, node: str) -> list[str]:
     return [r[0] for r in tree.sql(node, "select sub_consumer from ferry_queue.subscription")]
@@ -13,8 +21,6 @@ def _subscribers(tree, node: str) -> list[str]:
 
 
 def test_move_leaf_under_branch_while_writing(tree) -> None:
-    from tests.cascade.conftest import Writer
-
     tree.log_applied("leaf2")
     tree.start("branch", "leaf", "leaf2")
     tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
@@ -68,8 +74,6 @@ def test_waits_for_a_provider_behind(tree) -> None:
     assert tree.sql("leaf2", "select paused from ferry_node.local_state") == [(False,)]
     assert "leaf2" not in _subscribers(tree, "branch")
 
-    import threading
-
     result = {}
     mover = threading.Thread(
         target=lambda: result.setdefault(
@@ -122,3 +126,54 @@ def test_move_a_branch_with_its_leaf(tree, new_db_a) -> None:
         assert tree.rows(node) == expected, node
     assert tree.provider("branch") == "branch2"
     assert sorted(tree.applied_twice("leaf")) == [(i, 2) for i in range(1, 6)]  # insert, update
+
+
+def test_batch_in_flight_from_the_old_provider_is_not_kept(tree) -> None:
+    """A batch taken from the old provider before the move and committed after the resume
+    must not land: the new provider would start one tick too early."""
+    tree.log_applied("leaf2")
+    tree.start("branch", "leaf")
+    tree.write("root", "insert into {t} values (1, 'a')")
+    tree.catch_up("branch")
+    leaf2 = Runner(load_config(tree.configs["leaf2"]))
+    while leaf2.worker.work():  # leaf2 catches up in this thread
+        pass
+    tree.write("root", "insert into {t} values (2, 'b')")
+    tree.catch_up("branch")
+    # leaf2's next apply blocks on the table lock, after it has read its provider.
+    blocker = psycopg.connect(tree.dsns["leaf2"])
+    blocker.execute(sql.SQL("lock table {} in access exclusive mode").format(TABLE_ID))
+    stale = threading.Thread(target=lambda: _work_once(leaf2))
+    stale.start()
+    tree.wait_for(
+        lambda: (
+            tree.sql(
+                "leaf2",
+                "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                " and datname = current_database()",
+            )[0][0]
+            > 0
+        ),
+        what="leaf2 apply waiting",
+    )
+    res = tree.cli("leaf2", "change-provider", "--provider=branch")
+    assert res.code == 0, res.err
+    for i in range(3, 8):  # the branch gets ahead: its next batch spans several ticks
+        tree.write("root", "insert into {t} values (%s, 'c')", (i,))
+        tree.catch_up("branch")
+    blocker.rollback()
+    blocker.close()
+    stale.join(60)
+    tree.start("leaf2")
+    tree.catch_up("branch", "leaf", "leaf2")
+    assert tree.rows("leaf2") == tree.rows("root")
+    assert tree.applied_twice("leaf2") == []
+
+
+def _work_once(runner) -> None:
+    try:
+        runner.worker.work()
+    except Exception as exc:  # the daemon records it and goes on
+        runner.worker.on_error(exc)
+    finally:
+        runner.worker.shutdown()
