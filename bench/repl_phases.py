@@ -216,11 +216,9 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
     }
     spark_at = _logged_at(rig.log_since(log_at, keep=10**6), "Spark session started")
     if spark_at is not None:
-        # Only logged with --pgferry-verbose: how much of the catch-up was the Spark start.
+        # Only logged with --pgferry-verbose: when the worker's Spark session came up (the
+        # worker may start it in the background while it replays on its driver path).
         res["spark_started_s"] = round(spark_at - wall0, 3)
-        apply_s = elapsed - res["spark_started_s"]
-        if apply_s > 0:
-            res["events_per_s_after_spark_start"] = round(load["events"] / apply_s, 1)
     res["check"] = _checked(rig, d)
     return res
 

@@ -80,7 +80,6 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str]]:
     add("catchup: events/s", "catchup", "events_per_s", f">= {GOAL_CATCHUP_FACTOR:g}x Londiste")
     if _get(results, "pgferry", "catchup", "spark_started_s") is not None:
         add("catchup: worker start -> Spark session up (s)", "catchup", "spark_started_s")
-        add("catchup: events/s after the Spark start", "catchup", "events_per_s_after_spark_start")
     if factor:
         rows.append(("catchup: pgferry / Londiste", factor, "", ""))
     add_equal("catchup")
