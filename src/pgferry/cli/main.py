@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pgferry import __version__
 from pgferry.cli.registry import COMMANDS, Context
-from pgferry.config import parse_set_options
-from pgferry.errors import PgferryError, UsageError
+from pgferry.config import NODE_SECTIONS, TICKER_SECTIONS, parse_set_options
+from pgferry.errors import ConfigError, PgferryError, UsageError
 
 # Modules that register commands; each owns one family of commands.
 COMMAND_MODULES = (
@@ -135,6 +135,16 @@ def run(argv: list[str]) -> int:
 
         print(template_for(positionals[0] if positionals else None))
         return 0
+    elif len(positionals) == 1 and any(flags.get(s) for s in ("stop", "reload", "kill")):
+        # `pgferry dst.ini -s`, as with the original tools: signal whatever runs for it.
+        action = next(s for s in ("stop", "reload", "kill") if flags.get(s))
+        ctx = Context(config_path=Path(positionals[0]), command=action,
+                      overrides=parse_set_options(sets))  # fmt: skip
+        try:
+            return _signal(ctx, NODE_SECTIONS, action)
+        except ConfigError:
+            ctx = Context(config_path=Path(positionals[0]), command=action)
+            return _signal(ctx, TICKER_SECTIONS, action)
     elif len(positionals) < 2:
         raise UsageError("expected CONFIG.ini COMMAND (see pgferry --help)")
     else:
