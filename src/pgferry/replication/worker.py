@@ -416,8 +416,6 @@ class Worker(Service):
         parts = 1
         if use_spark:
             parts = self.settings.read_parts or self.spark().sparkContext.defaultParallelism
-        if scripts:
-            self._src_cols = {}  # a script may have changed the source tables' columns
         src_cols = self._source_columns(provider, active)
 
         def queries(after: int | None = None, upto: int | None = None) -> list[str]:
