@@ -29,6 +29,10 @@ from repl_systems import QUEUE, Rig
 
 from pgferry.db import connect
 
+# Bound on the wait for the leaf worker's steady state before a copy (Spark's start takes
+# from seconds to half a minute on a busy machine).
+READY_TIMEOUT_S = 120
+
 
 @dataclass
 class Durations:
@@ -51,6 +55,24 @@ def _settle(rig: Rig, d: Durations) -> None:
     rig.wait_caught_up(d.catchup_timeout_s)
 
 
+def _wait_ready(rig: Rig, timeout: float) -> dict:
+    """Wait until the leaf worker is in its steady state (pgferry: Spark up and warm).
+
+    A production worker runs long before an add-table; one started just before the phase
+    would otherwise start Spark during the copy.  The raw pipe runs after the wait too, so
+    that Spark's start does not slow it down.  Londiste has nothing to wait for.
+    """
+    t0 = time.monotonic()
+    ready = rig.leaf_ready()
+    while not ready and time.monotonic() - t0 < timeout:
+        time.sleep(0.1)
+        ready = rig.leaf_ready()
+    res: dict = {"worker_ready_wait_s": round(time.monotonic() - t0, 3)}
+    if not ready:
+        res["worker_ready_note"] = f"leaf worker not ready after {timeout:g} s, copied anyway"
+    return res
+
+
 def _checked(rig: Rig, d: Durations) -> dict:
     """Wait until the leaf has applied everything written so far, then compare both sides."""
     rig.wait_caught_up(d.catchup_timeout_s)
@@ -69,6 +91,7 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
     Before it, the raw psql pipe of the same rows into the same (emptied) leaf tables.
     """
     _settle(rig, d)
+    ready = _wait_ready(rig, READY_TIMEOUT_S)
     if rig.leaf_states():
         rig.leaf("remove-table", *(qualified(t) for t in TABLES))
     counts = row_counts(rig.pair, "root")
@@ -77,6 +100,7 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
         "ticker_idle_period": rig.idle_period(),
         "rows": sum(counts.values()),
         "rows_per_table": counts,
+        **ready,
     }
     res["raw_pipe_s"] = raw_pipe(rig.pair)["seconds"]
     load = None

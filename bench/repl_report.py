@@ -91,6 +91,7 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str]]:
     add_equal("lag")
     for phase in ("copy-idle", "copy-busy"):
         add(f"{phase}: rows", phase, "rows")
+        add(f"{phase}: worker ready wait, before the phase (s)", phase, "worker_ready_wait_s")
         add(f"{phase}: raw psql pipe (s)", phase, "raw_pipe_s")
         add(f"{phase}: add-table -> no table in-copy (s)", phase, "copy_done_s")
         add(f"{phase}: add-table -> all ok (s)", phase, "all_ok_s")

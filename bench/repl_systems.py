@@ -26,6 +26,10 @@ LEAF_NODE = "dst1_digoal_01"
 ROOT_JOB = "l3_src_digoal_01"
 LEAF_JOB = "l3_dst1_digoal_01"
 COMMAND_TIMEOUT = 600
+# pgferry's leaf worker logs this at DEBUG once its Spark session is up (pipeline/spark.py).
+SPARK_STARTED = "Spark session started"
+# Spark's Python worker daemon: runs under the worker process once a job has used it.
+PYSPARK_DAEMON = "pyspark.daemon"
 
 
 class Rig:
@@ -49,6 +53,7 @@ class Rig:
         self.leaf_ini = workdir / "conf" / "leaf.ini"
         self.ticker_ini = workdir / "conf" / "ticker.ini"
         self.consumer = LEAF_JOB
+        self.leaf_started_at = 0  # leaf log size when the leaf worker was last started
 
     # --- to be provided by each system --------------------------------------------------
     def command(self, ini: Path, *args: str) -> list[str]:
@@ -127,8 +132,13 @@ class Rig:
         wait_for("ticker pidfile", lambda: read_pid(self.ticker_pidfile) is not None, 30)
 
     def start_leaf(self) -> None:
+        self.leaf_started_at = self.log_size()
         self.leaf(*self.worker_flags, "-d", "worker")
         wait_for("leaf worker pidfile", lambda: read_pid(self.leaf_pidfile) is not None, 60)
+
+    def leaf_ready(self) -> bool:
+        """True once the leaf worker is in the steady state a long-running worker is in."""
+        return True
 
     def stop_leaf(self, timeout: float = 300) -> None:
         """Graceful stop (``-s``), then wait until the process is gone."""
@@ -263,6 +273,36 @@ class Rig:
         return text[-lines:]
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
 def _kill(pid: int) -> None:
     import signal
 
@@ -320,6 +360,23 @@ class PgferryRig(Rig):
         )
         if name:
             self.consumer = name
+
+    def leaf_ready(self) -> bool:
+        """The worker's Spark session is up and has run its warm-up job.
+
+        A worker that has been running for a while has both; a freshly started one starts
+        Spark in the background once caught up.  The session start is logged at DEBUG
+        (``-v``); the warm-up job leaves Spark's Python worker daemon running under the
+        worker process, which is checked with or without ``-v``.
+        """
+        pid = read_pid(self.leaf_pidfile)
+        if pid is None or not pid_alive(pid):
+            return False
+        if self.worker_flags:
+            lines = self.log_since(self.leaf_started_at, keep=10**6)
+            if not any(SPARK_STARTED in line for line in lines):
+                return False
+        return any(PYSPARK_DAEMON in _cmdline(p) for p in _descendants(pid))
 
     def leaf_states(self) -> list[str | None]:
         rows = (

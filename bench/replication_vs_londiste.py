@@ -4,6 +4,8 @@ For each system, on its own throw-away root + leaf cluster pair with its own tic
 
 * initial copy of the four walkthrough tables through ``add-table`` on the leaf until all are
   ``ok``, on an idle queue and under the seed load, next to the raw psql pipe of the same rows;
+  both start once the leaf worker is in its steady state, as a long-running worker is
+  (pgferry: its Spark session is up; the wait is recorded as ``worker_ready_wait_s``);
 * steady-state consumer lag under the seed load, sampled every second;
 * catch-up: leaf worker stopped, seed load for BACKLOG_S seconds, final tick, worker started,
   time until the consumer's last tick reaches it; events/s = backlog events / time.
@@ -178,6 +180,7 @@ def _one_line(exc: BaseException) -> str:
 def _short(res: dict) -> str:
     keys = (
         "error",
+        "worker_ready_wait_s",
         "all_ok_s",
         "raw_pipe_s",
         "lag_median_s",
