@@ -1,138 +1,164 @@
-"""The query that reads one part of a batch on the provider, already decided.
+"""The queries that read a batch on the provider, already decided and typed.
 
 Routing, the copy hand-over filter and the copy_condition are all evaluated by the
-provider while it reads, so what comes back is small: per (table, key) only the last
-event (``DISTINCT ON``), as rows of ``ferry.replay_stage`` (``COPY`` passes them through
-untouched) whose ``(ev_id, table_name, op, row_key, row_data)`` carry
-op ``U`` (upsert the image), ``D`` (delete by key), ``R`` (truncate) or ``S`` (sequence).
+provider while it reads, so what comes back is small and ready to load:
+
+* :func:`summary_query`: one row per table or sequence of the batch (segment): how many
+  row events it has, whether all of them are inserts, the last TRUNCATE (a barrier: only
+  later rows count) and, for a sequence, its highest value.
+* :func:`table_query`: one table's rows, collapsed to the last event per primary key
+  (``DISTINCT ON`` over the typed key) and decoded on the provider with the subscriber's
+  column types, as ``(op, col1, col2, ...)`` where op is ``I`` (insert), ``U`` (upsert)
+  or ``D`` (delete by key).  ``COPY ... TO STDOUT`` of it loads unchanged into the
+  subscriber's stage table with ``COPY ... FROM STDIN``.
+
 A row image that fails its table's condition becomes ``D``: a row that left the condition
 disappears on the subscriber.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from psycopg import sql
 
 from pgferry.replication.routes import Route, split_name
 
 
-def _key_expr(route: Route) -> sql.Composable:
-    # Key as JSON text of the pk values: same image -> same text, whatever the types.
-    parts = sql.SQL(", ").join(sql.SQL("j.d -> {}").format(sql.Literal(c)) for c in route.pk)
-    return sql.SQL("json_build_array({})::text").format(parts)
+@dataclass(frozen=True)
+class Segment:
+    """The part of a batch between queued scripts: ``after < ev_id <= upto``."""
+
+    after: int | None = None
+    upto: int | None = None
+
+    def filters(self) -> list[sql.Composable]:
+        out: list[sql.Composable] = []
+        if self.after is not None:
+            out.append(sql.SQL("e.ev_id > {}").format(sql.Literal(self.after)))
+        if self.upto is not None:
+            out.append(sql.SQL("e.ev_id <= {}").format(sql.Literal(self.upto)))
+        return out
+
+
+def _batch(batch_sql: str) -> sql.Composable:
+    return sql.SQL(batch_sql.removesuffix(" order by ev_id"))  # we sort on our own
+
+
+def _handover_skip(route: Route) -> sql.Composable | None:
+    """Events already contained in the table's initial copy are skipped (design-notes §4)."""
+    if route.merge_state == "catching-up" and route.copy_snapshot:
+        return sql.SQL("not pg_visible_in_snapshot(e.ev_txid::text::xid8, {})").format(
+            sql.Literal(route.copy_snapshot)
+        )
+    return None
+
+
+def summary_query(
+    batch_sql: str, routes: Iterable[Route], sequences: Iterable[str], segment: Segment
+) -> str:
+    """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value)`` of the segment."""
+    routes = [r for r in routes if r.applies]
+    seqs = list(sequences)
+    table_terms = []
+    for route in routes:
+        term = sql.SQL("e.ev_extra1 = {} and (e.ev_type = 'R' or e.ev_type like '_:%')").format(
+            sql.Literal(route.table_name)
+        )
+        skip = _handover_skip(route)
+        if skip is not None:
+            term = sql.SQL("{} and {}").format(term, skip)
+        table_terms.append(sql.SQL("({})").format(term))
+    if seqs:
+        table_terms.append(
+            sql.SQL("(e.ev_type = 'SEQ' and e.ev_extra1 = any({}))").format(sql.Literal(seqs))
+        )
+    if not table_terms:
+        table_terms.append(sql.SQL("false"))
+    where = [sql.SQL("({})").format(sql.SQL(" or ").join(table_terms)), *segment.filters()]
+    query = sql.SQL(
+        """
+        select e.ev_extra1,
+               count(*) filter (where e.ev_type like '_:%'),
+               coalesce(bool_and(e.ev_type like 'I:%') filter (where e.ev_type like '_:%'),
+                        false),
+               max(e.ev_id) filter (where e.ev_type = 'R'),
+               max(e.ev_data::bigint) filter (where e.ev_type = 'SEQ')
+          from ({batch}) e
+         where {where}
+         group by e.ev_extra1
+        """
+    ).format(batch=_batch(batch_sql), where=sql.SQL(" and ").join(where))
+    return query.as_string(None)
 
 
 def _cond_expr(route: Route) -> sql.Composable:
     # Evaluated against the source row type on the provider: the condition is written in
     # terms of the source table's columns.
-    if not route.copy_condition:
-        return sql.SQL("'U'")
     schema, name = split_name(route.table_name)
     return sql.SQL(
         "(select case when ({cond}) then 'U' else 'D' end"
-        " from json_populate_record(null::{src}, j.d) as _r)"
-    ).format(cond=sql.SQL(route.copy_condition), src=sql.Identifier(schema, name))
+        " from json_populate_record(null::{src}, e.ev_data::json) as _r)"
+    ).format(cond=sql.SQL(route.copy_condition or "true"), src=sql.Identifier(schema, name))
 
 
-def part_query(
+def table_query(
     batch_sql: str,
-    routes: Iterable[Route],
-    sequences: Iterable[str],
+    route: Route,
+    columns: Sequence[str],
+    segment: Segment,
     *,
-    consumer: str,
-    batch_id: int,
-    part: int,
-    parts: int,
-    after: int | None = None,
-    upto: int | None = None,
+    barrier: int | None = None,
+    part: int = 0,
+    parts: int = 1,
 ) -> str:
-    """SQL text producing the ``ferry.replay_stage`` rows of one part of the batch.
+    """SQL text of one table's collapsed, typed rows ``(op, *columns)`` (see module doc).
 
-    Parts split the batch by a hash of (table, key), so every event of one key lands in
-    the same part: each part collapses completely on its own and Spark needs no shuffle.
+    ``columns`` are destination columns (the key included); their values are decoded with
+    the destination's types.  With ``parts`` > 1 only the keys hashing to ``part`` are read:
+    every event of one key lands in the same part, so each part collapses on its own.
     """
-    routes = [r for r in routes if r.applies]
-    seqs = list(sequences)
-    keys = [
-        sql.SQL("when {} then {}").format(sql.Literal(r.table_name), _key_expr(r)) for r in routes
-    ]
-    conds = [
-        sql.SQL("when {} then {}").format(sql.Literal(r.table_name), _cond_expr(r))
-        for r in routes
-        if r.copy_condition
-    ]
-    # Events already contained in a table's initial copy are skipped (design-notes §4).
-    skips = [
-        sql.SQL("(e.ev_extra1 = {} and pg_visible_in_snapshot(e.ev_txid::text::xid8, {}))").format(
-            sql.Literal(r.table_name), sql.Literal(r.copy_snapshot)
-        )
-        for r in routes
-        if r.merge_state == "catching-up" and r.copy_snapshot
-    ]
+    types = dict(zip(route.columns, route.types, strict=True))
+    coldef = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(types[c])) for c in columns
+    )
+    pk = [sql.SQL("r.{}").format(sql.Identifier(c)) for c in route.pk]
+    if route.copy_condition:
+        upsert: sql.Composable = _cond_expr(route)
+    else:
+        upsert = sql.SQL("case when e.ev_type like 'I:%' then 'I' else 'U' end")
     where = [
-        sql.SQL(
-            "((e.ev_type in ('R') or e.ev_type like '_:%') and e.ev_extra1 = any({tables}))"
-            " or (e.ev_type = 'SEQ' and e.ev_extra1 = any({seqs}))"
-        ).format(tables=sql.Literal([r.table_name for r in routes]), seqs=sql.Literal(seqs))
+        sql.SQL("e.ev_extra1 = {}").format(sql.Literal(route.table_name)),
+        sql.SQL("e.ev_type like '_:%'"),
+        *segment.filters(),
     ]
-    if skips:
-        where.append(sql.SQL("not ({})").format(sql.SQL(" or ").join(skips)))
-    # Segments between queued scripts (EXECUTE events are barriers): after < ev_id <= upto.
-    if after is not None:
-        where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(after)))
-    if upto is not None:
-        where.append(sql.SQL("e.ev_id <= {}").format(sql.Literal(upto)))
-    in_part = (
-        sql.SQL("true")
-        if parts <= 1
-        else sql.SQL(
-            "mod(hashtext(x.table_name || coalesce(x.row_key, '')) & 2147483647, {}) = {}"
-        ).format(sql.Literal(parts), sql.Literal(part))
-    )
-    upsert = (
-        sql.SQL("case e.ev_extra1 {} else 'U' end").format(sql.SQL(" ").join(conds))
-        if conds
-        else sql.SQL("'U'")
-    )
-    key = (
-        sql.SQL("case e.ev_extra1 {} end").format(sql.SQL(" ").join(keys))
-        if keys
-        else sql.SQL("null")
-    )
+    skip = _handover_skip(route)
+    if skip is not None:
+        where.append(skip)
+    if barrier is not None:
+        where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(barrier)))
+    if parts > 1:
+        where.append(
+            sql.SQL("mod(hashtext(row({})::text) & 2147483647, {}) = {}").format(
+                sql.SQL(", ").join(pk), sql.Literal(parts), sql.Literal(part)
+            )
+        )
     query = sql.SQL(
         """
-        select distinct on (x.table_name, x.row_key)
-               {consumer}, {batch_id}::bigint, {part}, x.ev_id, x.table_name, x.op, x.row_key,
-               x.row_data
-          from (
-            select e.ev_id, e.ev_extra1 as table_name,
-                   case when e.ev_type = 'R' then 'R'
-                        when e.ev_type = 'SEQ' then 'S'
-                        when e.ev_type like 'D:%' then 'D'
-                        else {upsert} end as op,
-                   case when e.ev_type = 'SEQ' then e.ev_extra1
-                        when e.ev_type = 'R' then null
-                        else {key} end as row_key,
-                   case when e.ev_type = 'R' then null else e.ev_data end as row_data
-              from ({batch}) e
-              cross join lateral (
-                  select case when e.ev_type like '_:%' then e.ev_data::json end as d
-              ) j
-             where {where}
-          ) x
-         where {in_part}
-         order by x.table_name, x.row_key, x.ev_id desc
+        select distinct on ({pk})
+               case when e.ev_type like 'D:%' then 'D' else {upsert} end, {cols}
+          from ({batch}) e
+          cross join lateral json_to_record(e.ev_data::json) as r({coldef})
+         where {where}
+         order by {pk}, e.ev_id desc
         """
     ).format(
+        pk=sql.SQL(", ").join(pk),
         upsert=upsert,
-        key=key,
-        batch=sql.SQL(batch_sql.removesuffix(" order by ev_id")),  # we sort on our own
-        consumer=sql.Literal(consumer),
-        batch_id=sql.Literal(batch_id),
-        part=sql.Literal(part),
-        in_part=in_part,
-        where=sql.SQL(" and ").join(sql.SQL("({})").format(w) for w in where),
+        cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in columns),
+        batch=_batch(batch_sql),
+        coldef=coldef,
+        where=sql.SQL(" and ").join(where),
     )
     return query.as_string(None)

@@ -1,27 +1,28 @@
-"""Replay of one batch: read on the provider, collapse per key, stage, apply set-based.
+"""Replay of one batch: read on the provider, collapse per key, stage typed, apply set-based.
 
 Data path (design-notes §3, §7):
 
-1. The batch is split into parts by a hash of (table, key); each part is one query on the
-   provider (:func:`pgferry.replication.eventsql.part_query`) that routes, filters and
-   collapses to the last event per key.  All events of a key fall into one part, so the
-   collapse is complete inside each part and the Spark job is a single stage (no shuffle).
-2. Each Spark task streams its part with COPY from the provider straight into
-   ``ferry.replay_stage`` on the subscriber (bytes passed through, never parsed), in its own
-   transaction after deleting its own part, so a task run twice cannot double anything.
-3. The driver applies the staged rows in ONE transaction (:func:`apply_staged`): TRUNCATE
-   barriers, then per table one DELETE ... USING and one INSERT ... ON CONFLICT DO UPDATE,
-   then sequences; the caller adds the tick record to the same transaction.
-
-A batch whose estimated size is at most ``local_max_events`` skips Spark: the same queries
-run as one part on the driver, streamed into the stage inside the applying transaction.  A
-Spark job costs more than such a batch does, and the result is identical.
+1. One summary query on the provider (:func:`pgferry.replication.eventsql.summary_query`)
+   says which tables the batch touches, whether a table saw only inserts, its last
+   TRUNCATE and the sequences' values.
+2. Per table one query on the provider decodes the row images with the subscriber's types
+   and collapses them to the last event per key
+   (:func:`pgferry.replication.eventsql.table_query`); its ``COPY`` output is loaded
+   unchanged into a temporary stage table on the subscriber.  The reads run ahead of the
+   apply: while the subscriber applies one table, the next tables are being read (driver
+   threads, or the tasks of one Spark job that read the table parts in parallel).
+3. The apply runs in ONE subscriber transaction (the caller adds the tick record to it):
+   TRUNCATE barriers, then per table one DELETE ... USING and one INSERT (ON CONFLICT DO
+   UPDATE, or a plain INSERT when the table saw only inserts), then sequences.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -29,20 +30,23 @@ from psycopg import sql
 
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, PgferryError
+from pgferry.replication.eventsql import Segment, summary_query, table_query
 from pgferry.replication.routes import Route
 
 log = logging.getLogger(__name__)
 
-STAGE_COLUMNS = (
-    "consumer_name",
-    "batch_id",
-    "part",
-    "ev_id",
-    "table_name",
-    "op",
-    "row_key",
-    "row_data",
+# Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
+TEXT_FORMAT = (
+    "set datestyle = 'ISO, YMD'",
+    "set intervalstyle = 'postgres'",
+    "set extra_float_digits = 3",
+    "set bytea_output = 'hex'",
 )
+
+# Bytes gathered before one write to the subscriber: one COPY message per row is slow.
+WRITE_CHUNK = 1 << 20
+# Chunks a reader may hold before it waits for the apply (bounds memory per table).
+QUEUED_CHUNKS = 64
 
 
 class ReplayError(PgferryError):
@@ -71,174 +75,370 @@ class ApplyStats:
         return self.upserts + self.deletes
 
 
-# --- executor side -----------------------------------------------------------------------
-
-# Bytes gathered before one write to the subscriber: one COPY message per row is slow.
-WRITE_CHUNK = 1 << 20
-
-
-def stream_part(provider: psycopg.Connection, local: psycopg.Connection, query: str) -> int:
-    """COPY one part's rows from the provider straight into the stage (bytes untouched)."""
-    cols = ", ".join(STAGE_COLUMNS)
-    with (
-        provider.cursor() as pcur,
-        pcur.copy("copy (" + query + ") to stdout") as src,  # type: ignore[arg-type]
-        local.cursor() as lcur,
-    ):
-        with lcur.copy(f"copy ferry.replay_stage ({cols}) from stdin") as dst:  # type: ignore[arg-type]
-            buf = bytearray()
-            for chunk in src:
-                buf += chunk
-                if len(buf) >= WRITE_CHUNK:
-                    dst.write(bytes(buf))
-                    buf.clear()
-            if buf:
-                dst.write(bytes(buf))
-        return max(lcur.rowcount, 0)
+def set_text_format(conn: psycopg.Connection) -> None:
+    for stmt in TEXT_FORMAT:
+        conn.execute(stmt)  # type: ignore[arg-type]
 
 
-def stage_part(provider_dsn: str, local_dsn: str, key: tuple[str, int, int], query: str) -> int:
-    """Replace one part's rows in the stage, in one transaction (safe to run twice)."""
-    consumer, batch_id, part = key
-    try:
-        with (
-            connect(provider_dsn, autocommit=True, application_name="pgferry-replay") as prov,
-            connect(local_dsn, application_name="pgferry-replay") as local,
-            local.transaction(),
-        ):
-            local.execute(
-                "delete from ferry.replay_stage"
-                " where consumer_name = %s and batch_id = %s and part = %s",
-                (consumer, batch_id, part),
-            )
-            return stream_part(prov, local, query)
-    except psycopg.Error as exc:
-        raise DatabaseError(f"staging batch {batch_id}: {error_text(exc)}") from None
+# --- what the batch holds -----------------------------------------------------------------
 
 
-def _spark_stage(
-    spark, provider_dsn: str, local_dsn: str, consumer: str, batch_id: int, queries: Sequence[str]
-) -> int:
-    """One single-stage Spark job: each task stages one part (no shuffle needed)."""
-    work = [((consumer, batch_id, part), q) for part, q in enumerate(queries)]
-    sc = spark.sparkContext
-    try:
-        sc.setJobDescription(f"pgferry replay batch {batch_id}")
-        counts = (
-            sc.parallelize(work, max(1, len(work)))
-            .map(lambda kq: stage_part(provider_dsn, local_dsn, kq[0], kq[1]))
-            .collect()
+@dataclass(frozen=True)
+class TableWork:
+    route: Route
+    columns: tuple[str, ...]
+    rows: int  # row events before the collapse
+    inserts_only: bool
+    barrier: int | None
+
+    def query(self, batch_sql: str, segment: Segment, part: int = 0, parts: int = 1) -> str:
+        return table_query(
+            batch_sql,
+            self.route,
+            self.columns,
+            segment,
+            barrier=self.barrier,
+            part=part,
+            parts=parts,
         )
-    except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
-        from pgferry.pipeline.spark import job_error  # pyspark is slow to import: only here
-
-        raise ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
-    return int(sum(counts))
 
 
-# --- driver side -------------------------------------------------------------------------
+@dataclass
+class SegmentPlan:
+    tables: list[TableWork]
+    truncate: list[Route]  # tables whose TRUNCATE replays (skip_truncate ones excluded)
+    sequences: dict[str, int]
 
 
-def clear_stage(conn: psycopg.Connection, consumer: str) -> None:
-    conn.execute("delete from ferry.replay_stage where consumer_name = %s", (consumer,))
+def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
+    """Local columns that the source also has (a column only on one side keeps its own)."""
+    if src is None:
+        return route.columns
+    return tuple(c for c in route.columns if c in src or c in route.pk)
 
 
-def stage_batch(
-    *,
-    spark_factory,
+def plan_segment(
     provider: psycopg.Connection,
-    provider_dsn: str,
-    local_dsn: str,
-    local_conn: psycopg.Connection,
-    consumer: str,
-    batch_id: int,
-    queries: Sequence[str],
-    use_spark: bool,
-) -> int:
-    """Fill the stage for ``batch_id``.
-
-    Spark path: the stage is cleared and committed first, the tasks commit their own parts.
-    Driver path: one part, streamed inside ``local_conn``'s open transaction.
-    """
-    if use_spark:
-        with local_conn.transaction():
-            clear_stage(local_conn, consumer)
-        return _spark_stage(spark_factory(), provider_dsn, local_dsn, consumer, batch_id, queries)
-    clear_stage(local_conn, consumer)
-    return sum(stream_part(provider, local_conn, q) for q in queries)
-
-
-def _stage_filter(consumer: str, batch_id: int, table: str, op: str, after: int) -> sql.Composed:
-    return sql.SQL(
-        "s.consumer_name = {} and s.batch_id = {} and s.table_name = {}"
-        " and s.op = {} and s.ev_id > {}"
-    ).format(
-        sql.Literal(consumer),
-        sql.Literal(batch_id),
-        sql.Literal(table),
-        sql.Literal(op),
-        sql.Literal(after),
-    )
-
-
-def apply_staged(
-    conn: psycopg.Connection,
-    consumer: str,
-    batch_id: int,
+    batch_sql: str,
     routes: dict[str, Route],
+    sequences: Iterable[str],
     source_columns: dict[str, frozenset[str] | None],
-) -> ApplyStats:
-    """Apply the staged batch inside the caller's transaction; clears the stage rows."""
-    stats = ApplyStats()
-    summary = conn.execute(
-        """
-        select table_name, op, count(*), max(ev_id) from ferry.replay_stage
-         where consumer_name = %s and batch_id = %s
-         group by table_name, op
-        """,
-        (consumer, batch_id),
-    ).fetchall()
-    ops: dict[str, dict[str, tuple[int, int]]] = {}
-    for table, op, count, max_ev in summary:
-        ops.setdefault(table, {})[op] = (count, max_ev)
-
-    # Barriers first: what a TRUNCATE erased is dropped by the ev_id > barrier filter below.
-    barrier = {t: o["R"][1] for t, o in ops.items() if "R" in o and t in routes}
-    truncate = [routes[t] for t in sorted(barrier) if not routes[t].skip_truncate]
-    if truncate:
-        conn.execute(
-            sql.SQL("truncate only {}").format(sql.SQL(", ").join(r.dest for r in truncate))
-        )
-        stats.truncates = len(truncate)
-
-    for table, table_ops in sorted(ops.items()):
-        route = routes.get(table)
-        if route is None:
+    segment: Segment,
+) -> SegmentPlan:
+    active = [r for r in routes.values() if r.applies]
+    seqs = list(sequences)
+    plan = SegmentPlan([], [], {})
+    if not active and not seqs:
+        return plan
+    query = summary_query(batch_sql, active, seqs, segment)
+    try:
+        rows = provider.execute(query.encode()).fetchall()
+    except psycopg.Error as exc:
+        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+    for name, count, inserts_only, barrier, seq_value in rows:
+        if seq_value is not None and name in seqs:
+            plan.sequences[name] = seq_value
             continue
-        after = barrier.get(table, 0)
-        try:
-            if "D" in table_ops:
-                stats.deletes += _delete(
-                    conn, route, _stage_filter(consumer, batch_id, table, "D", after)
-                )
-            if "U" in table_ops:
-                cols = _apply_columns(route, source_columns.get(table))
-                stats.upserts += _upsert(
-                    conn, route, cols, _stage_filter(consumer, batch_id, table, "U", after)
-                )
-        except psycopg.Error as exc:
-            raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
-        stats.tables.add(table)
+        route = routes.get(name)
+        if route is None or not route.applies:
+            continue
+        if barrier is not None and not route.skip_truncate:
+            plan.truncate.append(route)
+        if count:
+            cols = apply_columns(route, source_columns.get(name))
+            plan.tables.append(TableWork(route, cols, count, bool(inserts_only), barrier))
+    # Largest first: while it is applied, the smaller ones are read.
+    plan.tables.sort(key=lambda w: (-w.rows, w.route.table_name))
+    plan.truncate.sort(key=lambda r: r.table_name)
+    return plan
 
-    seq_rows = conn.execute(
-        """
-        select s.table_name, max(s.row_data::bigint) from ferry.replay_stage s
-         where s.consumer_name = %s and s.batch_id = %s and s.op = 'S'
-         group by s.table_name
-        """,
-        (consumer, batch_id),
-    ).fetchall()
-    for seq_name, value in seq_rows:
+
+# --- reading on the provider ----------------------------------------------------------------
+
+
+def read_chunks(conn: psycopg.Connection, query: str) -> Iterator[bytes]:
+    """The COPY text of ``query``, in chunks of about WRITE_CHUNK bytes."""
+    buf = bytearray()
+    with conn.cursor() as cur, cur.copy("copy (" + query + ") to stdout") as src:  # type: ignore[arg-type]
+        for chunk in src:
+            buf += chunk
+            if len(buf) >= WRITE_CHUNK:
+                yield bytes(buf)
+                buf.clear()
+    if buf:
+        yield bytes(buf)
+
+
+def read_part(provider_dsn: str, query: str) -> list[bytes]:
+    """Spark task body: one table part's COPY text (the driver loads it)."""
+    try:
+        with connect(provider_dsn, autocommit=True, application_name="pgferry-replay") as prov:
+            set_text_format(prov)
+            return list(read_chunks(prov, query))
+    except psycopg.Error as exc:
+        raise DatabaseError(error_text(exc)) from None
+
+
+class _Stream:
+    """Chunks of one table handed from a reader thread to the applying thread."""
+
+    _END = object()
+
+    def __init__(self) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=QUEUED_CHUNKS)
+        self.cancelled = threading.Event()
+
+    def put(self, item) -> bool:
+        while not self.cancelled.is_set():
+            try:
+                self.q.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self.q.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class ReaderPool:
+    """Provider connections that read table queries ahead of the apply, one per thread.
+
+    Kept by the worker between batches (a connection per batch would cost more than a
+    small batch does); :meth:`close` when the worker disconnects.
+    """
+
+    def __init__(self, dsn: str, size: int) -> None:
+        self.dsn = dsn
+        self.size = max(1, size)
+        self._idle: queue.Queue[psycopg.Connection] = queue.Queue()
+        self._all: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+
+    def _take(self) -> psycopg.Connection:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            conn = connect(self.dsn, autocommit=True, application_name="pgferry-replay")
+            set_text_format(conn)
+            with self._lock:
+                self._all.append(conn)
+            return conn
+
+    def _give(self, conn: psycopg.Connection, broken: bool = False) -> None:
+        status = conn.info.transaction_status
+        if broken or conn.closed or status != psycopg.pq.TransactionStatus.IDLE:
+            with self._lock:
+                if conn in self._all:
+                    self._all.remove(conn)
+            conn.close()
+        else:
+            self._idle.put(conn)
+
+    def stream(self, queries: Sequence[tuple[str, str]]) -> tuple[list[_Stream], Callable]:
+        """Start reading ``(label, query)`` pairs in order; returns their streams and a
+        function that stops what is still running."""
+        streams = [_Stream() for _ in queries]
+        order: queue.Queue[int] = queue.Queue()
+        for i in range(len(queries)):
+            order.put(i)
+
+        running: dict[int, psycopg.Connection] = {}
+
+        def run() -> None:
+            while True:
+                try:
+                    i = order.get_nowait()
+                except queue.Empty:
+                    return
+                stream = streams[i]
+                if stream.cancelled.is_set():
+                    continue
+                label, query = queries[i]
+                conn = None
+                try:
+                    conn = self._take()
+                    running[i] = conn
+                    for chunk in read_chunks(conn, query):
+                        if not stream.put(chunk):
+                            break
+                    else:
+                        stream.put(_Stream._END)
+                except Exception as exc:  # noqa: BLE001 - handed to the applying thread
+                    msg = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
+                    stream.put(ReplayError(f"reading {label}: {msg}"))
+                finally:
+                    running.pop(i, None)
+                    if conn is not None:
+                        self._give(conn, broken=stream.cancelled.is_set())
+
+        threads = [
+            threading.Thread(target=run, name="pgferry-read", daemon=True)
+            for _ in range(min(self.size, len(queries)))
+        ]
+        for t in threads:
+            t.start()
+
+        def stop() -> None:
+            for s in streams:
+                s.cancelled.set()
+            for conn in list(running.values()):
+                with contextlib.suppress(psycopg.Error):
+                    conn.cancel_safe(timeout=5)
+            for t in threads:
+                t.join()
+
+        return streams, stop
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        self._idle = queue.Queue()
+
+
+# --- applying on the subscriber ---------------------------------------------------------------
+
+
+class StageTables:
+    """Temporary stage tables of the applying connection, one per (table, columns).
+
+    A stage has the destination's column types (created from it), so COPY parses each
+    value once.  The cache belongs to one connection: :meth:`reset` when it changes or when
+    a destination's shape may have changed (a replayed script).
+    """
+
+    def __init__(self) -> None:
+        self._conn_id: int | None = None
+        self._names: dict[tuple[str, tuple[str, ...], tuple[str, ...]], sql.Identifier] = {}
+
+    def reset(self) -> None:
+        self._names.clear()
+
+    def get(self, conn: psycopg.Connection, route: Route, columns: tuple[str, ...]):
+        if self._conn_id != id(conn):
+            self._conn_id, self._names = id(conn), {}
+        key = (route.dest_fq, columns, route.types)
+        name = self._names.get(key)
+        if name is None:
+            name = sql.Identifier(f"ferry_stage_{len(self._names) + 1}")
+            conn.execute(sql.SQL("drop table if exists pg_temp.{}").format(name))
+            conn.execute(
+                sql.SQL(
+                    "create temp table {name} as select ''::\"char\" as op, {cols}"
+                    " from {dest} with no data"
+                ).format(
+                    name=name,
+                    cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+                    dest=route.dest,
+                )
+            )
+            self._names[key] = name
+        return sql.SQL("pg_temp.{}").format(name)
+
+
+def load_stage(conn: psycopg.Connection, stage: sql.Composable, chunks: Iterable[bytes]) -> int:
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("copy {} from stdin").format(stage)) as dst:
+            for chunk in chunks:
+                dst.write(chunk)
+        return max(cur.rowcount, 0)
+
+
+def apply_table(
+    conn: psycopg.Connection,
+    stages: StageTables,
+    work: TableWork,
+    chunks: Iterable[bytes],
+) -> ApplyStats:
+    """Load one table's rows into its stage and apply them (caller's transaction)."""
+    route = work.route
+    stats = ApplyStats()
+    try:
+        stats.deletes, stats.upserts = _apply_rows(conn, stages, work, chunks)
+    except psycopg.Error as exc:
+        raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
+    stats.tables.add(route.table_name)
+    return stats
+
+
+def _apply_rows(
+    conn: psycopg.Connection, stages: StageTables, work: TableWork, chunks: Iterable[bytes]
+) -> tuple[int, int]:
+    route, cols = work.route, work.columns
+    deletes = upserts = 0
+    stage = stages.get(conn, route, cols)
+    staged = load_stage(conn, stage, chunks)
+    if staged:
+        pk = [sql.Identifier(c) for c in route.pk]
+        deletes = conn.execute(
+            sql.SQL(
+                "delete from {dest} as t using {stage} as s where s.op = 'D' and ({tpk}) = ({spk})"
+            ).format(
+                dest=route.dest,
+                stage=stage,
+                tpk=sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in pk),
+                spk=sql.SQL(", ").join(sql.SQL("s.{}").format(c) for c in pk),
+            )
+        ).rowcount
+        if deletes < staged:
+            upserts = _insert(conn, route, cols, stage, work.inserts_only)
+    conn.execute(sql.SQL("truncate {}").format(stage))
+    return deletes, upserts
+
+
+def _insert(
+    conn: psycopg.Connection,
+    route: Route,
+    cols: tuple[str, ...],
+    stage: sql.Composable,
+    inserts_only: bool,
+) -> int:
+    idents = [sql.Identifier(c) for c in cols]
+    base = sql.SQL(
+        "insert into {dest} as t ({cols}) overriding system value"
+        " select {cols} from {stage} where op <> 'D'"
+    ).format(dest=route.dest, cols=sql.SQL(", ").join(idents), stage=stage)
+    if inserts_only:
+        # Only inserts of this table in the batch: no key can exist here yet, unless the
+        # table drifted; then the savepoint turns it back into the upsert.
+        try:
+            with conn.transaction():
+                return conn.execute(base).rowcount
+        except psycopg.errors.UniqueViolation:
+            log.debug("%s: plain insert met existing keys, upserting", route.dest_text)
+    rest = [sql.Identifier(c) for c in cols if c not in route.pk]
+    if rest:
+        action = sql.SQL("do update set {}").format(
+            sql.SQL(", ").join(sql.SQL("{0} = excluded.{0}").format(c) for c in rest)
+        )
+    else:
+        action = sql.SQL("do nothing")
+    stmt = sql.SQL("{base} on conflict ({pk}) {action}").format(
+        base=base,
+        pk=sql.SQL(", ").join(sql.Identifier(c) for c in route.pk),
+        action=action,
+    )
+    return conn.execute(stmt).rowcount
+
+
+def apply_truncates(conn: psycopg.Connection, routes: Sequence[Route]) -> int:
+    if routes:
+        conn.execute(sql.SQL("truncate only {}").format(sql.SQL(", ").join(r.dest for r in routes)))
+    return len(routes)
+
+
+def apply_sequences(conn: psycopg.Connection, values: dict[str, int]) -> int:
+    """Sequences never move backwards on a subscriber."""
+    for seq_name, value in sorted(values.items()):
         conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq_name, value))
         conn.execute(
             """
@@ -247,59 +447,57 @@ def apply_staged(
             """,
             (value, value, seq_name),
         )
-        stats.sequences += 1
-    clear_stage(conn, consumer)
+    return len(values)
+
+
+# --- one segment, start to end -------------------------------------------------------------
+
+
+def apply_segment(
+    conn: psycopg.Connection,
+    stages: StageTables,
+    plan: SegmentPlan,
+    batch_sql: str,
+    segment: Segment,
+    *,
+    provider: psycopg.Connection,
+    readers: ReaderPool | None = None,
+    spark_read: Callable[[list[str]], list[list[bytes]]] | None = None,
+    spark_parts: int = 1,
+) -> ApplyStats:
+    """Apply ``plan`` inside the caller's transaction on ``conn``.
+
+    Rows are read by the Spark job ``spark_read`` (parts of every table in parallel), by
+    ``readers`` (threads reading ahead of the apply) or, for small segments, inline on the
+    worker's own ``provider`` connection.
+    """
+    stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate))
+    works = plan.tables
+    try:
+        if spark_read is not None and works:
+            queries = [
+                w.query(batch_sql, segment, part, spark_parts)
+                for w in works
+                for part in range(spark_parts)
+            ]
+            results = spark_read(queries)
+            for i, work in enumerate(works):
+                parts = results[i * spark_parts : (i + 1) * spark_parts]
+                stats.add(apply_table(conn, stages, work, (c for p in parts for c in p)))
+        elif readers is not None and len(works) > 0:
+            streams, stop = readers.stream(
+                [(w.route.table_name, w.query(batch_sql, segment)) for w in works]
+            )
+            try:
+                for work, stream in zip(works, streams, strict=True):
+                    stats.add(apply_table(conn, stages, work, stream))
+            finally:
+                stop()
+        else:
+            for work in works:
+                chunks = read_chunks(provider, work.query(batch_sql, segment))
+                stats.add(apply_table(conn, stages, work, chunks))
+    except psycopg.Error as exc:
+        raise ReplayError(error_text(exc)) from None
+    stats.sequences = apply_sequences(conn, plan.sequences)
     return stats
-
-
-def _apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
-    """Local columns that the source also has (a column only on one side keeps its own)."""
-    if src is None:
-        return route.columns
-    return tuple(c for c in route.columns if c in src or c in route.pk)
-
-
-def _delete(conn: psycopg.Connection, route: Route, where: sql.Composed) -> int:
-    pk = [sql.Identifier(c) for c in route.pk]
-    stmt = sql.SQL(
-        "delete from {dest} as t using ("
-        " select {rpk} from ferry.replay_stage s"
-        " cross join lateral json_populate_record(null::{dest}, s.row_data::json) as r"
-        " where {where}) as d"
-        " where ({tpk}) = ({dpk})"
-    ).format(
-        dest=route.dest,
-        rpk=sql.SQL(", ").join(sql.SQL("r.{}").format(c) for c in pk),
-        where=where,
-        tpk=sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in pk),
-        dpk=sql.SQL(", ").join(sql.SQL("d.{}").format(c) for c in pk),
-    )
-    return conn.execute(stmt).rowcount
-
-
-def _upsert(
-    conn: psycopg.Connection, route: Route, cols: tuple[str, ...], where: sql.Composed
-) -> int:
-    idents = [sql.Identifier(c) for c in cols]
-    rest = [sql.Identifier(c) for c in cols if c not in route.pk]
-    if rest:
-        action = sql.SQL("do update set {}").format(
-            sql.SQL(", ").join(sql.SQL("{0} = excluded.{0}").format(c) for c in rest)
-        )
-    else:
-        action = sql.SQL("do nothing")
-    stmt = sql.SQL(
-        "insert into {dest} as t ({cols}) overriding system value"
-        " select {rcols} from ferry.replay_stage s"
-        " cross join lateral json_populate_record(null::{dest}, s.row_data::json) as r"
-        " where {where}"
-        " on conflict ({pk}) {action}"
-    ).format(
-        dest=route.dest,
-        cols=sql.SQL(", ").join(idents),
-        rcols=sql.SQL(", ").join(sql.SQL("r.{}").format(c) for c in idents),
-        where=where,
-        pk=sql.SQL(", ").join(sql.Identifier(c) for c in route.pk),
-        action=action,
-    )
-    return conn.execute(stmt).rowcount

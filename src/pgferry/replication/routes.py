@@ -25,6 +25,7 @@ class Route:
     dest_name: str
     pk: tuple[str, ...]
     columns: tuple[str, ...]  # insertable columns of the destination
+    types: tuple[str, ...]  # their types as SQL text, valid in any session (see table_shape)
     merge_state: str | None
     copy_condition: str | None
     copy_snapshot: str | None
@@ -60,7 +61,11 @@ def resolve_table(conn: psycopg.Connection, name: str) -> tuple[int, str, str, s
 
 
 def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[str, ...], ...]:
-    """(primary key columns, insertable columns) of the table ``oid``."""
+    """(primary key columns, insertable columns, their types) of the table ``oid``.
+
+    Types outside pg_catalog are schema-qualified whatever the search_path, because replay
+    writes them into queries that run on the provider.
+    """
     pk = conn.execute(
         """
         select array_agg(a.attname order by k.ord)
@@ -75,12 +80,19 @@ def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[s
         raise TableError(f"Primary key missing on table: {label}")
     cols = conn.execute(
         """
-        select array_agg(attname order by attnum) from pg_attribute
-         where attrelid = %s and attnum > 0 and not attisdropped and attgenerated = ''
+        select array_agg(a.attname order by a.attnum),
+               array_agg(case when t.typnamespace = 'pg_catalog'::regnamespace
+                              then format_type(a.atttypid, a.atttypmod)
+                              else format('%%I.%%I', n.nspname, t.typname) end
+                         order by a.attnum)
+          from pg_attribute a
+          join pg_type t on t.oid = a.atttypid
+          join pg_namespace n on n.oid = t.typnamespace
+         where a.attrelid = %s and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
         """,
         (oid,),
     ).fetchone()
-    return tuple(pk[0]), tuple(cols[0] or ())
+    return tuple(pk[0]), tuple(cols[0] or ()), tuple(cols[1] or ())
 
 
 def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
@@ -98,9 +110,19 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
     routes: dict[str, Route] = {}
     for table_name, dest, state, cond, snap, skip_truncate in rows:
         oid, schema, name, fq = resolve_table(conn, dest)
-        pk, columns = table_shape(conn, oid, dest)
+        pk, columns, types = table_shape(conn, oid, dest)
         routes[table_name] = Route(
-            table_name, schema, name, pk, columns, state, cond or None, snap, skip_truncate, fq
+            table_name,
+            schema,
+            name,
+            pk,
+            columns,
+            types,
+            state,
+            cond or None,
+            snap,
+            skip_truncate,
+            fq,
         )
     return routes
 

@@ -28,7 +28,7 @@ from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.replication import batches, forward, handover, replay, sequences, skip, state, sync
-from pgferry.replication.eventsql import part_query
+from pgferry.replication.eventsql import Segment
 from pgferry.replication.routes import Route, load_routes, registry_signature, source_columns
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ class WorkerSettings:
     parallel_copies: int
     local_max_events: int  # batches estimated at most this big are replayed without Spark
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
-    read_parts: int  # parts (Spark tasks) per replayed batch
+    read_parts: int  # parts (Spark tasks) per table of a replayed batch
+    read_ahead: int  # provider connections reading tables ahead of the apply
+    read_ahead_events: int  # smaller batches are read inline (a thread costs more)
     warm_spark: bool  # start Spark in the background once caught up
 
     @classmethod
@@ -75,6 +77,8 @@ class WorkerSettings:
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
             ),
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
+            read_ahead=config.getint("replay_read_ahead", 1),
+            read_ahead_events=config.getint("replay_read_ahead_events", 2000),
             warm_spark=config.getbool("spark_warm", True),
         )
 
@@ -108,6 +112,8 @@ class Worker(Service):
         self._replica_conn: psycopg.Connection | None = None
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
         self._src_cols: dict[str, frozenset[str] | None] = {}
+        self._stages = replay.StageTables()
+        self._readers: replay.ReaderPool | None = None
         self._last_heartbeat = 0.0
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self.batches_applied = 0
@@ -159,6 +165,10 @@ class Worker(Service):
                 with contextlib.suppress(Exception):
                     conn.close()
         self.local = self.provider = None
+        if self._readers is not None:
+            self._readers.close()
+            self._readers = None
+        self._stages.reset()
 
     def _local(self) -> psycopg.Connection:
         lifetime = self.settings.connection_lifetime
@@ -181,8 +191,17 @@ class Worker(Service):
             self.provider = None
         if self.provider is None:
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
+            replay.set_text_format(self.provider)
             self.provider_dsn = dsn
+            if self._readers is not None:
+                self._readers.close()
+                self._readers = None
         return self.provider
+
+    def _reader_pool(self) -> replay.ReaderPool:
+        if self._readers is None:
+            self._readers = replay.ReaderPool(self.provider_dsn or "", self.settings.read_ahead)
+        return self._readers
 
     def _set_replica_role(self, conn: psycopg.Connection) -> None:
         # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.
@@ -190,7 +209,7 @@ class Worker(Service):
             return
         try:
             conn.execute("set session_replication_role = replica")
-            # One applier per node: a second worker would share (and clear) the stage.
+            # One applier per node: two would apply the same batches twice.
             got = conn.execute(
                 "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))",
                 (f"{self.settings.queue}/{self.config.job_name}",),
@@ -381,6 +400,7 @@ class Worker(Service):
             cached = (signature, time.monotonic(), load_routes(local, queue))
             self._route_cache = cached
             self._src_cols = {}
+            self._stages.reset()
         return cached[2]
 
     def _source_columns(
@@ -400,76 +420,51 @@ class Worker(Service):
             self._last_heartbeat = now
 
     def _apply(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
+        try:
+            return self._apply_batch(local, provider, node, batch, routes, seqs)
+        except BaseException:
+            self._stages.reset()  # stage tables created in the failed transaction are gone
+            raise
+
+    def _apply_batch(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         batch_sql = batches.batch_event_sql(provider, batch.batch_id)
-        active = [r for r in routes.values() if r.applies]
         scripts = batches.scripts(provider, batch_sql)
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
-        use_spark = (
-            bool(active)
-            and not scripts  # segments between scripts run on the driver
-            and (estimate is None or estimate > self.settings.local_max_events)
-            and self.spark_ready()
-        )
-        parts = 1
-        if use_spark:
-            parts = self.settings.read_parts or self.spark().sparkContext.defaultParallelism
-        src_cols = self._source_columns(provider, active)
-
-        def queries(after: int | None = None, upto: int | None = None) -> list[str]:
-            return [
-                part_query(
-                    batch_sql,
-                    active,
-                    seqs,
-                    consumer=consumer,
-                    batch_id=batch.batch_id,
-                    part=part,
-                    parts=parts,
-                    after=after,
-                    upto=upto,
-                )
-                for part in range(parts)
-            ]
-
-        stage = functools.partial(
-            replay.stage_batch,
-            spark_factory=self.spark,
-            provider=provider,
-            provider_dsn=self.provider_dsn or "",
-            local_dsn=self.settings.local_dsn,
-            local_conn=local,
-            consumer=consumer,
-            batch_id=batch.batch_id,
-        )
-        if use_spark:
-            stage(queries=queries(), use_spark=True)
+        big = estimate is None or estimate > self.settings.local_max_events
+        applies = any(r.applies for r in routes.values())
+        use_spark = applies and not scripts and big and self.spark_ready()
+        read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         with local.transaction():
             staged_at = time.monotonic()
-            if use_spark:
-                stats = replay.apply_staged(local, consumer, batch.batch_id, routes, src_cols)
-            else:
-                stats = replay.ApplyStats()
-                after = None
-                for script in [*scripts, None]:
-                    upto = script[0] if script else None
-                    if active or seqs:
-                        stage(queries=queries(after, upto), use_spark=False)
-                        part = replay.apply_staged(
-                            local, consumer, batch.batch_id, routes, src_cols
-                        )
-                        stats.add(part)
-                    if script:
-                        self._run_script(local, node, batch, script, routes, seqs)
-                        # The script may change tables: rows after it use the new shapes.
-                        routes = load_routes(local, queue)
-                        active = [r for r in routes.values() if r.applies]
-                        self._route_cache = None
-                        self._src_cols = {}
-                        src_cols = self._source_columns(provider, active)
-                    after = upto
+            stats = replay.ApplyStats()
+            after = None
+            for script in [*scripts, None]:
+                upto = script[0] if script else None
+                segment = Segment(after, upto)
+                stats.add(
+                    self._apply_segment(
+                        local,
+                        provider,
+                        batch,
+                        batch_sql,
+                        routes,
+                        seqs,
+                        segment,
+                        use_spark=use_spark,
+                        read_ahead=read_ahead,
+                    )
+                )
+                if script:
+                    self._run_script(local, node, batch, script, routes, seqs)
+                    # The script may change tables: rows after it use the new shapes.
+                    routes = load_routes(local, queue)
+                    self._route_cache = None
+                    self._src_cols = {}
+                    self._stages.reset()
+                after = upto
             stats.apply_seconds = time.monotonic() - staged_at
             if node.node_type == "branch":
                 forward.forward_events(local, provider, queue, batch_sql)
@@ -489,6 +484,51 @@ class Worker(Service):
             log.info("Table %s is now ok", table)
         stats.spark = use_spark
         return stats
+
+    def _apply_segment(
+        self,
+        local,
+        provider,
+        batch,
+        batch_sql,
+        routes,
+        seqs,
+        segment: Segment,
+        *,
+        use_spark: bool,
+        read_ahead: bool,
+    ) -> replay.ApplyStats:
+        active = [r for r in routes.values() if r.applies]
+        src_cols = self._source_columns(provider, active)
+        plan = replay.plan_segment(provider, batch_sql, routes, seqs, src_cols, segment)
+        options: dict = {}
+        if use_spark:
+            options["spark_read"] = functools.partial(self._spark_read, batch.batch_id)
+            options["spark_parts"] = self._spark_parts()
+        elif read_ahead and len(plan.tables) > 1:
+            options["readers"] = self._reader_pool()
+        return replay.apply_segment(
+            local, self._stages, plan, batch_sql, segment, provider=provider, **options
+        )
+
+    def _spark_parts(self) -> int:
+        return max(1, self.settings.read_parts or self.spark().sparkContext.defaultParallelism)
+
+    def _spark_read(self, batch_id: int, queries: list[str]) -> list[list[bytes]]:
+        """One single-stage Spark job: each task reads one table part (no shuffle)."""
+        dsn = self.provider_dsn or ""
+        sc = self.spark().sparkContext
+        try:
+            sc.setJobDescription(f"pgferry replay batch {batch_id}")
+            return (
+                sc.parallelize(queries, max(1, len(queries)))
+                .map(lambda q: replay.read_part(dsn, q))
+                .collect()
+            )
+        except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
+            from pgferry.pipeline.spark import job_error  # pyspark is slow to import: only here
+
+            raise replay.ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
 
     def _run_script(self, local, node, batch, script: tuple, routes, seqs) -> None:
         """A queued script, in the applying transaction, between the rows around it.
