@@ -10,7 +10,7 @@ from pipeline_sql import fetch, one, run_sql
 
 from pgferry.errors import TableError
 from pgferry.pipeline import copy as copy_mod
-from pgferry.pipeline.copy import CopyTask, block_ranges, copy_tables
+from pgferry.pipeline.copy import CopyTask, block_ranges, copy_tables, task_groups
 
 
 def _pair_tables(connstr: str, rows: int = 0) -> None:
@@ -34,6 +34,26 @@ def test_block_ranges_cover_everything() -> None:
     assert ranges[0][0] is None and ranges[-1][1] is None
     for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False):
         assert hi == lo
+
+
+def test_task_groups_one_task_per_slot_balanced_by_size() -> None:
+    units = [
+        copy_mod._Unit(plan_no, range_no, None, None, blocks)
+        for plan_no, range_no, blocks in (
+            (0, 0, 1850), (0, 1, 1850), (1, 0, 760), (1, 1, 760),
+            (2, 0, 760), (2, 1, 760), (3, 0, 540), (3, 1, 540), (4, 0, 1),
+        )
+    ]  # fmt: skip
+    groups = task_groups(units, slots=2, max_parallel=16)
+    assert len(groups) == 2
+    assert sorted(id(u) for g in groups for u in g) == sorted(map(id, units))  # each once
+    loads = [sum(u.blocks for u in g) for g in groups]
+    assert max(loads) - min(loads) <= 540
+    for group in groups:  # biggest ranges first within a task
+        assert [u.blocks for u in group] == sorted((u.blocks for u in group), reverse=True)
+    assert len(task_groups(units, slots=8, max_parallel=3)) == 3  # parallel_copies limits
+    assert len(task_groups(units[:1], slots=8, max_parallel=None)) == 1
+    assert [len(g) for g in task_groups(units, slots=0, max_parallel=None)] == [9]
 
 
 def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, monkeypatch) -> None:

@@ -1,12 +1,13 @@
 """Initial copy: many tables, one exported snapshot, parallel Spark tasks, COPY streams.
 
 Each source table is split into heap block ranges (``ctid`` TID range scans work for any key
-type).  A Spark task copies one range: it imports the snapshot on the source, streams
-``COPY (select ...) TO STDOUT`` straight into ``COPY ... FROM STDIN`` on the destination
-(bytes are passed through, never parsed), and in the SAME destination transaction records the
-range in ``ferry_copy.range_done``.  That record is inserted first, so a retried or duplicated
-task either waits for the first one and then skips the range, or redoes a range whose first
-attempt rolled back: rows are never duplicated nor lost.
+type).  The ranges are shared out among as many Spark tasks as can run at once, balanced by
+size.  A task imports the snapshot on the source and copies its ranges one after another: it
+streams ``COPY (select ...) TO STDOUT`` straight into ``COPY ... FROM STDIN`` on the
+destination (bytes are passed through, never parsed), and in the SAME destination transaction
+records the range in ``ferry_copy.range_done``.  That record is inserted first, so a retried or
+duplicated task either waits for the first one and then skips the range, or redoes a range
+whose first attempt rolled back: rows are never duplicated nor lost.
 
 The destination is prepared by the driver (TRUNCATE unless ``skip_truncate``; secondary indexes
 dropped and rebuilt afterwards), rows are loaded with ``session_replication_role = replica``
@@ -105,6 +106,7 @@ class _Unit:
     range_no: int
     lo_block: int | None
     hi_block: int | None  # None: open-ended, so rows in blocks added since sizing still count
+    blocks: int = 0  # heap blocks in the range when sized: what balances the tasks
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def _plan(
             )
         )
         for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, parallelism)):
-            units.append((src.pages, _Unit(plan_no, range_no, lo, hi)))
+            blocks = (src.pages if hi is None else hi) - (lo or 0)
+            units.append((src.pages, _Unit(plan_no, range_no, lo, hi, max(1, blocks))))
     # Biggest tables first: the last tasks to start are then the short ones.
     units.sort(key=lambda item: -item[0])
     return plans, [u for _, u in units]
@@ -308,15 +311,28 @@ def _done_rows(dst_connstr: str, copy_id: str) -> dict[str, int]:
     return {table: int(count) for table, count in rows}
 
 
+def task_groups(units: list[_Unit], slots: int, max_parallel: int | None) -> list[list[_Unit]]:
+    """The units as one Spark task per slot that may run at once, balanced by size.
+
+    Spark runs at most ``slots`` tasks at a time (``max_parallel`` lowers that), and every
+    task costs tens of milliseconds of scheduling and a new pair of connections, so one task
+    per slot copies its ranges one after another.  The biggest range goes to the least
+    loaded task first; each task keeps its ranges biggest first.
+    """
+    count = min(len(units), max(1, slots), max_parallel or len(units))
+    groups: list[list[_Unit]] = [[] for _ in range(max(1, count))]
+    loads = [0] * len(groups)
+    for unit in sorted(units, key=lambda u: -u.blocks):
+        least = loads.index(min(loads))
+        groups[least].append(unit)
+        loads[least] += unit.blocks
+    return [g for g in groups if g]
+
+
 def _run_units(spark, job: _Job, units: list[_Unit], max_parallel: int | None) -> None:
     """Run the Spark job; when it fails, run it again: finished ranges are skipped."""
     sc = spark.sparkContext
-    slices = len(units) if not max_parallel else max(1, min(len(units), max_parallel))
-    if slices < len(units):
-        # Round-robin so each slice gets a mix of big and small ranges.
-        groups = [units[i::slices] for i in range(slices)]
-    else:
-        groups = [[u] for u in units]
+    groups = task_groups(units, sc.defaultParallelism, max_parallel)
     for attempt in range(JOB_RETRIES + 1):
         try:
             sc.setJobDescription("pgferry copy")
@@ -332,25 +348,35 @@ def _run_units(spark, job: _Job, units: list[_Unit], max_parallel: int | None) -
 
 
 def _copy_group(job: _Job, units: list[_Unit]) -> int:
-    return sum(copy_range(job, unit) for unit in units)
+    """Copy ranges one after another (runs on an executor); returns their row count.
 
-
-def copy_range(job: _Job, unit: _Unit) -> int:
-    """Copy one range (runs on an executor); returns its row count."""
-    plan = job.plans[unit.plan_no]
+    One source connection (its transaction in the snapshot) and one destination connection
+    (a transaction per range) serve all of them.
+    """
     src = open_in_snapshot(job.src_connstr, job.snapshot_id)
     try:
         dst = connect(job.dst_connstr)
         try:
-            return _copy_range(job, plan, unit, src, dst)
-        except psycopg.Error as exc:
-            raise DatabaseError(
-                f"copy {plan.dest_key} range {unit.range_no}: {error_text(exc)}"
-            ) from None
+            return sum(_copy_unit(job, unit, src, dst) for unit in units)
         finally:
             dst.close()
     finally:
         src.close()
+
+
+def copy_range(job: _Job, unit: _Unit) -> int:
+    """Copy one range (runs on an executor); returns its row count."""
+    return _copy_group(job, [unit])
+
+
+def _copy_unit(job: _Job, unit: _Unit, src: psycopg.Connection, dst: psycopg.Connection) -> int:
+    plan = job.plans[unit.plan_no]
+    try:
+        return _copy_range(job, plan, unit, src, dst)
+    except psycopg.Error as exc:
+        raise DatabaseError(
+            f"copy {plan.dest_key} range {unit.range_no}: {error_text(exc)}"
+        ) from None
 
 
 def _copy_range(
