@@ -117,11 +117,27 @@ def copy_group(
         raise TableError(f"copy of {', '.join(names)} returned no snapshot")
     with local.transaction():
         set_state(local, queue, names, "catching-up", snapshot)
-    # A tick after the copy lets the hand-over finish without waiting for an idle tick.
-    with contextlib.suppress(psycopg.Error):
-        provider.execute("select ferry_queue.force_tick(%s)", (queue,))
+    tick_now(provider, queue)
     log.info("Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values()))
     return True
+
+
+def tick_now(provider: psycopg.Connection, queue: str) -> None:
+    """A tick on the provider's queue after the copy: the hand-over needs no idle tick.
+
+    The tick is made here when the provider ticks its queue itself: waiting for the
+    ticker's next round would add up to ``ticker_period``.  The queue row lock orders it
+    with the ticker's own ticks.  Otherwise (a branch mirrors its provider's ticks, a paused
+    ticker, no right to tick) the forced tick comes with the next tick the queue gets.
+    """
+    with contextlib.suppress(psycopg.Error):
+        provider.execute("select ferry_queue.force_tick(%s)", (queue,))
+    with contextlib.suppress(psycopg.Error):
+        provider.execute(
+            "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
+            " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
+            (queue,),
+        )
 
 
 def replica_dsn(dsn: str) -> str:
