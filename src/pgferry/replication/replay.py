@@ -132,7 +132,11 @@ def plan_segment(
         return plan
     query = summary_query(batch_sql, active, seqs, segment)
     try:
-        rows = provider.execute(query.encode()).fetchall()
+        with provider.transaction():
+            # Few groups, many rows: hashing beats the sort that the planner's row
+            # estimate for a batch (a handful) would choose, and spills to disk.
+            provider.execute("set local enable_sort = off")
+            rows = provider.execute(query.encode()).fetchall()
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     for name, count, inserts_only, barrier, seq_value in rows:
@@ -180,21 +184,35 @@ def read_part(provider_dsn: str, query: str) -> list[bytes]:
 
 
 class _Stream:
-    """Chunks of one table handed from a reader thread to the applying thread."""
+    """Chunks of one table handed from a reader thread to the applying thread.
+
+    ``ready`` tells the applier the stream can be consumed without waiting for its
+    reader: it is complete (or failed), or its queue is full.
+    """
 
     _END = object()
 
-    def __init__(self) -> None:
+    def __init__(self, wakeup: threading.Condition) -> None:
         self.q: queue.Queue = queue.Queue(maxsize=QUEUED_CHUNKS)
         self.cancelled = threading.Event()
+        self.ready = False
+        self._wakeup = wakeup
+
+    def _mark_ready(self) -> None:
+        with self._wakeup:
+            self.ready = True
+            self._wakeup.notify_all()
 
     def put(self, item) -> bool:
+        final = item is self._END or isinstance(item, BaseException)
         while not self.cancelled.is_set():
             try:
                 self.q.put(item, timeout=0.2)
+                if final:
+                    self._mark_ready()
                 return True
             except queue.Full:
-                continue
+                self._mark_ready()
         return False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -205,6 +223,16 @@ class _Stream:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
+    """Index of the first stream that is ready, waiting for one if none is yet."""
+    with wakeup:
+        while True:
+            for i, stream in enumerate(streams):
+                if stream.ready:
+                    return i
+            wakeup.wait(timeout=1.0)
 
 
 class ReaderPool:
@@ -241,10 +269,13 @@ class ReaderPool:
         else:
             self._idle.put(conn)
 
-    def stream(self, queries: Sequence[tuple[str, str]]) -> tuple[list[_Stream], Callable]:
-        """Start reading ``(label, query)`` pairs in order; returns their streams and a
-        function that stops what is still running."""
-        streams = [_Stream() for _ in queries]
+    def stream(
+        self, queries: Sequence[tuple[str, str]]
+    ) -> tuple[list[_Stream], threading.Condition, Callable]:
+        """Start reading ``(label, query)`` pairs in order; returns their streams, the
+        condition that signals a ready stream, and a function that stops what still runs."""
+        wakeup = threading.Condition()
+        streams = [_Stream(wakeup) for _ in queries]
         order: queue.Queue[int] = queue.Queue()
         for i in range(len(queries)):
             order.put(i)
@@ -294,7 +325,7 @@ class ReaderPool:
             for t in threads:
                 t.join()
 
-        return streams, stop
+        return streams, wakeup, stop
 
     def close(self) -> None:
         with self._lock:
@@ -485,11 +516,14 @@ def apply_segment(
                 parts = results[i * spark_parts : (i + 1) * spark_parts]
                 stats.add(apply_table(conn, stages, work, (c for p in parts for c in p)))
         elif readers is not None and len(works) > 0:
-            streams, stop = readers.stream(
+            streams, wakeup, stop = readers.stream(
                 [(w.route.table_name, w.query(batch_sql, segment)) for w in works]
             )
+            pending = list(zip(works, streams, strict=True))
             try:
-                for work, stream in zip(works, streams, strict=True):
+                # Apply tables in the order their reads become ready, not the listed one.
+                while pending:
+                    work, stream = pending.pop(next_ready([p[1] for p in pending], wakeup))
                     stats.add(apply_table(conn, stages, work, stream))
             finally:
                 stop()

@@ -77,7 +77,7 @@ class WorkerSettings:
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
             ),
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
-            read_ahead=config.getint("replay_read_ahead", 1),
+            read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
             warm_spark=config.getbool("spark_warm", True),
         )
