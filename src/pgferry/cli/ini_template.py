@@ -38,6 +38,10 @@ NODE_SETTINGS: list[tuple[str, str | None, str]] = [
         "kept for compatibility: custom compare query",
     ),
     ("compare_fmt", "%(cnt)d rows, checksum=%(chksum)s", "kept for compatibility"),
+    ("replay_local_events", "5000", "larger batches are read by a Spark job when it is up"),
+    ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),
+    ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
+    ("spark_warm", "true", "start Spark in the background once caught up"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
 ]
