@@ -194,3 +194,54 @@ def test_tables_linked_by_foreign_key_copy_together(spark, both) -> None:
     assert fetch(dst, "select count(*) from child c join parent p on p.id = c.parent_id") == [
         (500,)
     ]
+
+
+_TYPES_DDL = """
+create table typed (id int primary key, n numeric(12,3), f float8, t text, b bytea,
+  ts timestamptz, d date, iv interval, ip inet, j jsonb, arr int[], tarr text[], u uuid,
+  flag boolean, mood {mood})
+"""
+_TYPES_ROWS = """
+insert into typed
+select g, g / 7.0, g * 1.5e-3, E'tab\\there ' || g || E'\\nline Ω', decode(md5(g::text), 'hex'),
+       timestamptz '2024-02-29 12:00+01' + g * interval '1 minute', date '1999-12-31' + g,
+       g * interval '1 second', ('10.0.' || g % 256 || '.1')::inet,
+       jsonb_build_object('k', g, 'a', jsonb_build_array(g, null)), array[g, null, -g],
+       array['a' || g, null, E'q"\\\\'], md5(g::text)::uuid, g % 2 = 0,
+       (case when g % 3 = 0 then null else 'ok' end)::mood
+from generate_series(1, 3000) g
+"""
+
+
+def test_binary_copy_where_types_match_text_where_they_do_not(spark, both) -> None:
+    src, dst = both
+    for connstr in (src, dst):
+        run_sql(connstr, "create type mood as enum ('ok', 'sad')")
+    run_sql(src, _TYPES_DDL.format(mood="mood"), _TYPES_ROWS)
+    run_sql(src, "create table plain as select * from typed", "alter table plain drop mood")
+    run_sql(src, "alter table plain add primary key (id)")
+    # typed: an enum (a type of its own in each database) -> text; plain: all built in.
+    run_sql(dst, _TYPES_DDL.format(mood="mood"))
+    run_sql(dst, "create table plain as select * from typed where false")
+    run_sql(dst, "alter table plain drop mood", "alter table plain add primary key (id)")
+    # A column of another type on the destination -> text for that table.
+    run_sql(dst, "create table other as select * from plain where false")
+    run_sql(dst, "alter table other alter id type bigint", "alter table other add primary key (id)")
+    chosen: dict[str, bool] = {}
+    real = copy_mod.binary_compatible
+
+    def spy(s, d, columns):
+        chosen[d.name] = real(s, d, columns)
+        return chosen[d.name]
+
+    copy_mod.binary_compatible = spy
+    try:
+        tasks = [CopyTask("typed", "typed"), CopyTask("plain", "plain"), CopyTask("plain", "other")]
+        result = copy_tables(spark, src, dst, tasks)
+    finally:
+        copy_mod.binary_compatible = real
+    assert chosen == {"typed": False, "plain": True, "other": False}
+    assert result.rows == {"typed": 3000, "plain": 3000, "other": 3000}
+    for src_table, dst_table in (("typed", "typed"), ("plain", "plain"), ("plain", "other")):
+        query = "select md5(string_agg(t::text, '|' order by id)) from {} t"
+        assert one(src, query.format(src_table)) == one(dst, query.format(dst_table))

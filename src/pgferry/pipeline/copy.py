@@ -48,6 +48,8 @@ MIN_SPLIT_BLOCKS = 512
 # Bytes gathered before one write to the destination: one COPY message per row is slow.
 WRITE_CHUNK = 1 << 20
 JOB_RETRIES = 2
+# Objects with a lower oid are built in: the same in every database of one major version.
+FIRST_USER_OID = 16384
 
 _BOOKKEEPING_SQL = """
 create schema if not exists ferry_copy;
@@ -98,6 +100,7 @@ class _TablePlan:
     columns: tuple[str, ...]
     condition: str | None
     tid_ranges: bool  # False for partitioned sources (no heap of their own)
+    binary: bool = False  # COPY in binary format: same built-in types on both sides
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,13 @@ def copy_tables(
     with exported_snapshot(src_connstr) as snap:
         with connect(src_connstr, autocommit=True) as conn:
             sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
+            src_major = conn.info.server_version // 10000
         with connect(dst_connstr, autocommit=True) as conn:
             dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
-        plans, units = _plan(tasks, sources, dests, spark.sparkContext.defaultParallelism)
+            same_major = conn.info.server_version // 10000 == src_major
+        plans, units = _plan(
+            tasks, sources, dests, spark.sparkContext.defaultParallelism, binary=same_major
+        )
         job = _Job(src_connstr, dst_connstr, snap.snapshot_id, copy_id, tuple(plans), _fail_once)
         _prepare_destination(dst_connstr, tasks, dests)
         prepared_at = time.monotonic()
@@ -169,8 +176,13 @@ def copy_tables(
 
 
 def _plan(
-    tasks: list[CopyTask], sources: list[TableInfo], dests: list[TableInfo], parallelism: int
+    tasks: list[CopyTask],
+    sources: list[TableInfo],
+    dests: list[TableInfo],
+    parallelism: int,
+    binary: bool = False,
 ) -> tuple[list[_TablePlan], list[_Unit]]:
+    """Per table what to copy; ``binary``: the servers may exchange binary COPY data."""
     plans: list[_TablePlan] = []
     units: list[tuple[int, _Unit]] = []
     for plan_no, (task, src, dst) in enumerate(zip(tasks, sources, dests, strict=True)):
@@ -191,6 +203,7 @@ def _plan(
                 columns,
                 task.copy_condition,
                 tid,
+                binary and binary_compatible(src, dst, columns),
             )
         )
         for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, parallelism)):
@@ -199,6 +212,20 @@ def _plan(
     # Biggest tables first: the last tasks to start are then the short ones.
     units.sort(key=lambda item: -item[0])
     return plans, [u for _, u in units]
+
+
+def binary_compatible(src: TableInfo, dst: TableInfo, columns: tuple[str, ...]) -> bool:
+    """Whether ``columns`` can travel in binary COPY format (servers of one major version).
+
+    Binary COPY is stricter than text: each value must be read as exactly the type it was
+    written as, and arrays and composites carry their element types' oids, which only
+    built-in types share between databases.
+    """
+    for name in columns:
+        a, b = src.column(name), dst.column(name)
+        if a.type != b.type or a.type_oid != b.type_oid or not 0 < a.type_oid < FIRST_USER_OID:
+            return False
+    return True
 
 
 def block_ranges(pages: int, parallelism: int = 1) -> list[tuple[int | None, int | None]]:
@@ -395,9 +422,12 @@ def _copy_range(
     )
     if where:
         select = sql.SQL("{} where {}").format(select, sql.SQL(" and ").join(where))
-    copy_out = sql.SQL("copy ({}) to stdout").format(select)
-    copy_in = sql.SQL("copy {} ({}) from stdin").format(
-        sql.Identifier(plan.dst_schema, plan.dst_name), cols
+    # Binary: about a fifth less work for both servers than text (no parsing of numbers,
+    # times, addresses) where both sides hold the same built-in types.
+    fmt = sql.SQL(" (format binary)" if plan.binary else "")
+    copy_out = sql.SQL("copy ({}) to stdout{}").format(select, fmt)
+    copy_in = sql.SQL("copy {} ({}) from stdin{}").format(
+        sql.Identifier(plan.dst_schema, plan.dst_name), cols, fmt
     )
     with dst.transaction():
         dst.execute("set local session_replication_role = replica")

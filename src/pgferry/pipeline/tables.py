@@ -21,6 +21,7 @@ class Column:
     name: str
     type: str  # format_type() output, already quoted where needed
     generated: bool = False
+    type_oid: int = 0  # pg_type oid of the column's type
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ where c.oid = to_regclass(%s)
 """
 
 _COLUMNS_SQL = """
-select a.attname, format_type(a.atttypid, a.atttypmod), a.attgenerated <> ''
+select a.attname, format_type(a.atttypid, a.atttypmod), a.attgenerated <> '',
+       a.atttypid::bigint
 from pg_attribute a
 where a.attrelid = %s and a.attnum > 0 and not a.attisdropped
 order by a.attnum
@@ -106,7 +108,7 @@ def resolve_table(conn: psycopg.Connection, name: str, where: str = "") -> Table
     oid, schema, relname, relkind, pages, reltuples, display = row
     if relkind not in ("r", "p"):
         raise TableError(f"{name}{label} is not a table")
-    columns = tuple(Column(n, t, g) for n, t, g in conn.execute(_COLUMNS_SQL, (oid,)).fetchall())
+    columns = tuple(Column(*row) for row in conn.execute(_COLUMNS_SQL, (oid,)).fetchall())
     pkey = tuple(r[0] for r in conn.execute(_PKEY_SQL, (oid,)).fetchall())
     return TableInfo(
         schema, relname, columns, pkey, int(pages), int(reltuples), display, relkind == "p"
