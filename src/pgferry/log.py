@@ -59,5 +59,5 @@ def setup_logging(
         filehandler.addFilter(mask)
         root.addHandler(filehandler)
     # py4j and Spark's Python side are chatty at INFO; keep them out unless debugging.
-    for noisy in ("py4j", "pyspark"):
+    for noisy in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)

@@ -235,14 +235,16 @@ class Worker(Service):
                 self._start_spark()
         return self._spark
 
-    def spark_ready(self) -> bool:
-        """True when the session runs; otherwise start it in the background.
+    def spark_ready(self, start: bool = True) -> bool:
+        """True when the session runs; otherwise (with ``start``) start it in the background.
 
         Starting Spark takes from seconds to half a minute on a busy machine: replay never
         waits for it (the driver path handles the batch meanwhile).
         """
         if self._spark is not None:
             return True
+        if not start:
+            return False
         if self._spark_starting is None:
             self._spark_starting = threading.Thread(
                 target=self._start_spark_quietly, name="spark-start", daemon=True
@@ -435,7 +437,9 @@ class Worker(Service):
             estimate = batch.event_seq - batch.prev_event_seq
         big = estimate is None or estimate > self.settings.local_max_events
         applies = any(r.applies for r in routes.values())
-        use_spark = applies and not scripts and big and self.spark_ready()
+        # A batch never starts Spark: a JVM starting during a catch-up takes the CPU the
+        # catch-up needs.  The session comes up once caught up, or for an initial copy.
+        use_spark = applies and not scripts and big and self.spark_ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         with local.transaction():
             staged_at = time.monotonic()
