@@ -245,3 +245,17 @@ def test_binary_copy_where_types_match_text_where_they_do_not(spark, both) -> No
     for src_table, dst_table in (("typed", "typed"), ("plain", "plain"), ("plain", "other")):
         query = "select md5(string_agg(t::text, '|' order by id)) from {} t"
         assert one(src, query.format(src_table)) == one(dst, query.format(dst_table))
+
+
+def test_python_workers_fork_from_pgferrys_daemon(spark) -> None:
+    # The copy code is imported once in the daemon, not in every new Python worker.
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == (
+        "pgferry.pipeline.daemon"
+    )
+
+    def imported_before_task(_: int) -> bool:  # nested: pickled by value for the workers
+        import sys
+
+        return "pgferry.pipeline.copy" in sys.modules and "psycopg" in sys.modules
+
+    assert all(spark.sparkContext.parallelize(range(4), 4).map(imported_before_task).collect())

@@ -28,6 +28,8 @@ DEFAULT_SETTINGS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
+    # Forked Python workers start with the task code imported (pipeline/daemon.py).
+    "spark.python.daemon.module": "pgferry.pipeline.daemon",
 }
 
 
