@@ -28,8 +28,9 @@ LEAF_JOB = "l3_dst1_digoal_01"
 COMMAND_TIMEOUT = 600
 # pgferry's leaf worker logs this at DEBUG once its Spark session is up (pipeline/spark.py).
 SPARK_STARTED = "Spark session started"
-# Spark's Python worker daemon: runs under the worker process once a job has used it.
-PYSPARK_DAEMON = "pyspark.daemon"
+# Spark's Python worker daemon (pgferry's, or PySpark's own when the setting is overridden):
+# runs under the worker process once a job has used it.
+SPARK_DAEMONS = ("pgferry.pipeline.daemon", "pyspark.daemon")
 
 
 class Rig:
@@ -295,12 +296,16 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _cmdline(pid: int) -> str:
+def _runs_module(pid: int, modules: tuple[str, ...]) -> bool:
+    """Whether ``pid`` is ``python -m MODULE ...`` for one of ``modules``.
+
+    (The JVM's command line names the daemon module too, as a setting.)
+    """
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace")
+        return False
+    return len(argv) > 2 and argv[1] == "-m" and argv[2] in modules
 
 
 def _kill(pid: int) -> None:
@@ -376,7 +381,7 @@ class PgferryRig(Rig):
             lines = self.log_since(self.leaf_started_at, keep=10**6)
             if not any(SPARK_STARTED in line for line in lines):
                 return False
-        return any(PYSPARK_DAEMON in _cmdline(p) for p in _descendants(pid))
+        return any(_runs_module(p, SPARK_DAEMONS) for p in _descendants(pid))
 
     def leaf_states(self) -> list[str | None]:
         rows = (
