@@ -246,7 +246,11 @@ class Load:
                 DB,
             ]  # fmt: skip
             with out.open("w") as fh:
-                self.procs.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT))
+                self.procs.append(
+                    subprocess.Popen(
+                        cmd, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=_default_sigint
+                    )
+                )
         return self
 
     def wait(self) -> dict:
@@ -275,6 +279,12 @@ class Load:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _default_sigint() -> None:
+    """In pgbench: SIGINT ends it (stop()) even when the benchmark itself was started in the
+    background of a shell, which starts it with SIGINT ignored, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def rows_changed(pair: Pair) -> int:
