@@ -8,6 +8,7 @@ import ipaddress
 import uuid
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
@@ -88,7 +89,13 @@ def _apply(conn: psycopg.Connection, op: tuple) -> None:
         conn.execute("truncate many")
 
 
-def test_random_changes_replicate(pair) -> None:
+# Inline reads, and reads ahead in ev_id ranges of a few events (applied in order).
+READS = {"inline": {}, "ranges": {"replay_read_ahead_events": "0", "replay_read_range_events": "3"}}
+
+
+@pytest.mark.parametrize("reads", list(READS))
+def test_random_changes_replicate(make_pair, reads) -> None:
+    pair = make_pair(**READS[reads])
     pair.root(DDL)
     pair.leaf(DDL)
     pair.add_tables("public.many")

@@ -58,7 +58,8 @@ def _handover_skip(route: Route) -> sql.Composable | None:
 def summary_query(
     batch_sql: str, routes: Iterable[Route], sequences: Iterable[str], segment: Segment
 ) -> str:
-    """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value)`` of the segment."""
+    """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
+    last_ev_id)`` of the segment (the ev_ids of the table's row events)."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     table_terms = []
@@ -84,7 +85,9 @@ def summary_query(
                coalesce(bool_and(e.ev_type like 'I:%') filter (where e.ev_type like '_:%'),
                         false),
                max(e.ev_id) filter (where e.ev_type = 'R'),
-               max(e.ev_data::bigint) filter (where e.ev_type = 'SEQ')
+               max(e.ev_data::bigint) filter (where e.ev_type = 'SEQ'),
+               min(e.ev_id) filter (where e.ev_type like '_:%'),
+               max(e.ev_id) filter (where e.ev_type like '_:%')
           from ({batch}) e
          where {where}
          group by e.ev_extra1

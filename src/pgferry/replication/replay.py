@@ -19,11 +19,12 @@ Data path (design-notes §3, §7):
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 from psycopg import sql
@@ -90,13 +91,15 @@ class TableWork:
     rows: int  # row events before the collapse
     inserts_only: bool
     barrier: int | None
+    span: Segment | None = None  # an ev_id range of the segment, when the table is split
+    order: int = 0  # ranges of one table apply in this order
 
     def query(self, batch_sql: str, segment: Segment, part: int = 0, parts: int = 1) -> str:
         return table_query(
             batch_sql,
             self.route,
             self.columns,
-            segment,
+            self.span or segment,
             barrier=self.barrier,
             part=part,
             parts=parts,
@@ -124,7 +127,12 @@ def plan_segment(
     sequences: Iterable[str],
     source_columns: dict[str, frozenset[str] | None],
     segment: Segment,
+    *,
+    range_events: int | None = None,
 ) -> SegmentPlan:
+    """What the segment holds, per table; with ``range_events`` a table with more row
+    events is split into ev_id ranges of about that many, read in parallel and applied in
+    ev_id order (each range collapses on its own; a later range overrides an earlier one)."""
     active = [r for r in routes.values() if r.applies]
     seqs = list(sequences)
     plan = SegmentPlan([], [], {})
@@ -139,7 +147,7 @@ def plan_segment(
             rows = provider.execute(query.encode()).fetchall()
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    for name, count, inserts_only, barrier, seq_value in rows:
+    for name, count, inserts_only, barrier, seq_value, first, last in rows:
         if seq_value is not None and name in seqs:
             plan.sequences[name] = seq_value
             continue
@@ -150,11 +158,24 @@ def plan_segment(
             plan.truncate.append(route)
         if count:
             cols = apply_columns(route, source_columns.get(name))
-            plan.tables.append(TableWork(route, cols, count, bool(inserts_only), barrier))
-    # Largest first: while it is applied, the smaller ones are read.
-    plan.tables.sort(key=lambda w: (-w.rows, w.route.table_name))
+            work = TableWork(route, cols, count, bool(inserts_only), barrier)
+            plan.tables.extend(_split(work, first, last, range_events))
+    # First ranges first, larger tables before smaller ones: what is read first is applied
+    # first, while the rest is read.
+    plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
     plan.truncate.sort(key=lambda r: r.table_name)
     return plan
+
+
+def _split(work: TableWork, first: int, last: int, range_events: int | None) -> list[TableWork]:
+    if not range_events or work.rows <= range_events or last <= first:
+        return [work]
+    n = min(-(-work.rows // range_events), last - first + 1)
+    bounds = [first - 1 + (last - first + 1) * i // n for i in range(n + 1)]
+    return [
+        replace(work, rows=work.rows // n, span=Segment(lo, hi), order=i)
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
 
 
 # --- reading on the provider ----------------------------------------------------------------
@@ -521,9 +542,17 @@ def apply_segment(
             )
             pending = list(zip(works, streams, strict=True))
             try:
-                # Apply tables in the order their reads become ready, not the listed one.
+                # Apply tables in the order their reads become ready, not the listed one;
+                # the ranges of one table in their own order.
                 while pending:
-                    work, stream = pending.pop(next_ready([p[1] for p in pending], wakeup))
+                    heads = []
+                    seen: set[str] = set()
+                    for i, (work, _stream) in enumerate(pending):
+                        if work.route.table_name not in seen:
+                            heads.append(i)
+                            seen.add(work.route.table_name)
+                    pick = heads[next_ready([pending[i][1] for i in heads], wakeup)]
+                    work, stream = pending.pop(pick)
                     stats.add(apply_table(conn, stages, work, stream))
             finally:
                 stop()

@@ -58,6 +58,7 @@ class WorkerSettings:
     read_parts: int  # parts (Spark tasks) per table of a replayed batch
     read_ahead: int  # provider connections reading tables ahead of the apply
     read_ahead_events: int  # smaller batches are read inline (a thread costs more)
+    read_range_events: int  # larger tables are read in ev_id ranges of about this size
     warm_spark: bool  # start Spark in the background once caught up
 
     @classmethod
@@ -79,6 +80,7 @@ class WorkerSettings:
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
+            read_range_events=config.getint("replay_read_range_events", 25000),
             warm_spark=config.getbool("spark_warm", True),
         )
 
@@ -504,7 +506,16 @@ class Worker(Service):
     ) -> replay.ApplyStats:
         active = [r for r in routes.values() if r.applies]
         src_cols = self._source_columns(provider, active)
-        plan = replay.plan_segment(provider, batch_sql, routes, seqs, src_cols, segment)
+        read_ahead = read_ahead and not use_spark
+        plan = replay.plan_segment(
+            provider,
+            batch_sql,
+            routes,
+            seqs,
+            src_cols,
+            segment,
+            range_events=self.settings.read_range_events if read_ahead else None,
+        )
         options: dict = {}
         if use_spark:
             options["spark_read"] = functools.partial(self._spark_read, batch.batch_id)
