@@ -56,10 +56,16 @@ def _handover_skip(route: Route) -> sql.Composable | None:
 
 
 def summary_query(
-    batch_sql: str, routes: Iterable[Route], sequences: Iterable[str], segment: Segment
+    batch_sql: str,
+    routes: Iterable[Route],
+    sequences: Iterable[str],
+    segment: Segment,
+    *,
+    scripts: bool = False,
 ) -> str:
     """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id)`` of the segment (the ev_ids of the table's row events)."""
+    last_ev_id, scripts)`` of the segment (the ev_ids of the table's row events); with
+    ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events)."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     table_terms = []
@@ -75,22 +81,25 @@ def summary_query(
         table_terms.append(
             sql.SQL("(e.ev_type = 'SEQ' and e.ev_extra1 = any({}))").format(sql.Literal(seqs))
         )
+    if scripts:
+        table_terms.append(sql.SQL("(e.ev_type = 'EXECUTE')"))
     if not table_terms:
         table_terms.append(sql.SQL("false"))
     where = [sql.SQL("({})").format(sql.SQL(" or ").join(table_terms)), *segment.filters()]
     query = sql.SQL(
         """
-        select e.ev_extra1,
+        select case when e.ev_type = 'EXECUTE' then null else e.ev_extra1 end,
                count(*) filter (where e.ev_type like '_:%'),
                coalesce(bool_and(e.ev_type like 'I:%') filter (where e.ev_type like '_:%'),
                         false),
                max(e.ev_id) filter (where e.ev_type = 'R'),
                max(e.ev_data::bigint) filter (where e.ev_type = 'SEQ'),
                min(e.ev_id) filter (where e.ev_type like '_:%'),
-               max(e.ev_id) filter (where e.ev_type like '_:%')
+               max(e.ev_id) filter (where e.ev_type like '_:%'),
+               count(*) filter (where e.ev_type = 'EXECUTE')
           from ({batch}) e
          where {where}
-         group by e.ev_extra1
+         group by 1
         """
     ).format(batch=_batch(batch_sql), where=sql.SQL(" and ").join(where))
     return query.as_string(None)

@@ -120,34 +120,51 @@ def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
     return tuple(c for c in route.columns if c in src or c in route.pk)
 
 
-def plan_segment(
+def summarize(
     provider: psycopg.Connection,
     batch_sql: str,
     routes: dict[str, Route],
     sequences: Iterable[str],
-    source_columns: dict[str, frozenset[str] | None],
     segment: Segment,
+    *,
+    scripts: bool = False,
+) -> list[tuple]:
+    """The summary rows of the segment (see :func:`summary_query`)."""
+    active = [r for r in routes.values() if r.applies]
+    seqs = list(sequences)
+    if not active and not seqs and not scripts:
+        return []
+    query = summary_query(batch_sql, active, seqs, segment, scripts=scripts)
+    try:
+        with provider.transaction():
+            # Few groups, many rows: hashing beats the sort that the planner's row
+            # estimate for a batch (a handful) would choose, and spills to disk.
+            provider.execute("set local enable_sort = off")
+            return provider.execute(query.encode()).fetchall()
+    except psycopg.Error as exc:
+        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+
+
+def count_scripts(summary: list[tuple]) -> int:
+    return sum(row[7] for row in summary)
+
+
+def plan_segment(
+    summary: list[tuple],
+    routes: dict[str, Route],
+    sequences: Iterable[str],
+    source_columns: dict[str, frozenset[str] | None],
     *,
     range_events: int | None = None,
 ) -> SegmentPlan:
     """What the segment holds, per table; with ``range_events`` a table with more row
     events is split into ev_id ranges of about that many, read in parallel and applied in
     ev_id order (each range collapses on its own; a later range overrides an earlier one)."""
-    active = [r for r in routes.values() if r.applies]
-    seqs = list(sequences)
+    seqs = set(sequences)
     plan = SegmentPlan([], [], {})
-    if not active and not seqs:
-        return plan
-    query = summary_query(batch_sql, active, seqs, segment)
-    try:
-        with provider.transaction():
-            # Few groups, many rows: hashing beats the sort that the planner's row
-            # estimate for a batch (a handful) would choose, and spills to disk.
-            provider.execute("set local enable_sort = off")
-            rows = provider.execute(query.encode()).fetchall()
-    except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    for name, count, inserts_only, barrier, seq_value, first, last in rows:
+    for name, count, inserts_only, barrier, seq_value, first, last, _scripts in summary:
+        if name is None:
+            continue  # the scripts' row
         if seq_value is not None and name in seqs:
             plan.sequences[name] = seq_value
             continue

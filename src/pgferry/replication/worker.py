@@ -433,7 +433,9 @@ class Worker(Service):
     def _apply_batch(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         batch_sql = batches.batch_event_sql(provider, batch.batch_id)
-        scripts = batches.scripts(provider, batch_sql)
+        # One read of the batch says what it holds, queued scripts included.
+        summary = replay.summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True)
+        scripts = batches.scripts(provider, batch_sql) if replay.count_scripts(summary) else []
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
@@ -459,6 +461,7 @@ class Worker(Service):
                         routes,
                         seqs,
                         segment,
+                        summary=None if scripts else summary,
                         use_spark=use_spark,
                         read_ahead=read_ahead,
                     )
@@ -501,19 +504,20 @@ class Worker(Service):
         seqs,
         segment: Segment,
         *,
+        summary: list[tuple] | None,
         use_spark: bool,
         read_ahead: bool,
     ) -> replay.ApplyStats:
         active = [r for r in routes.values() if r.applies]
         src_cols = self._source_columns(provider, active)
         read_ahead = read_ahead and not use_spark
+        if summary is None:
+            summary = replay.summarize(provider, batch_sql, routes, seqs, segment)
         plan = replay.plan_segment(
-            provider,
-            batch_sql,
+            summary,
             routes,
             seqs,
             src_cols,
-            segment,
             range_events=self.settings.read_range_events if read_ahead else None,
         )
         options: dict = {}
