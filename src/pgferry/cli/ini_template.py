@@ -41,6 +41,7 @@ NODE_SETTINGS: list[tuple[str, str | None, str]] = [
     ("replay_local_events", "5000", "larger batches are read by a Spark job when it is up"),
     ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),
     ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
+    ("replay_read_range_events", "25000", "larger tables are read in ev_id ranges of this size"),
     ("spark_warm", "true", "start Spark in the background once caught up"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
