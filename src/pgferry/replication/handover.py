@@ -130,14 +130,13 @@ def tick_now(provider: psycopg.Connection, queue: str) -> None:
     with the ticker's own ticks.  Otherwise (a branch mirrors its provider's ticks, a paused
     ticker, no right to tick) the forced tick comes with the next tick the queue gets.
     """
-    with contextlib.suppress(psycopg.Error):
-        provider.execute("select ferry_queue.force_tick(%s)", (queue,))
-    with contextlib.suppress(psycopg.Error):
-        provider.execute(
-            "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
-            " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
-            (queue,),
-        )
+    for query in (
+        "select ferry_queue.force_tick(%s)",
+        "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
+        " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
+    ):
+        with contextlib.suppress(psycopg.Error), provider.transaction():
+            provider.execute(query, (queue,))
 
 
 def replica_dsn(dsn: str) -> str:
