@@ -1,0 +1,64 @@
+"""Planning a batch from its summary: ranges of large tables, order, truncates, sequences."""
+
+from __future__ import annotations
+
+from pgferry.replication.eventsql import Segment
+from pgferry.replication.replay import plan_segment
+from pgferry.replication.routes import Route
+
+
+def _route(name: str, state: str = "ok", skip_truncate: bool = False) -> Route:
+    schema, table = name.split(".")
+    return Route(
+        name, schema, table, ("id",), ("id", "v"), ("integer", "text"), state, None, None,
+        skip_truncate, name,
+    )  # fmt: skip
+
+
+ROUTES = {
+    "s.big": _route("s.big"),
+    "s.small": _route("s.small", skip_truncate=True),
+    "s.new": _route("s.new", state=None),  # not copied yet: nothing applies
+}
+# name, row events, inserts only, barrier, seq value, first ev_id, last ev_id, scripts
+SUMMARY = [
+    ("s.big", 100, False, None, None, 1001, 1200, 0),
+    ("s.small", 10, True, 1150, None, 1005, 1190, 0),
+    ("s.new", 5, True, None, None, 1002, 1003, 0),
+    ("s.seq", 0, False, None, 77, None, None, 0),
+    (None, 0, False, None, None, None, None, 2),
+]
+
+
+def test_ranges_cover_the_table_once_and_apply_in_order() -> None:
+    plan = plan_segment(SUMMARY, ROUTES, ["s.seq"], {}, range_events=30)
+    big = [w for w in plan.tables if w.route.table_name == "s.big"]
+    assert len(big) == 4
+    spans = [(w.span.after, w.span.upto) for w in big if w.span]
+    assert spans == sorted(spans)
+    assert spans[0][0] == 1000 and spans[-1][1] == 1200
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert [w.order for w in big] == [0, 1, 2, 3]
+    # Ranges of one table keep their order in the reading order too.
+    positions = [plan.tables.index(w) for w in big]
+    assert positions == sorted(positions)
+    assert [w.route.table_name for w in plan.tables].count("s.small") == 1
+    assert plan.sequences == {"s.seq": 77}
+    assert plan.truncate == []  # s.small skips truncates
+
+
+def test_no_ranges_without_read_ahead_and_for_tiny_spans() -> None:
+    plan = plan_segment(SUMMARY, ROUTES, [], {})
+    assert [(w.route.table_name, w.span) for w in plan.tables] == [
+        ("s.big", None),
+        ("s.small", None),
+    ]
+    one_id = [("s.big", 100, False, 1100, None, 1100, 1100, 0)]
+    plan = plan_segment(one_id, ROUTES, [], {}, range_events=10)
+    assert len(plan.tables) == 1 and plan.tables[0].span is None
+    assert [r.table_name for r in plan.truncate] == ["s.big"]
+
+
+def test_segment_filters() -> None:
+    assert [f.as_string(None) for f in Segment(5, 9).filters()] == ["e.ev_id > 5", "e.ev_id <= 9"]
+    assert Segment().filters() == []
