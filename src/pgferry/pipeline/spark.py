@@ -8,10 +8,13 @@ log and console progress bars are hidden unless verbose.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Mapping
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -58,12 +61,54 @@ def get_spark(
         builder = builder.config(key, value)
     if not verbose:
         builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=FATAL")
-    session = builder.getOrCreate()
+    if verbose:
+        session = builder.getOrCreate()
+    else:
+        with _quiet_jvm_start():
+            session = builder.getOrCreate()
     # A failed task is reported by the job as one line (job_error); Spark would also log the
     # whole Java + Python stack at ERROR, so only FATAL gets through unless verbose.
     session.sparkContext.setLogLevel("INFO" if verbose else "FATAL")
     log.debug("Spark session started: master=%s", session.sparkContext.master)
     return session
+
+
+# What the JVM and Spark's default log setup print on stderr at every start.
+_JVM_NOISE = (
+    "WARNING: Using incubator modules",
+    "Setting default log level to",
+    "To adjust logging level use sc.setLogLevel",
+    "WARN NativeCodeLoader",
+)
+
+
+@contextlib.contextmanager
+def _quiet_jvm_start() -> Iterator[None]:
+    """Start the JVM with its stderr in an unlinked temporary file.
+
+    The JVM inherits file descriptor 2 when it is launched; pointed elsewhere, its start-up
+    chatter stays off the operator's terminal.  Whatever other threads wrote to stderr
+    meanwhile is passed on, without the JVM's known lines.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines(keepends=True):
+                if not line.startswith(_JVM_NOISE) and "NativeCodeLoader" not in line:
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 # Where Debian's libpostgresql-jdbc-java puts the driver; nothing is ever downloaded.
