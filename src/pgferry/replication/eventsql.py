@@ -159,7 +159,7 @@ def table_query(
     query = sql.SQL(
         """
         select distinct on ({pk})
-               case when e.ev_type like 'D:%' then 'D' else {upsert} end, {cols}
+               (case when e.ev_type like 'D:%' then 'D' else {upsert} end)::"char", {cols}
           from ({batch}) e
           cross join lateral json_to_record(e.ev_data::json) as r({coldef})
          where {where}

@@ -93,6 +93,7 @@ class TableWork:
     barrier: int | None
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
+    binary: bool = False  # COPY in binary format (same built-in types on both sides)
 
     def query(self, batch_sql: str, segment: Segment, part: int = 0, parts: int = 1) -> str:
         return table_query(
@@ -156,10 +157,13 @@ def plan_segment(
     source_columns: dict[str, frozenset[str] | None],
     *,
     range_events: int | None = None,
+    binary: bool = False,
 ) -> SegmentPlan:
     """What the segment holds, per table; with ``range_events`` a table with more row
     events is split into ev_id ranges of about that many, read in parallel and applied in
-    ev_id order (each range collapses on its own; a later range overrides an earlier one)."""
+    ev_id order (each range collapses on its own; a later range overrides an earlier one).
+    ``binary``: both servers are of one major version, so tables whose columns all have
+    built-in types move in COPY's binary format (no text output and parsing)."""
     seqs = set(sequences)
     plan = SegmentPlan([], [], {})
     for name, count, inserts_only, barrier, seq_value, first, last, _scripts in summary:
@@ -175,7 +179,10 @@ def plan_segment(
             plan.truncate.append(route)
         if count:
             cols = apply_columns(route, source_columns.get(name))
-            work = TableWork(route, cols, count, bool(inserts_only), barrier)
+            work = TableWork(
+                route, cols, count, bool(inserts_only), barrier,
+                binary=binary and route.builtin_types,
+            )  # fmt: skip
             plan.tables.extend(_split(work, first, last, range_events))
     # First ranges first, larger tables before smaller ones: what is read first is applied
     # first, while the rest is read.
@@ -198,10 +205,15 @@ def _split(work: TableWork, first: int, last: int, range_events: int | None) -> 
 # --- reading on the provider ----------------------------------------------------------------
 
 
-def read_chunks(conn: psycopg.Connection, query: str) -> Iterator[bytes]:
-    """The COPY text of ``query``, in chunks of about WRITE_CHUNK bytes."""
+def _copy_options(binary: bool) -> str:
+    return " (format binary)" if binary else ""
+
+
+def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
+    """The COPY data of ``query``, in chunks of about WRITE_CHUNK bytes."""
     buf = bytearray()
-    with conn.cursor() as cur, cur.copy("copy (" + query + ") to stdout") as src:  # type: ignore[arg-type]
+    stmt = "copy (" + query + ") to stdout" + _copy_options(binary)
+    with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
         for chunk in src:
             buf += chunk
             if len(buf) >= WRITE_CHUNK:
@@ -211,12 +223,12 @@ def read_chunks(conn: psycopg.Connection, query: str) -> Iterator[bytes]:
         yield bytes(buf)
 
 
-def read_part(provider_dsn: str, query: str) -> list[bytes]:
-    """Spark task body: one table part's COPY text (the driver loads it)."""
+def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes]:
+    """Spark task body: one table part's COPY data (the driver loads it)."""
     try:
         with connect(provider_dsn, autocommit=True, application_name="pgferry-replay") as prov:
             set_text_format(prov)
-            return list(read_chunks(prov, query))
+            return list(read_chunks(prov, query, binary))
     except psycopg.Error as exc:
         raise DatabaseError(error_text(exc)) from None
 
@@ -308,9 +320,9 @@ class ReaderPool:
             self._idle.put(conn)
 
     def stream(
-        self, queries: Sequence[tuple[str, str]]
+        self, queries: Sequence[tuple[str, str, bool]]
     ) -> tuple[list[_Stream], threading.Condition, Callable]:
-        """Start reading ``(label, query)`` pairs in order; returns their streams, the
+        """Start reading ``(label, query, binary)`` in order; returns their streams, the
         condition that signals a ready stream, and a function that stops what still runs."""
         wakeup = threading.Condition()
         streams = [_Stream(wakeup) for _ in queries]
@@ -329,12 +341,12 @@ class ReaderPool:
                 stream = streams[i]
                 if stream.cancelled.is_set():
                     continue
-                label, query = queries[i]
+                label, query, binary = queries[i]
                 conn = None
                 try:
                     conn = self._take()
                     running[i] = conn
-                    for chunk in read_chunks(conn, query):
+                    for chunk in read_chunks(conn, query, binary):
                         if not stream.put(chunk):
                             break
                     else:
@@ -414,9 +426,12 @@ class StageTables:
         return sql.SQL("pg_temp.{}").format(name)
 
 
-def load_stage(conn: psycopg.Connection, stage: sql.Composable, chunks: Iterable[bytes]) -> int:
+def load_stage(
+    conn: psycopg.Connection, stage: sql.Composable, chunks: Iterable[bytes], binary: bool
+) -> int:
+    stmt = sql.SQL("copy {} from stdin" + _copy_options(binary)).format(stage)
     with conn.cursor() as cur:
-        with cur.copy(sql.SQL("copy {} from stdin").format(stage)) as dst:
+        with cur.copy(stmt) as dst:
             for chunk in chunks:
                 dst.write(chunk)
         return max(cur.rowcount, 0)
@@ -426,13 +441,14 @@ def apply_table(
     conn: psycopg.Connection,
     stages: StageTables,
     work: TableWork,
-    chunks: Iterable[bytes],
+    parts: Iterable[Iterable[bytes]],
 ) -> ApplyStats:
-    """Load one table's rows into its stage and apply them (caller's transaction)."""
+    """Load one table's rows (COPY data of one or more parts) into its stage and apply
+    them (caller's transaction)."""
     route = work.route
     stats = ApplyStats()
     try:
-        stats.deletes, stats.upserts = _apply_rows(conn, stages, work, chunks)
+        stats.deletes, stats.upserts = _apply_rows(conn, stages, work, parts)
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
     stats.tables.add(route.table_name)
@@ -440,12 +456,16 @@ def apply_table(
 
 
 def _apply_rows(
-    conn: psycopg.Connection, stages: StageTables, work: TableWork, chunks: Iterable[bytes]
+    conn: psycopg.Connection,
+    stages: StageTables,
+    work: TableWork,
+    parts: Iterable[Iterable[bytes]],
 ) -> tuple[int, int]:
     route, cols = work.route, work.columns
     deletes = upserts = 0
     stage = stages.get(conn, route, cols)
-    staged = load_stage(conn, stage, chunks)
+    # One COPY per part: a binary COPY stream has a header and an end marker of its own.
+    staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
     if staged:
         pk = [sql.Identifier(c) for c in route.pk]
         deletes = conn.execute(
@@ -531,7 +551,7 @@ def apply_segment(
     *,
     provider: psycopg.Connection,
     readers: ReaderPool | None = None,
-    spark_read: Callable[[list[str]], list[list[bytes]]] | None = None,
+    spark_read: Callable[[list[tuple[str, bool]]], list[list[bytes]]] | None = None,
     spark_parts: int = 1,
 ) -> ApplyStats:
     """Apply ``plan`` inside the caller's transaction on ``conn``.
@@ -545,17 +565,17 @@ def apply_segment(
     try:
         if spark_read is not None and works:
             queries = [
-                w.query(batch_sql, segment, part, spark_parts)
+                (w.query(batch_sql, segment, part, spark_parts), w.binary)
                 for w in works
                 for part in range(spark_parts)
             ]
             results = spark_read(queries)
             for i, work in enumerate(works):
                 parts = results[i * spark_parts : (i + 1) * spark_parts]
-                stats.add(apply_table(conn, stages, work, (c for p in parts for c in p)))
+                stats.add(apply_table(conn, stages, work, parts))
         elif readers is not None and len(works) > 0:
             streams, wakeup, stop = readers.stream(
-                [(w.route.table_name, w.query(batch_sql, segment)) for w in works]
+                [(w.route.table_name, w.query(batch_sql, segment), w.binary) for w in works]
             )
             pending = list(zip(works, streams, strict=True))
             try:
@@ -570,13 +590,13 @@ def apply_segment(
                             seen.add(work.route.table_name)
                     pick = heads[next_ready([pending[i][1] for i in heads], wakeup)]
                     work, stream = pending.pop(pick)
-                    stats.add(apply_table(conn, stages, work, stream))
+                    stats.add(apply_table(conn, stages, work, [stream]))
             finally:
                 stop()
         else:
             for work in works:
-                chunks = read_chunks(provider, work.query(batch_sql, segment))
-                stats.add(apply_table(conn, stages, work, chunks))
+                chunks = read_chunks(provider, work.query(batch_sql, segment), work.binary)
+                stats.add(apply_table(conn, stages, work, [chunks]))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, plan.sequences)

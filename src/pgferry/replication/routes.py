@@ -31,6 +31,7 @@ class Route:
     copy_snapshot: str | None
     skip_truncate: bool
     dest_fq: str  # the destination as format('%I.%I') writes it
+    builtin_types: bool = False  # every column type is a pg_catalog one (binary COPY safe)
 
     @property
     def dest(self) -> sql.Composable:
@@ -60,8 +61,8 @@ def resolve_table(conn: psycopg.Connection, name: str) -> tuple[int, str, str, s
     return row[0], row[1], row[2], row[3]
 
 
-def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[str, ...], ...]:
-    """(primary key columns, insertable columns, their types) of the table ``oid``.
+def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple, ...]:
+    """(primary key columns, insertable columns, their types, (all built-in,)) of ``oid``.
 
     Types outside pg_catalog are schema-qualified whatever the search_path, because replay
     writes them into queries that run on the provider.
@@ -84,7 +85,8 @@ def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[s
                array_agg(case when t.typnamespace = 'pg_catalog'::regnamespace
                               then format_type(a.atttypid, a.atttypmod)
                               else format('%%I.%%I', n.nspname, t.typname) end
-                         order by a.attnum)
+                         order by a.attnum),
+               coalesce(bool_and(t.typnamespace = 'pg_catalog'::regnamespace), false)
           from pg_attribute a
           join pg_type t on t.oid = a.atttypid
           join pg_namespace n on n.oid = t.typnamespace
@@ -92,7 +94,7 @@ def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple[s
         """,
         (oid,),
     ).fetchone()
-    return tuple(pk[0]), tuple(cols[0] or ()), tuple(cols[1] or ())
+    return tuple(pk[0]), tuple(cols[0] or ()), tuple(cols[1] or ()), (cols[2],)
 
 
 def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
@@ -110,7 +112,7 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
     routes: dict[str, Route] = {}
     for table_name, dest, state, cond, snap, skip_truncate in rows:
         oid, schema, name, fq = resolve_table(conn, dest)
-        pk, columns, types = table_shape(conn, oid, dest)
+        pk, columns, types, (builtin,) = table_shape(conn, oid, dest)
         routes[table_name] = Route(
             table_name,
             schema,
@@ -123,6 +125,7 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
             snap,
             skip_truncate,
             fq,
+            builtin,
         )
     return routes
 

@@ -519,6 +519,7 @@ class Worker(Service):
             seqs,
             src_cols,
             range_events=self.settings.read_range_events if read_ahead else None,
+            binary=_major(provider) == _major(local),
         )
         options: dict = {}
         if use_spark:
@@ -533,7 +534,7 @@ class Worker(Service):
     def _spark_parts(self) -> int:
         return max(1, self.settings.read_parts or self.spark().sparkContext.defaultParallelism)
 
-    def _spark_read(self, batch_id: int, queries: list[str]) -> list[list[bytes]]:
+    def _spark_read(self, batch_id: int, queries: list[tuple[str, bool]]) -> list[list[bytes]]:
         """One single-stage Spark job: each task reads one table part (no shuffle)."""
         dsn = self.provider_dsn or ""
         sc = self.spark().sparkContext
@@ -541,7 +542,7 @@ class Worker(Service):
             sc.setJobDescription(f"pgferry replay batch {batch_id}")
             return (
                 sc.parallelize(queries, max(1, len(queries)))
-                .map(lambda q: replay.read_part(dsn, q))
+                .map(lambda qb: replay.read_part(dsn, qb[0], qb[1]))
                 .collect()
             )
         except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
@@ -588,3 +589,7 @@ class Worker(Service):
                     error,
                 )
             ) from None
+
+
+def _major(conn: psycopg.Connection) -> int:
+    return conn.info.server_version // 10000
