@@ -68,38 +68,52 @@ def summary_query(
     ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events)."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
-    table_terms = []
-    for route in routes:
-        term = sql.SQL("e.ev_extra1 = {} and (e.ev_type = 'R' or e.ev_type like '_:%')").format(
-            sql.Literal(route.table_name)
+    row_or_truncate = "(e.ev_type = 'R' or substr(e.ev_type, 2, 1) = ':')"
+    # Tables without a hand-over filter share one array test; the others need their own.
+    plain = [r.table_name for r in routes if _handover_skip(r) is None]
+    terms = []
+    if plain:
+        terms.append(
+            sql.SQL("(e.ev_extra1 = any({}) and {})").format(
+                sql.Literal(plain), sql.SQL(row_or_truncate)
+            )
         )
+    for route in routes:
         skip = _handover_skip(route)
         if skip is not None:
-            term = sql.SQL("{} and {}").format(term, skip)
-        table_terms.append(sql.SQL("({})").format(term))
+            terms.append(
+                sql.SQL("(e.ev_extra1 = {} and {} and {})").format(
+                    sql.Literal(route.table_name), sql.SQL(row_or_truncate), skip
+                )
+            )
     if seqs:
-        table_terms.append(
+        terms.append(
             sql.SQL("(e.ev_type = 'SEQ' and e.ev_extra1 = any({}))").format(sql.Literal(seqs))
         )
     if scripts:
-        table_terms.append(sql.SQL("(e.ev_type = 'EXECUTE')"))
-    if not table_terms:
-        table_terms.append(sql.SQL("false"))
-    where = [sql.SQL("({})").format(sql.SQL(" or ").join(table_terms)), *segment.filters()]
+        terms.append(sql.SQL("(e.ev_type = 'EXECUTE')"))
+    if not terms:
+        terms.append(sql.SQL("false"))
+    where = [sql.SQL("({})").format(sql.SQL(" or ").join(terms)), *segment.filters()]
+    # The inner query computes each event's kind once ("offset 0" keeps the planner from
+    # pasting those expressions into every aggregate).
     query = sql.SQL(
         """
-        select case when e.ev_type = 'EXECUTE' then null else e.ev_extra1 end,
-               count(*) filter (where e.ev_type like '_:%'),
-               coalesce(bool_and(e.ev_type like 'I:%') filter (where e.ev_type like '_:%'),
-                        false),
-               max(e.ev_id) filter (where e.ev_type = 'R'),
-               max(e.ev_data::bigint) filter (where e.ev_type = 'SEQ'),
-               min(e.ev_id) filter (where e.ev_type like '_:%'),
-               max(e.ev_id) filter (where e.ev_type like '_:%'),
-               count(*) filter (where e.ev_type = 'EXECUTE')
-          from ({batch}) e
-         where {where}
-         group by 1
+        select name, count(*) filter (where rowev),
+               coalesce(bool_and(ins) filter (where rowev), false),
+               max(ev_id) filter (where kind = 'R'), max(seqv),
+               min(ev_id) filter (where rowev), max(ev_id) filter (where rowev),
+               count(*) filter (where kind = 'X')
+          from (select case when e.ev_type = 'EXECUTE' then null else e.ev_extra1 end as name,
+                       e.ev_id,
+                       substr(e.ev_type, 2, 1) = ':' as rowev,
+                       substr(e.ev_type, 1, 2) = 'I:' as ins,
+                       case e.ev_type when 'R' then 'R' when 'EXECUTE' then 'X' end as kind,
+                       case when e.ev_type = 'SEQ' then e.ev_data::bigint end as seqv
+                  from ({batch}) e
+                 where {where}
+                offset 0) x
+         group by name
         """
     ).format(batch=_batch(batch_sql), where=sql.SQL(" and ").join(where))
     return query.as_string(None)

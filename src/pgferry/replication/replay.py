@@ -62,7 +62,9 @@ class ApplyStats:
     sequences: int = 0
     tables: set[str] = field(default_factory=set)
     spark: bool = False
-    apply_seconds: float = 0.0
+    summary_seconds: float = 0.0  # the provider's summary of the batch
+    apply_seconds: float = 0.0  # reading and applying, in the open transaction
+    commit_seconds: float = 0.0
 
     def add(self, other: ApplyStats) -> None:
         self.upserts += other.upserts

@@ -371,7 +371,8 @@ class Worker(Service):
         self.batches_applied += 1
         self.spark_batches += stats.spark
         log.debug(
-            "batch %s tick %s%s: %d upserts, %d deletes, %d truncates in %.3fs (apply %.3fs)",
+            "batch %s tick %s%s: %d upserts, %d deletes, %d truncates in %.3fs"
+            " (summary %.3fs, apply %.3fs, commit %.3fs)",
             batch_id,
             batch.tick_id,
             " (spark)" if stats.spark else "",
@@ -379,7 +380,9 @@ class Worker(Service):
             stats.deletes,
             stats.truncates,
             time.monotonic() - started,
+            stats.summary_seconds,
             stats.apply_seconds,
+            stats.commit_seconds,
         )
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
@@ -434,7 +437,9 @@ class Worker(Service):
         queue, consumer = node.queue_name, node.consumer_name
         batch_sql = batches.batch_event_sql(provider, batch.batch_id)
         # One read of the batch says what it holds, queued scripts included.
+        summary_at = time.monotonic()
         summary = replay.summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True)
+        summary_seconds = time.monotonic() - summary_at
         scripts = batches.scripts(provider, batch_sql) if replay.count_scripts(summary) else []
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
@@ -489,6 +494,9 @@ class Worker(Service):
             )
             if scripts:  # only a script can leave a failed event behind
                 skip.clear_failure(local, queue, consumer)
+            commit_at = time.monotonic()
+        stats.commit_seconds = time.monotonic() - commit_at
+        stats.summary_seconds = summary_seconds
         for table in done:
             log.info("Table %s is now ok", table)
         stats.spark = use_spark
