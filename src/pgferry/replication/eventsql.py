@@ -136,14 +136,11 @@ def table_query(
     segment: Segment,
     *,
     barrier: int | None = None,
-    part: int = 0,
-    parts: int = 1,
 ) -> str:
     """SQL text of one table's collapsed, typed rows ``(op, *columns)`` (see module doc).
 
     ``columns`` are destination columns (the key included); their values are decoded with
-    the destination's types.  With ``parts`` > 1 only the keys hashing to ``part`` are read:
-    every event of one key lands in the same part, so each part collapses on its own.
+    the destination's types.
     """
     types = dict(zip(route.columns, route.types, strict=True))
     coldef = sql.SQL(", ").join(
@@ -164,12 +161,6 @@ def table_query(
         where.append(skip)
     if barrier is not None:
         where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(barrier)))
-    if parts > 1:
-        where.append(
-            sql.SQL("mod(hashtext(row({})::text) & 2147483647, {}) = {}").format(
-                sql.SQL(", ").join(pk), sql.Literal(parts), sql.Literal(part)
-            )
-        )
     query = sql.SQL(
         """
         select distinct on ({pk})

@@ -97,15 +97,9 @@ class TableWork:
     order: int = 0  # ranges of one table apply in this order
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
 
-    def query(self, batch_sql: str, segment: Segment, part: int = 0, parts: int = 1) -> str:
+    def query(self, batch_sql: str, segment: Segment) -> str:
         return table_query(
-            batch_sql,
-            self.route,
-            self.columns,
-            self.span or segment,
-            barrier=self.barrier,
-            part=part,
-            parts=parts,
+            batch_sql, self.route, self.columns, self.span or segment, barrier=self.barrier
         )
 
 
@@ -287,16 +281,22 @@ def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
             wakeup.wait(timeout=1.0)
 
 
-class ReaderPool:
-    """Provider connections that read table queries ahead of the apply, one per thread.
+# Reads one query's COPY data somewhere else than on a pool connection (a Spark task).
+RemoteRead = Callable[[str, bool], Iterable[bytes]]
 
-    Kept by the worker between batches (a connection per batch would cost more than a
-    small batch does); :meth:`close` when the worker disconnects.
+
+class ReaderPool:
+    """Threads that read table queries ahead of the apply.
+
+    Each thread reads on a provider connection of its own, kept between batches (a
+    connection per batch would cost more than a small batch does), or, with ``remote``,
+    has each query read by one Spark task; :meth:`close` when the worker disconnects.
     """
 
-    def __init__(self, dsn: str, size: int) -> None:
+    def __init__(self, dsn: str, size: int, remote: RemoteRead | None = None) -> None:
         self.dsn = dsn
         self.size = max(1, size)
+        self.remote = remote
         self._idle: queue.Queue[psycopg.Connection] = queue.Queue()
         self._all: list[psycopg.Connection] = []
         self._lock = threading.Lock()
@@ -346,9 +346,13 @@ class ReaderPool:
                 label, query, binary = queries[i]
                 conn = None
                 try:
-                    conn = self._take()
-                    running[i] = conn
-                    for chunk in read_chunks(conn, query, binary):
+                    if self.remote is not None:
+                        chunks = self.remote(query, binary)
+                    else:
+                        conn = self._take()
+                        running[i] = conn
+                        chunks = read_chunks(conn, query, binary)
+                    for chunk in chunks:
                         if not stream.put(chunk):
                             break
                     else:
@@ -553,29 +557,16 @@ def apply_segment(
     *,
     provider: psycopg.Connection,
     readers: ReaderPool | None = None,
-    spark_read: Callable[[list[tuple[str, bool]]], list[list[bytes]]] | None = None,
-    spark_parts: int = 1,
 ) -> ApplyStats:
     """Apply ``plan`` inside the caller's transaction on ``conn``.
 
-    Rows are read by the Spark job ``spark_read`` (parts of every table in parallel), by
-    ``readers`` (threads reading ahead of the apply) or, for small segments, inline on the
-    worker's own ``provider`` connection.
+    Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
+    for small segments, inline on the worker's own ``provider`` connection.
     """
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate))
     works = plan.tables
     try:
-        if spark_read is not None and works:
-            queries = [
-                (w.query(batch_sql, segment, part, spark_parts), w.binary)
-                for w in works
-                for part in range(spark_parts)
-            ]
-            results = spark_read(queries)
-            for i, work in enumerate(works):
-                parts = results[i * spark_parts : (i + 1) * spark_parts]
-                stats.add(apply_table(conn, stages, work, parts))
-        elif readers is not None and len(works) > 0:
+        if readers is not None and len(works) > 0:
             streams, wakeup, stop = readers.stream(
                 [(w.route.table_name, w.query(batch_sql, segment), w.binary) for w in works]
             )

@@ -14,7 +14,6 @@ Tables waiting for their initial copy are copied between batches (:mod:`.handove
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -55,7 +54,7 @@ class WorkerSettings:
     parallel_copies: int
     local_max_events: int  # batches estimated at most this big are replayed without Spark
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
-    read_parts: int  # parts (Spark tasks) per table of a replayed batch
+    read_parts: int  # Spark tasks reading a replayed batch at once
     read_ahead: int  # provider connections reading tables ahead of the apply
     read_ahead_events: int  # smaller batches are read inline (a thread costs more)
     read_range_events: int  # larger tables are read in ev_id ranges of about this size
@@ -70,17 +69,16 @@ class WorkerSettings:
             exception_sleep=config.getfloat("exception_sleep", 20.0),
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
-            # Measured on 2 shared cores, the driver path beat a Spark job at every batch size
-            # up to 80k events (BENCHMARKS.md); Spark takes only batches beyond the default
-            # multi-tick batch size, where reading parts in parallel can pay off.
-            local_max_events=config.getint("replay_local_events", 5000),
+            # On 2 cores a Spark job cost 0.25-1.2 s for batches of 5-8k events that the
+            # driver's readers applied in 0.05-0.1 s: Spark takes the large batches only.
+            local_max_events=config.getint("replay_local_events", 50000),
             batch_min_events=config.getint(
-                "pgq_batch_collect_events", config.getint("replay_batch_events", 100000)
+                "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
             ),
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
-            read_range_events=config.getint("replay_read_range_events", 25000),
+            read_range_events=config.getint("replay_read_range_events", 50000),
             warm_spark=config.getbool("spark_warm", True),
         )
 
@@ -273,9 +271,11 @@ class Worker(Service):
     def _start_spark_quietly(self) -> None:
         try:
             self._start_spark()
-            # One tiny job starts the Python workers, the slow part of the first real job.
+            # One tiny task per slot starts the Python workers, the slow part of a first job.
             assert self._spark is not None
-            self._spark.sparkContext.parallelize([0], 1).count()
+            slots = max(1, self._spark.sparkContext.defaultParallelism)
+            self._spark.sparkContext.parallelize(range(slots), slots).count()
+            log.debug("Spark warm-up done")
         except Exception as exc:  # noqa: BLE001 - the driver path goes on; logged once
             log.warning("Spark did not start, replaying on the driver: %s", exc_message(exc))
 
@@ -518,7 +518,7 @@ class Worker(Service):
     ) -> replay.ApplyStats:
         active = [r for r in routes.values() if r.applies]
         src_cols = self._source_columns(provider, active)
-        read_ahead = read_ahead and not use_spark
+        read_ahead = read_ahead or use_spark
         if summary is None:
             summary = replay.summarize(provider, batch_sql, routes, seqs, segment)
         plan = replay.plan_segment(
@@ -529,34 +529,36 @@ class Worker(Service):
             range_events=self.settings.read_range_events if read_ahead else None,
             binary=_major(provider) == _major(local),
         )
-        options: dict = {}
-        if use_spark:
-            options["spark_read"] = functools.partial(self._spark_read, batch.batch_id)
-            options["spark_parts"] = self._spark_parts()
+        readers = None
+        if use_spark and plan.tables:
+            readers = self._spark_readers(batch.batch_id)
         elif read_ahead and len(plan.tables) > 1:
-            options["readers"] = self._reader_pool()
+            readers = self._reader_pool()
         return replay.apply_segment(
-            local, self._stages, plan, batch_sql, segment, provider=provider, **options
+            local, self._stages, plan, batch_sql, segment, provider=provider, readers=readers
         )
 
-    def _spark_parts(self) -> int:
-        return max(1, self.settings.read_parts or self.spark().sparkContext.defaultParallelism)
-
-    def _spark_read(self, batch_id: int, queries: list[tuple[str, bool]]) -> list[list[bytes]]:
-        """One single-stage Spark job: each task reads one table part (no shuffle)."""
+    def _spark_readers(self, batch_id: int) -> replay.ReaderPool:
+        """Readers whose every query is one Spark task (a job each, submitted by as many
+        threads as Spark has slots, so reading stays ahead of the apply)."""
         dsn = self.provider_dsn or ""
         sc = self.spark().sparkContext
-        try:
-            sc.setJobDescription(f"pgferry replay batch {batch_id}")
-            return (
-                sc.parallelize(queries, max(1, len(queries)))
-                .map(lambda qb: replay.read_part(dsn, qb[0], qb[1]))
-                .collect()
-            )
-        except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
-            from pgferry.pipeline.spark import job_error  # pyspark is slow to import: only here
 
-            raise replay.ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
+        def read(query: str, binary: bool) -> list[bytes]:
+            try:
+                sc.setJobDescription(f"pgferry replay batch {batch_id}")
+                return (
+                    sc.parallelize([(query, binary)], 1)
+                    .map(lambda qb: replay.read_part(dsn, qb[0], qb[1]))
+                    .collect()[0]
+                )
+            except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
+                from pgferry.pipeline.spark import job_error  # slow to import: only here
+
+                raise replay.ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
+
+        slots = self.settings.read_parts or sc.defaultParallelism
+        return replay.ReaderPool(dsn, slots, remote=read)
 
     def _run_script(self, local, node, batch, script: tuple, routes, seqs) -> None:
         """A queued script, in the applying transaction, between the rows around it.
