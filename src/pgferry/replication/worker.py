@@ -44,6 +44,17 @@ REPLICA_REMEDY = (
 )
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How the segments of one batch are read."""
+
+    batch_id: int
+    batch_sql: str
+    seqs: list[str]
+    use_spark: bool  # by Spark tasks (the session is up and the batch is large)
+    read_ahead: bool  # by reader threads ahead of the apply (else inline)
+
+
 @dataclass
 class WorkerSettings:
     queue: str
@@ -450,25 +461,17 @@ class Worker(Service):
         # catch-up needs.  The session comes up once caught up, or for an initial copy.
         use_spark = applies and not scripts and big and self.spark_ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
+        reading = _Reading(batch.batch_id, batch_sql, list(seqs), use_spark, read_ahead)
         with local.transaction():
             staged_at = time.monotonic()
             stats = replay.ApplyStats()
             after = None
             for script in [*scripts, None]:
                 upto = script[0] if script else None
-                segment = Segment(after, upto)
+                segment_summary = None if scripts else summary
                 stats.add(
                     self._apply_segment(
-                        local,
-                        provider,
-                        batch,
-                        batch_sql,
-                        routes,
-                        seqs,
-                        segment,
-                        summary=None if scripts else summary,
-                        use_spark=use_spark,
-                        read_ahead=read_ahead,
+                        local, provider, reading, routes, Segment(after, upto), segment_summary
                     )
                 )
                 if script:
@@ -504,21 +507,17 @@ class Worker(Service):
 
     def _apply_segment(
         self,
-        local,
-        provider,
-        batch,
-        batch_sql,
-        routes,
-        seqs,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        reading: _Reading,
+        routes: dict[str, Route],
         segment: Segment,
-        *,
         summary: list[tuple] | None,
-        use_spark: bool,
-        read_ahead: bool,
     ) -> replay.ApplyStats:
+        batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
         active = [r for r in routes.values() if r.applies]
         src_cols = self._source_columns(provider, active)
-        read_ahead = read_ahead or use_spark
+        read_ahead = reading.read_ahead or use_spark
         if summary is None:
             summary = replay.summarize(provider, batch_sql, routes, seqs, segment)
         plan = replay.plan_segment(
@@ -531,7 +530,7 @@ class Worker(Service):
         )
         readers = None
         if use_spark and plan.tables:
-            readers = self._spark_readers(batch.batch_id)
+            readers = self._spark_readers(reading.batch_id)
         elif read_ahead and len(plan.tables) > 1:
             readers = self._reader_pool()
         return replay.apply_segment(
