@@ -69,3 +69,27 @@ def test_plain_insert_falls_back_to_upsert_on_drift(pair) -> None:
     pair.catch_up(worker)
     _same(pair)
     assert pair.leaf("""select msg from "Typed Ü".log where id = 2""") == [("root",)]
+
+
+def test_subscriber_types_the_provider_lacks(pair) -> None:
+    """The subscriber keeps its own enum and domain where the source has plain text/numeric."""
+    pair.root(
+        "create schema if not exists own_types;"
+        " create table own_types.t (id int primary key, mood text, pct numeric, tags text[])"
+    )
+    pair.leaf(
+        "create schema if not exists own_types;"
+        " create type own_types.mood as enum ('sad', 'ok', 'happy');"
+        " create domain own_types.pct as numeric check (value between 0 and 100);"
+        " create table own_types.t (id int primary key, mood own_types.mood,"
+        " pct own_types.pct, tags text[])"
+    )
+    pair.root("insert into own_types.t values (1, 'ok', 50, '{a,b}'), (2, 'sad', 1.5, null)")
+    pair.add_tables("own_types.t")
+    worker = pair.catch_up()
+    pair.root("insert into own_types.t values (3, 'happy', 99.9, '{\"x y\"}')")
+    pair.root("update own_types.t set mood = 'happy', pct = 7 where id = 1")
+    pair.root("delete from own_types.t where id = 2")
+    pair.catch_up(worker)
+    q = "select id, mood::text, pct::numeric, tags from own_types.t order by id"
+    assert pair.leaf(q) == pair.root(q)

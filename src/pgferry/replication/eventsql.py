@@ -136,15 +136,20 @@ def table_query(
     segment: Segment,
     *,
     barrier: int | None = None,
+    types: Sequence[str] | None = None,
 ) -> str:
     """SQL text of one table's collapsed, typed rows ``(op, *columns)`` (see module doc).
 
     ``columns`` are destination columns (the key included); their values are decoded with
-    the destination's types.
+    the destination's types, or with ``types`` (one per column) where the provider lacks
+    one of them.
     """
-    types = dict(zip(route.columns, route.types, strict=True))
+    if types is None:
+        by_name = dict(zip(route.columns, route.types, strict=True))
+        types = [by_name[c] for c in columns]
     coldef = sql.SQL(", ").join(
-        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(types[c])) for c in columns
+        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+        for c, t in zip(columns, types, strict=True)
     )
     pk = [sql.SQL("r.{}").format(sql.Identifier(c)) for c in route.pk]
     if route.copy_condition:

@@ -23,7 +23,7 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import psycopg
@@ -96,10 +96,16 @@ class TableWork:
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
+    decode: tuple[str, ...] | None = None  # types the provider decodes with, when not the route's
 
     def query(self, batch_sql: str, segment: Segment) -> str:
         return table_query(
-            batch_sql, self.route, self.columns, self.span or segment, barrier=self.barrier
+            batch_sql,
+            self.route,
+            self.columns,
+            self.span or segment,
+            barrier=self.barrier,
+            types=self.decode,
         )
 
 
@@ -154,12 +160,16 @@ def plan_segment(
     *,
     range_events: int | None = None,
     binary: bool = False,
+    provider_types: Mapping[str, bool] | None = None,
 ) -> SegmentPlan:
     """What the segment holds, per table; with ``range_events`` a table with more row
     events is split into ev_id ranges of about that many, read in parallel and applied in
     ev_id order (each range collapses on its own; a later range overrides an earlier one).
     ``binary``: both servers are of one major version, so tables whose columns all have
-    built-in types move in COPY's binary format (no text output and parsing)."""
+    built-in types move in COPY's binary format (no text output and parsing).
+    ``provider_types`` says which of the subscriber's own (not built-in) types the provider
+    has too; a column of a type it lacks is decoded as text there and parsed by the type's
+    input function on the subscriber, as the initial copy does."""
     seqs = set(sequences)
     plan = SegmentPlan([], [], {})
     for name, count, inserts_only, barrier, seq_value, first, last, _scripts in summary:
@@ -178,6 +188,7 @@ def plan_segment(
             work = TableWork(
                 route, cols, count, bool(inserts_only), barrier,
                 binary=binary and route.builtin_types,
+                decode=_decode_types(route, cols, provider_types or {}),
             )  # fmt: skip
             plan.tables.extend(_split(work, first, last, range_events))
     # First ranges first, larger tables before smaller ones: what is read first is applied
@@ -185,6 +196,18 @@ def plan_segment(
     plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
     plan.truncate.sort(key=lambda r: r.table_name)
     return plan
+
+
+def _decode_types(
+    route: Route, cols: tuple[str, ...], provider_types: Mapping[str, bool]
+) -> tuple[str, ...] | None:
+    if route.builtin_types:
+        return None
+    by_name = dict(zip(route.columns, route.types, strict=True))
+    types = [by_name[c] for c in cols]
+    if all(provider_types.get(t, True) for t in types):
+        return None
+    return tuple(t if provider_types.get(t, True) else "text" for t in types)
 
 
 def _split(work: TableWork, first: int, last: int, range_events: int | None) -> list[TableWork]:

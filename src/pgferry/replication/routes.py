@@ -191,3 +191,13 @@ def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
         (queue_name,),
     ).fetchone()
     return row[0] if row else ""
+
+
+def types_present(conn: psycopg.Connection, type_names: list[str]) -> dict[str, bool]:
+    """Which of ``type_names`` (SQL text, as in :attr:`Route.types`) exist on ``conn``."""
+    if not type_names:
+        return {}
+    rows = conn.execute(
+        "select t, to_regtype(t) is not null from unnest(%s::text[]) as t", (type_names,)
+    ).fetchall()
+    return {name: bool(present) for name, present in rows}

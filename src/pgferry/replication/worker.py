@@ -28,7 +28,13 @@ from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.replication import batches, forward, handover, replay, sequences, skip, state, sync
 from pgferry.replication.eventsql import Segment
-from pgferry.replication.routes import Route, load_routes, registry_signature, source_columns
+from pgferry.replication.routes import (
+    Route,
+    load_routes,
+    registry_signature,
+    source_columns,
+    types_present,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +129,7 @@ class Worker(Service):
         self._replica_conn: psycopg.Connection | None = None
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
         self._src_cols: dict[str, frozenset[str] | None] = {}
+        self._prov_types: dict[str, bool] = {}  # the provider has this local type
         self._stages = replay.StageTables()
         self._readers: replay.ReaderPool | None = None
         self._last_heartbeat = 0.0
@@ -204,6 +211,7 @@ class Worker(Service):
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             replay.set_text_format(self.provider)
             self.provider_dsn = dsn
+            self._src_cols, self._prov_types = {}, {}  # what the provider has may differ
             if self._readers is not None:
                 self._readers.close()
                 self._readers = None
@@ -418,6 +426,7 @@ class Worker(Service):
             cached = (signature, time.monotonic(), load_routes(local, queue))
             self._route_cache = cached
             self._src_cols = {}
+            self._prov_types = {}
             self._stages.reset()
         return cached[2]
 
@@ -428,6 +437,14 @@ class Worker(Service):
             if route.table_name not in self._src_cols:
                 self._src_cols[route.table_name] = source_columns(provider, route.table_name)
         return self._src_cols
+
+    def _provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
+        """Whether the provider has each of the subscriber's own column types (cached)."""
+        wanted = {t for r in active if not r.builtin_types for t in r.types}
+        missing = sorted(wanted - self._prov_types.keys())
+        if missing:
+            self._prov_types.update(types_present(provider, missing))
+        return self._prov_types
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per HEARTBEAT_EVERY seconds while idle."""
@@ -480,6 +497,7 @@ class Worker(Service):
                     routes = load_routes(local, queue)
                     self._route_cache = None
                     self._src_cols = {}
+                    self._prov_types = {}
                     self._stages.reset()
                 after = upto
             stats.apply_seconds = time.monotonic() - staged_at
@@ -527,6 +545,7 @@ class Worker(Service):
             src_cols,
             range_events=self.settings.read_range_events if read_ahead else None,
             binary=_major(provider) == _major(local),
+            provider_types=self._provider_types(provider, active),
         )
         readers = None
         if use_spark and plan.tables:
