@@ -133,20 +133,16 @@ def table_query(
     batch_sql: str,
     route: Route,
     columns: Sequence[str],
+    types: Sequence[str],
     segment: Segment,
     *,
     barrier: int | None = None,
-    types: Sequence[str] | None = None,
 ) -> str:
     """SQL text of one table's collapsed, typed rows ``(op, *columns)`` (see module doc).
 
-    ``columns`` are destination columns (the key included); their values are decoded with
-    the destination's types, or with ``types`` (one per column) where the provider lacks
-    one of them.
+    ``columns`` are destination columns (the key included), decoded with ``types`` (one per
+    column: the destination's, or text where the provider lacks the type).
     """
-    if types is None:
-        by_name = dict(zip(route.columns, route.types, strict=True))
-        types = [by_name[c] for c in columns]
     coldef = sql.SQL(", ").join(
         sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
         for c, t in zip(columns, types, strict=True)

@@ -73,10 +73,6 @@ class ApplyStats:
         self.sequences += other.sequences
         self.tables |= other.tables
 
-    @property
-    def rows(self) -> int:
-        return self.upserts + self.deletes
-
 
 def set_text_format(conn: psycopg.Connection) -> None:
     for stmt in TEXT_FORMAT:
@@ -96,16 +92,16 @@ class TableWork:
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
-    decode: tuple[str, ...] | None = None  # types the provider decodes with, when not the route's
+    decode: tuple[str, ...] = ()  # the columns' types as the provider decodes them
 
     def query(self, batch_sql: str, segment: Segment) -> str:
         return table_query(
             batch_sql,
             self.route,
             self.columns,
+            self.decode,
             self.span or segment,
             barrier=self.barrier,
-            types=self.decode,
         )
 
 
@@ -200,14 +196,10 @@ def plan_segment(
 
 def _decode_types(
     route: Route, cols: tuple[str, ...], provider_types: Mapping[str, bool]
-) -> tuple[str, ...] | None:
-    if route.builtin_types:
-        return None
+) -> tuple[str, ...]:
+    """The destination's types of ``cols``; text for those the provider does not have."""
     by_name = dict(zip(route.columns, route.types, strict=True))
-    types = [by_name[c] for c in cols]
-    if all(provider_types.get(t, True) for t in types):
-        return None
-    return tuple(t if provider_types.get(t, True) else "text" for t in types)
+    return tuple(by_name[c] if provider_types.get(by_name[c], True) else "text" for c in cols)
 
 
 def _split(work: TableWork, first: int, last: int, range_events: int | None) -> list[TableWork]:
