@@ -183,9 +183,17 @@ class Worker(Service):
                 with contextlib.suppress(Exception):
                     conn.close()
         self.local = self.provider = None
+        self._close_readers()
+        self._stages.reset()
+
+    def _close_readers(self) -> None:
         if self._readers is not None:
             self._readers.close()
             self._readers = None
+
+    def _forget_shapes(self) -> None:
+        """Drop what was learnt of the tables' shapes on both sides (they may have changed)."""
+        self._src_cols, self._prov_types = {}, {}
         self._stages.reset()
 
     def _local(self) -> psycopg.Connection:
@@ -211,10 +219,8 @@ class Worker(Service):
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             replay.set_text_format(self.provider)
             self.provider_dsn = dsn
-            self._src_cols, self._prov_types = {}, {}  # what the provider has may differ
-            if self._readers is not None:
-                self._readers.close()
-                self._readers = None
+            self._forget_shapes()  # what the provider has may differ
+            self._close_readers()
         return self.provider
 
     def _reader_pool(self) -> replay.ReaderPool:
@@ -425,9 +431,7 @@ class Worker(Service):
         ):
             cached = (signature, time.monotonic(), load_routes(local, queue))
             self._route_cache = cached
-            self._src_cols = {}
-            self._prov_types = {}
-            self._stages.reset()
+            self._forget_shapes()
         return cached[2]
 
     def _source_columns(
@@ -496,9 +500,7 @@ class Worker(Service):
                     # The script may change tables: rows after it use the new shapes.
                     routes = load_routes(local, queue)
                     self._route_cache = None
-                    self._src_cols = {}
-                    self._prov_types = {}
-                    self._stages.reset()
+                    self._forget_shapes()
                 after = upto
             stats.apply_seconds = time.monotonic() - staged_at
             if node.node_type == "branch":
