@@ -83,3 +83,20 @@ def test_diff_input_errors_are_one_line(both) -> None:
     assert proc.returncode != 0 and "s3cret" not in proc.stderr + proc.stdout
     proc = diff(src, "acct", dst, "acct", "--apply")
     assert proc.returncode == 2 and "--apply needs --repair" in proc.stderr
+
+
+def test_diff_where_is_one_expression(both) -> None:
+    src, dst = both
+    for connstr in (src, dst):
+        run_sql(connstr, DDL)
+    run_sql(src, "create table victim (id int)")
+    for where in (
+        "true; drop table victim",
+        "id > 0) or (true",
+        "id > 0 -- ) and false",
+        "true) union select 1 from victim where (true",
+    ):
+        proc = diff(src, "acct", dst, "acct", "--where", where)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and "--where" in err[0], proc.stderr
+    assert fetch(src, "select to_regclass('victim') is not null") == [(True,)]

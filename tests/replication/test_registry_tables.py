@@ -345,3 +345,42 @@ def test_root_add_all_skips_tables_without_primary_key(cascade: Cascade, run):
         {"obj_kind": "S", "obj_name": "digoal_01.seq_a"},
         {"obj_kind": "r", "obj_name": "digoal_01.user_login_rec"},
     ]
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "true) limit 0; drop table digoal_01.z_victim; select 1 where (true",
+        "true; drop table digoal_01.z_victim",
+        "userid < 10 -- ) or true",
+        "(userid < 10",
+        "userid < 10)",
+        "1 from digoal_01.z_victim",
+        "true) union select 1 from digoal_01.z_victim where (true",
+        "userid < 10 /* unclosed",
+    ],
+)
+def test_copy_condition_is_one_expression(cascade: Cascade, run, condition: str):
+    sql(cascade.root_db, "create table digoal_01.z_victim (id int primary key)")
+    run(cascade.root_ini, "add-table", "digoal_01.user_info")
+    res = run(cascade.leaf_ini, "add-table", "--create", f"--copy-condition={condition}",
+              "digoal_01.user_info")  # fmt: skip
+    assert res.code != 0
+    assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+    assert sql(cascade.root_db, "select to_regclass('digoal_01.z_victim')") != [(None,)]
+    assert "digoal_01.user_info" not in states(cascade.leaf_db)
+
+
+def test_copy_condition_runs_read_only(cascade: Cascade, run):
+    sql(cascade.root_db, "create table digoal_01.z_victim (id int primary key)")
+    sql(
+        cascade.root_db,
+        "create function digoal_01.wipe() returns boolean language sql"
+        " as 'delete from digoal_01.z_victim returning true'",
+    )
+    run(cascade.root_ini, "add-table", "digoal_01.user_info")
+    sql(cascade.root_db, "insert into digoal_01.z_victim values (1)")
+    res = run(cascade.leaf_ini, "add-table", "--create", "--copy-condition=digoal_01.wipe()",
+              "digoal_01.user_info")  # fmt: skip
+    assert res.code == 1 and "read-only transaction" in res.err
+    assert sql(cascade.root_db, "select count(*) from digoal_01.z_victim") == [(1,)]

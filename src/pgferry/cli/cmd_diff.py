@@ -44,12 +44,18 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     setup_logging(verbose=verbose, quiet=ctx.quiet or args.quiet)
 
     # Check the tables before Spark starts: bad input fails fast with one line.
+    from pgferry import expressions
     from pgferry.pipeline.tables import require_same_columns, resolve_table
 
+    where = expressions.boolean_expression(args.where, "--where") if args.where else None
     with connect(args.src_connstr, autocommit=True) as conn:
         src = resolve_table(conn, args.src_table, describe(args.src_connstr))
+        if where:
+            expressions.check_on_table(conn, src.schema, src.name, where, "--where")
     with connect(args.dst_connstr, autocommit=True) as conn:
         dst = resolve_table(conn, args.dst_table, describe(args.dst_connstr))
+        if where:
+            expressions.check_on_table(conn, dst.schema, dst.name, where, "--where")
     require_same_columns(src, dst)
 
     from pgferry.pipeline.compare import CompareTask, compare_tables
@@ -61,7 +67,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         settings={k: v for k, v in overrides.items() if k.startswith("spark.")},
         verbose=verbose > 1,
     )
-    task = CompareTask(src.display, dst.display, args.where, args.where)
+    task = CompareTask(src.display, dst.display, where, where)
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])
     for line in result.lines():
         print(line)

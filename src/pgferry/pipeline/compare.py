@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from pgferry import expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.keyranges import Key, KeyRange, KeySpec, merge_buckets, sample_boundaries
@@ -273,7 +274,7 @@ def _sum_side(
     """Per global bucket: (rows, checksum) of one side (runs on an executor)."""
     where = [plan.key.predicate(KeyRange(group.lower, group.upper))]
     if side.condition:
-        where.append(sql.SQL("({})").format(sql.SQL(side.condition)))
+        where.append(expressions.as_sql(side.condition))
     row = sql.SQL("row({})").format(sql.SQL(", ").join(map(sql.Identifier, plan.columns)))
     if plan.by_type:
         row_hash = sql.SQL("hash_record_extended({}, 0)").format(row)

@@ -32,6 +32,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from pgferry import expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError, TableError
 from pgferry.pipeline.progress import TableProgress
@@ -416,7 +417,7 @@ def _copy_range(
     if plan.tid_ranges and unit.hi_block is not None:
         where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({unit.hi_block},0)")))
     if plan.condition:
-        where.append(sql.SQL("({})").format(sql.SQL(plan.condition)))
+        where.append(expressions.as_sql(plan.condition))
     select = sql.SQL("select {} from {}").format(
         cols, relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from pgferry import expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.compare import (
@@ -252,7 +253,7 @@ def _read_range(conn: psycopg.Connection, plan: _TablePlan, side: int, rng: KeyR
     target = plan.src if side == 0 else plan.dst
     where = [plan.key.predicate(rng)]
     if target.condition:
-        where.append(sql.SQL("({})").format(sql.SQL(target.condition)))
+        where.append(expressions.as_sql(target.condition))
     query = sql.SQL("copy (select {} from {} where {}) to stdout (format csv)").format(
         sql.SQL(", ").join(map(sql.Identifier, names)),
         target.relation,

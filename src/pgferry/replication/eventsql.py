@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from pgferry import expressions
 from pgferry.replication.routes import Route, split_name
 
 
@@ -126,7 +127,9 @@ def _cond_expr(route: Route) -> sql.Composable:
     return sql.SQL(
         "(select case when ({cond}) then 'U' else 'D' end"
         " from json_populate_record(null::{src}, e.ev_data::json) as _r)"
-    ).format(cond=sql.SQL(route.copy_condition or "true"), src=sql.Identifier(schema, name))
+    ).format(
+        cond=expressions.as_sql(route.copy_condition or "true"), src=sql.Identifier(schema, name)
+    )
 
 
 def table_query(

@@ -136,6 +136,7 @@ def summarize(
     query = summary_query(batch_sql, active, seqs, segment, scripts=scripts)
     try:
         with provider.transaction():
+            provider.execute("set transaction read only")  # copy conditions run here
             # Few groups, many rows: hashing beats the sort that the planner's row
             # estimate for a batch (a handful) would choose, and spills to disk.
             provider.execute("set local enable_sort = off")
@@ -224,12 +225,14 @@ def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> I
     """The COPY data of ``query``, in chunks of about WRITE_CHUNK bytes."""
     buf = bytearray()
     stmt = "copy (" + query + ") to stdout" + _copy_options(binary)
-    with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
-        for chunk in src:
-            buf += chunk
-            if len(buf) >= WRITE_CHUNK:
-                yield bytes(buf)
-                buf.clear()
+    with conn.transaction():
+        conn.execute("set transaction read only")  # an operator's copy condition runs here
+        with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
+            for chunk in src:
+                buf += chunk
+                if len(buf) >= WRITE_CHUNK:
+                    yield bytes(buf)
+                    buf.clear()
     if buf:
         yield bytes(buf)
 

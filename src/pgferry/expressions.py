@@ -1,0 +1,83 @@
+"""Operator-written SQL expressions: copy conditions, ``--where`` of diff/repair.
+
+Such text is pasted into queries that run on the provider, so it is accepted only as ONE
+expression: PostgreSQL's own parser (pglast) reads it as the single target of a bare
+SELECT, and anything else (a second statement, a FROM or LIMIT, a comment that could hide
+the rest of the query, unbalanced parentheses) is refused with one line.  What pgferry runs
+is the parser's rendering of that expression, wrapped in parentheses, so what runs is
+exactly what was checked.  The server checks column names and the boolean type when the
+expression is first used, in a read-only transaction (see :func:`check_on_table`).
+"""
+
+from __future__ import annotations
+
+import psycopg
+from pglast import ast, parse_sql
+from pglast.parser import ParseError, scan
+from pglast.stream import RawStream
+from psycopg import sql
+
+from pgferry.db import error_text
+from pgferry.errors import TableError, UsageError
+
+# Clauses that turn "SELECT expr" into more than an expression.
+_CLAUSES = (
+    "distinctClause", "intoClause", "fromClause", "whereClause", "groupClause",
+    "havingClause", "windowClause", "valuesLists", "sortClause", "limitOffset",
+    "limitCount", "lockingClause", "withClause", "larg", "rarg",
+)  # fmt: skip
+
+
+def boolean_expression(text: str, what: str = "condition") -> str:
+    """The normalised text of ``text`` if it is one SQL expression; UsageError otherwise."""
+    if not text or not text.strip():
+        raise UsageError(f"{what}: empty expression")
+    try:
+        stmts = parse_sql("select " + text)
+    except ParseError as exc:
+        raise UsageError(f"{what}: not a valid SQL expression ({exc})") from None
+    # A comment could hide what the operator meant to write: refuse rather than guess.
+    if any(tok.name in ("SQL_COMMENT", "C_COMMENT") for tok in scan(text)):
+        raise UsageError(f"{what}: comments are not allowed in an expression")
+    stmt = stmts[0].stmt if len(stmts) == 1 else None
+    if (
+        not isinstance(stmt, ast.SelectStmt)
+        or stmt.op not in (0, None)
+        or any(getattr(stmt, clause, None) for clause in _CLAUSES)
+        or len(stmt.targetList or ()) != 1
+        or stmt.targetList[0].name is not None
+        or _is_star(stmt.targetList[0].val)
+    ):
+        raise UsageError(f"{what}: must be one boolean expression, got {text!r}")
+    return RawStream()(stmt.targetList[0].val)
+
+
+def _is_star(node: object) -> bool:
+    return isinstance(node, ast.ColumnRef) and any(
+        isinstance(f, ast.A_Star) for f in node.fields or ()
+    )
+
+
+def as_sql(text: str, what: str = "condition") -> sql.Composable:
+    """``(expression)`` for a query, re-checked (stored text may predate the check)."""
+    return sql.SQL("({})").format(sql.SQL(boolean_expression(text, what)))
+
+
+def check_on_table(conn: psycopg.Connection, schema: str, table: str, text: str, what: str) -> str:
+    """Normalise ``text`` and have the server evaluate it once on ``schema.table``'s row type.
+
+    Returns the normalised expression.  The expression is evaluated on a row of NULLs (so
+    column names and the boolean type are checked, and a function it calls really runs)
+    inside a READ ONLY transaction: nothing it calls can write.
+    """
+    expr = boolean_expression(text, what)
+    query = sql.SQL("select 1 from (select (null::{}).*) as {} where {}").format(
+        sql.Identifier(schema, table), sql.Identifier(table), as_sql(expr, what)
+    )
+    try:
+        with conn.transaction():
+            conn.execute("set transaction read only")
+            conn.execute(query)
+    except psycopg.Error as exc:
+        raise TableError(f"bad {what}: {error_text(exc)}") from None
+    return expr
