@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from pgferry.errors import NodeError
 from pgferry.replication import batches
 
 COUNTER = """
@@ -52,21 +51,8 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     pair.same("t")
 
 
-def test_lost_position_is_an_error(pair) -> None:
-    pair.root("create table public.t (id int primary key, v int)")
-    pair.leaf("create table public.t (id int primary key, v int)")
-    pair.add_tables("public.t")
-    worker = pair.catch_up()
-    pair.root("insert into t values (1, 1)")
-    pair.tick()
-    pair.leaf("update ferry_node.local_state set last_tick_id = last_tick_id - 1")
-    with pytest.raises(NodeError, match="Lost position"):
-        worker.work()
-    assert pair.leaf("select count(*) from t") == [(0,)]
-
-
 def test_reset_skips_to_the_newest_tick(pair) -> None:
-    from pgferry.cli.cmd_worker import _reposition
+    from pgferry.replication.worker import reposition
 
     pair.root("create table public.t (id int primary key, v int)")
     pair.leaf("create table public.t (id int primary key, v int)")
@@ -75,9 +61,7 @@ def test_reset_skips_to_the_newest_tick(pair) -> None:
     pair.root("insert into t values (1, 1)")
     newest = pair.tick()
     pair.leaf("update ferry_node.local_state set last_tick_id = last_tick_id - 1")
-    with pytest.raises(NodeError, match="Lost position"):
-        worker.work()
-    _reposition(pair.leaf_cfg, reset=True)
+    reposition(pair.leaf_cfg, reset=True)
     assert pair.last_tick() == newest
     pair.root("insert into t values (2, 2)")
     pair.catch_up(worker)

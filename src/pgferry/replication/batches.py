@@ -7,10 +7,15 @@ SQL surface touches only this file.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
+
+from pgferry.errors import NodeError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,43 @@ def batch_event_sql(conn: psycopg.Connection, batch_id: int) -> str:
 
 def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
     conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
+
+
+def rewind(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
+    """Move the provider's position of ``consumer`` to ``tick`` (this node's own), provided
+    the queue still holds every event after it; returns the position it had."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "select ferry_queue.rewind_consumer(%s, %s, %s)", (queue, consumer, tick)
+            ).fetchone()
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+        raise NodeError(
+            f"Lost position: this node applied up to tick {tick}, but"
+            f" {exc.diag.message_primary}; reposition with 'worker --reset', then resync"
+            " this node's tables (resync --all)"
+        ) from None
+    assert row is not None
+    return row[0]
+
+
+def reposition(
+    conn: psycopg.Connection, queue: str, consumer: str, applied_tick: int, batch: Batch
+) -> None:
+    """The provider's batch does not start where this node stands: this node's recorded
+    tick is the truth, the provider's position follows it."""
+    rewind(conn, queue, consumer, applied_tick)
+    log.warning(
+        "Provider position of %s was tick %s, this node applied up to tick %s: repositioned",
+        consumer,
+        batch.prev_tick_id,
+        applied_tick,
+    )
+
+
+def register_at(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> None:
+    """Place ``consumer`` at ``tick`` whatever its position (the operator asked for it)."""
+    conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (queue, consumer, tick))
 
 
 def last_tick(conn: psycopg.Connection, queue: str) -> int | None:
