@@ -2,12 +2,16 @@
 
 Implements the classic switches: ``-d`` detach (needs a pidfile), ``-s`` graceful stop
 (SIGINT), ``-r`` reload config (SIGHUP), ``-k`` kill (SIGTERM), and the pidfile rules:
-a live pidfile refuses a second instance, a stale one is ignored, the file is written
-atomically and removed on exit.
+a pidfile locked by a live process refuses a second instance (the lock decides, so two
+started at the same instant cannot both run), a stale one is taken over, and the file is
+removed on exit.  A detached start reports success or its one-line failure back to the
+foreground process before that exits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -16,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pgferry.errors import PgferryError
+from pgferry.errors import AlreadyRunning, PgferryError
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +58,56 @@ def signal_running(pidfile: Path | None, action: str) -> str:
     return f"Signal {SIGNAL_FOR_SWITCH[action].name} sent to process {pid}"
 
 
+_held_pidfile: int | None = None  # descriptor holding our pidfile's lock, for our lifetime
+
+
 def write_pidfile(pidfile: Path) -> None:
-    pid = read_pid(pidfile)
-    if pid is not None and pid != os.getpid() and pid_alive(pid):
-        raise PgferryError(f"Pidfile exists, another process running? ({pidfile}, pid {pid})")
+    """Take ``pidfile`` for this process: an exclusive lock on the file decides, atomically,
+    which of two processes started at once goes on (a check-then-write cannot)."""
+    global _held_pidfile
     pidfile.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pidfile.with_name(pidfile.name + ".tmp")
-    tmp.write_text(f"{os.getpid()}\n")
-    os.replace(tmp, pidfile)
+    fd = os.open(pidfile, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = read_pid(pidfile)
+        raise AlreadyRunning(
+            f"another process running with pidfile {pidfile}" + (f" (pid {pid})" if pid else "")
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    if _held_pidfile is not None:
+        os.close(_held_pidfile)
+    _held_pidfile = fd
 
 
 def remove_pidfile(pidfile: Path) -> None:
+    global _held_pidfile
     if read_pid(pidfile) == os.getpid():
         pidfile.unlink(missing_ok=True)
+    if _held_pidfile is not None:
+        os.close(_held_pidfile)
+        _held_pidfile = None
 
 
-def detach() -> None:
-    """Fork into the background: new session, standard streams to /dev/null."""
+def detach() -> int:
+    """Fork into the background: new session, standard streams to /dev/null.
+
+    Returns, in the background process, a pipe's write end: :func:`report_started` tells
+    the waiting foreground process through it whether the start succeeded, so a refused
+    start (another worker, a bad setting) still prints its one line and exits non-zero.
+    """
+    read_end, write_end = os.pipe()
     if os.fork() > 0:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            report = pipe.read().decode("utf-8", "replace")
+        if report:
+            print(f"pgferry: {report}", file=sys.stderr)
+            os._exit(1)
         os._exit(0)
+    os.close(read_end)
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
@@ -82,6 +117,16 @@ def detach() -> None:
     os.close(devnull)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    return write_end
+
+
+def report_started(pipe: int | None, error: str = "") -> None:
+    """Tell the foreground process (if any) that the start succeeded or why it did not."""
+    if pipe is None:
+        return
+    with contextlib.suppress(OSError):
+        os.write(pipe, error.encode())
+    os.close(pipe)
 
 
 class Service:
@@ -111,6 +156,10 @@ class Service:
 
     def shutdown(self) -> None:
         """Release resources; called once when the loop ends."""
+
+    def claim(self) -> None:
+        """Take whatever makes this process the only one doing its job (a lock); raise
+        :class:`AlreadyRunning` when another holds it.  Called once before the loop."""
 
     def on_error(self, exc: BaseException) -> None:
         """Record a failure somewhere visible (node state, ...); logging is done already."""
@@ -157,7 +206,7 @@ class Service:
                 try:
                     more = self.work()
                     error_message = None
-                except (KeyboardInterrupt, SystemExit):
+                except (KeyboardInterrupt, SystemExit, AlreadyRunning):
                     raise
                 except Exception as exc:  # noqa: BLE001 - the loop must survive any fault
                     message = exc_message(exc)
@@ -199,18 +248,26 @@ def run_service(
 
     ``setup_logging(console)`` is called after detaching so that file handles are fresh.
     """
+    pipe = None
     if daemonize:
         if pidfile is None:
             raise PgferryError("Daemon needs pidfile")
-        pid = read_pid(pidfile)
-        if pid is not None and pid_alive(pid):
-            raise PgferryError(f"Pidfile exists, another process running? ({pidfile}, pid {pid})")
-        detach()
-    setup_logging(not daemonize)
-    if pidfile is not None:
-        write_pidfile(pidfile)
+        pipe = detach()
     try:
+        setup_logging(not daemonize)
+        if pidfile is not None:
+            write_pidfile(pidfile)
         service = make_service()
+        service.claim()
+    except Exception as exc:
+        if daemonize:
+            log.error("%s", exc_message(exc))  # the foreground process prints it too
+        report_started(pipe, exc_message(exc))
+        if pidfile is not None:
+            remove_pidfile(pidfile)
+        raise
+    report_started(pipe)
+    try:
         service.install_signal_handlers()
         service.run_forever()
     finally:

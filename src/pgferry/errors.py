@@ -35,3 +35,7 @@ class NodeError(PgferryError):
 
 class TableError(PgferryError):
     """Unknown table, missing primary key, incompatible columns, ..."""
+
+
+class AlreadyRunning(PgferryError):
+    """Another process already does this job (same pidfile, or same node): stop at once."""

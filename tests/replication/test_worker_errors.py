@@ -68,7 +68,7 @@ def test_second_worker_for_one_node_is_refused(pair) -> None:
     pair.add_tables("public.t")
     first = pair.catch_up()
     second = Worker(pair.leaf_cfg)
-    with pytest.raises(PgferryError, match="Another worker is already applying"):
+    with pytest.raises(PgferryError, match="Another worker is already running"):
         second.work()
     first.shutdown()
     pair.catch_up(second)

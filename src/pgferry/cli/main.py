@@ -105,6 +105,9 @@ def split_argv(argv: list[str]) -> tuple[dict[str, int], list[str], list[str], l
             for c in token[1:]:
                 name = _FLAG_SWITCHES[f"-{c}"]
                 flags[name] = flags.get(name, 0) + 1
+        elif token.startswith("-") and len(positionals) < 2 and not rest:
+            # Before the command only global switches may stand: name the unknown one.
+            raise UsageError(f"unknown switch: {token} (see pgferry --help)")
         elif len(positionals) < 2 and not token.startswith("-") and not rest:
             positionals.append(token)
             if positionals[0] == "diff":

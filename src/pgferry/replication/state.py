@@ -12,7 +12,7 @@ from datetime import datetime
 
 import psycopg
 
-from pgferry.errors import NodeError
+from pgferry.errors import AlreadyRunning, NodeError
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,17 @@ def record_tick(
     )
 
 
+def set_position(conn: psycopg.Connection, queue_name: str, consumer_name: str, tick: int) -> None:
+    """Record ``tick`` as the last applied one without applying anything (worker --reset)."""
+    conn.execute(
+        """
+        update ferry_node.local_state set last_tick_id = %s
+         where queue_name = %s and consumer_name = %s
+        """,
+        (tick, queue_name, consumer_name),
+    )
+
+
 def heartbeat(conn: psycopg.Connection, queue_name: str, consumer_name: str) -> None:
     """Mark the worker alive and healthy (clears a recorded error)."""
     conn.execute(
@@ -120,3 +131,30 @@ def record_error(conn: psycopg.Connection, queue_name: str, consumer_name: str, 
         """,
         (text, queue_name, consumer_name),
     )
+
+
+def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
+    """Take the session lock that makes the caller the node's only worker, or fail.
+
+    One applier per node: two would apply the same batches twice.  The lock belongs to the
+    database (every ini, pidfile and host that names this node meets it) and ends with the
+    session, so a killed worker never leaves it behind.
+    """
+    row = conn.execute(
+        "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))", (queue_name,)
+    ).fetchone()
+    if not row or not row[0]:
+        holder = conn.execute(
+            """
+            select a.pid, a.client_addr, a.application_name from pg_locks l
+              join pg_stat_activity a on a.pid = l.pid
+             where l.locktype = 'advisory' and l.granted
+               and l.classid = hashtext('pgferry-worker')::oid
+               and l.objid = hashtext(%s)::oid
+            """,
+            (queue_name,),
+        ).fetchone()
+        where = f" (server pid {holder[0]})" if holder else ""
+        raise AlreadyRunning(
+            f"Another worker is already running for this node (queue {queue_name}){where}"
+        )

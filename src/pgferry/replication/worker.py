@@ -110,10 +110,14 @@ class Worker(Service):
         overrides: dict[str, str] | None = None,
         *,
         warm_spark: bool = False,
+        reposition: str | None = None,
     ) -> None:
         """``warm_spark``: the worker process may start Spark once caught up (the daemon
-        does; library users and tests that share one process get it only on demand)."""
+        does; library users and tests that share one process get it only on demand).
+        ``reposition``: "rewind" or "reset" the provider's position once the node's lock
+        is held (see :func:`reposition`)."""
         super().__init__()
+        self._reposition = reposition
         self.may_warm_spark = warm_spark
         self.config = config
         self.overrides = dict(overrides or {})
@@ -127,6 +131,7 @@ class Worker(Service):
         self._owns_spark = False  # a session that was running before us is not ours to stop
         self._spark_starting: threading.Thread | None = None
         self._replica_conn: psycopg.Connection | None = None
+        self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
         self._src_cols: dict[str, frozenset[str] | None] = {}
         self._prov_types: dict[str, bool] = {}  # the provider has this local type
@@ -183,6 +188,12 @@ class Worker(Service):
                 with contextlib.suppress(Exception):
                     conn.close()
         self.local = self.provider = None
+        if self._lock_conn is not None:
+            # Released while we wait to retry: a worker started meanwhile takes the node
+            # and this one stops at its next loop, so there is never more than one.
+            with contextlib.suppress(Exception):
+                self._lock_conn.close()
+            self._lock_conn = None
         self._close_readers()
         self._stages.reset()
 
@@ -234,21 +245,27 @@ class Worker(Service):
             return
         try:
             conn.execute("set session_replication_role = replica")
-            # One applier per node: two would apply the same batches twice.
-            got = conn.execute(
-                "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))",
-                (f"{self.settings.queue}/{self.config.job_name}",),
-            ).fetchone()
             conn.commit()
-            if not got or not got[0]:
-                raise NodeError(
-                    f"Another worker is already applying into this node (queue"
-                    f" {self.settings.queue}, worker {self.config.job_name})"
-                )
             self._replica_conn = conn
         except psycopg.errors.InsufficientPrivilege as exc:
             conn.close()
             raise DatabaseError(REPLICA_REMEDY.format(detail=error_text(exc))) from None
+
+    # --- one worker per node ------------------------------------------------------------
+    def claim(self) -> None:
+        """Hold the node's lock (see :func:`state.lock_node`) for as long as we run."""
+        if self._lock_conn is not None and not self._lock_conn.closed:
+            return
+        conn = connect(self.settings.local_dsn, autocommit=True, application_name="pgferry-lock")
+        try:
+            state.lock_node(conn, self.settings.queue)
+        except BaseException:
+            conn.close()
+            raise
+        self._lock_conn = conn
+        if self._reposition:
+            reposition(self.config, reset=self._reposition == "reset")
+            self._reposition = None
 
     def spark(self):
         """The Spark session, created on first use (a root worker never starts one)."""
@@ -306,6 +323,7 @@ class Worker(Service):
 
     # --- the loop ------------------------------------------------------------------------
     def _work(self) -> bool:
+        self.claim()  # again after a lost connection: another worker may have started
         local = self._local()
         with local.transaction():
             node = state.load_node(local, self.settings.queue)
@@ -383,10 +401,10 @@ class Worker(Service):
             batches.finish_batch(provider, batch_id)
             return True
         if node.last_tick_id is not None and node.last_tick_id != batch.prev_tick_id:
-            raise NodeError(
-                f"Lost position: batch {batch_id} spans ticks {batch.prev_tick_id}..{batch.tick_id}"
-                f" but the last tick applied here is {node.last_tick_id}"
-            )
+            # This node's recorded tick is the truth: the provider's position moved on
+            # without it (a commit lost here) or fell back (a finish lost there).
+            batches.reposition(provider, queue, consumer, node.last_tick_id, batch)
+            return True
 
         started = time.monotonic()
         stats = self._apply(local, provider, node, batch, routes, seqs)
@@ -484,6 +502,9 @@ class Worker(Service):
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         reading = _Reading(batch.batch_id, batch_sql, list(seqs), use_spark, read_ahead)
         with local.transaction():
+            # The provider forgets the batch once it is finished: the transaction that
+            # records it must be on disk first, whatever the server's default.
+            local.execute("set local synchronous_commit = on")
             staged_at = time.monotonic()
             stats = replay.ApplyStats()
             after = None
@@ -623,3 +644,28 @@ class Worker(Service):
 
 def _major(conn: psycopg.Connection) -> int:
     return conn.info.server_version // 10000
+
+
+def reposition(config: Config, *, reset: bool) -> None:
+    """Put this node's consumer position on its provider back in line with the node.
+
+    Rewind: to the tick last applied here (after a restore of the provider).  Reset: to the
+    provider's newest tick, recorded here too: everything in between is skipped, so the
+    tables must be resynced afterwards.
+    """
+    queue = queue_name(config)
+    with connect(local_connstr(config)) as local:
+        node = state.load_node(local, queue)
+        if node.node_type == "root" or node.provider_location is None:
+            raise NodeError("--rewind / --reset are for branch and leaf nodes")
+        with connect(remote_connstr(config, node.provider_location), autocommit=True) as prov:
+            tick = batches.last_tick(prov, queue) if reset else node.last_tick_id
+            if tick is None:
+                raise NodeError("no tick to reposition to")
+            if reset:
+                batches.register_at(prov, queue, node.consumer_name, tick)
+            else:
+                batches.rewind(prov, queue, node.consumer_name, tick)
+        if reset:
+            state.set_position(local, queue, node.consumer_name, tick)
+    log.info("Consumer %s positioned at tick %s", node.consumer_name, tick)
