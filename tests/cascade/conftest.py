@@ -20,11 +20,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgferry.apply.worker import Worker
 from pgferry.cli.main import main
 from pgferry.config import Config, load_config
-from pgferry.node import setup
-from pgferry.replication import tableops
-from pgferry.replication.worker import Worker
+from pgferry.node import setup, tableops
 
 TABLE = 'public."Tbl é"'
 TABLE_ID = sql.Identifier("public", "Tbl é")

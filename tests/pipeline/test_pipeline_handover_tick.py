@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from pgferry import schema
-from pgferry.replication.handover import tick_now
+from pgferry.apply.handover import tick_now
 
 
 def _queue_db(connstr: str) -> psycopg.Connection:

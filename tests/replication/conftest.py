@@ -15,10 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgferry.apply.worker import Worker
 from pgferry.config import Config, load_config
-from pgferry.node import setup
-from pgferry.replication import tableops
-from pgferry.replication.worker import Worker
+from pgferry.node import setup, tableops
 
 _names = itertools.count(1)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.node import setup
-from pgferry.replication import tableops
-from pgferry.replication.worker import Worker
+from pgferry.apply.worker import Worker
+from pgferry.node import setup, tableops
 
 DDL = "create table public.t (id int primary key, v text)"
 

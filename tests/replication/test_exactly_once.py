@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgferry.replication import batches
+from pgferry.queue import api as queue_api
 
 COUNTER = """
 create table applied (n bigint);
@@ -33,8 +33,8 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     def crash(conn, batch_id):
         raise Crash("killed before finish_batch")
 
-    real_finish = batches.finish_batch
-    monkeypatch.setattr(batches, "finish_batch", crash)
+    real_finish = queue_api.finish_batch
+    monkeypatch.setattr(queue_api, "finish_batch", crash)
     worker = pair.worker()
     with pytest.raises(Crash):
         worker.work()
@@ -42,7 +42,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     assert pair.last_tick() == tick  # the apply committed
     assert pair.leaf("select n from applied") == [(10,)]
 
-    monkeypatch.setattr(batches, "finish_batch", real_finish)
+    monkeypatch.setattr(queue_api, "finish_batch", real_finish)
     restarted = pair.worker()
     assert restarted.work() is True  # same batch again: finished, not applied
     assert pair.leaf("select n from applied") == [(10,)]
@@ -52,7 +52,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
 
 
 def test_reset_skips_to_the_newest_tick(pair) -> None:
-    from pgferry.replication.worker import reposition
+    from pgferry.apply.worker import reposition
 
     pair.root("create table public.t (id int primary key, v int)")
     pair.leaf("create table public.t (id int primary key, v int)")

@@ -9,7 +9,7 @@ import pytest
 
 from pgferry.cli.main import main
 from pgferry.errors import NodeError, PgferryError
-from pgferry.replication.execute import Script, execute_on_root, load_script
+from pgferry.scripts.execute import Script, execute_on_root, load_script
 
 ADD_COLUMN = """BEGIN;
 alter table digoal_01.user_info add column c1 int;

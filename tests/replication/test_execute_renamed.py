@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pgferry.cli.main import main
-from pgferry.replication import tableops
+from pgferry.node import tableops
 
 ROOT_SCHEMA = """
 create schema digoal_01;

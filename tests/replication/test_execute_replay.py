@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.replication.execute import Script, execute_on_root
+from pgferry.scripts.execute import Script, execute_on_root
 
 
 def test_script_runs_between_rows(pair) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.replication.execute import Script, execute_on_root
+from pgferry.scripts.execute import Script, execute_on_root
 
 
 def test_rows_after_script_in_same_batch_keep_new_column(pair) -> None:

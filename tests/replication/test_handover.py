@@ -69,7 +69,7 @@ def test_copy_under_concurrent_writes(pair) -> None:
 
 
 def test_sequences_follow_and_never_go_back(pair) -> None:
-    from pgferry.replication import seqops
+    from pgferry.node import seqops
 
     pair.root("create sequence public.s")
     pair.leaf("create sequence public.s")

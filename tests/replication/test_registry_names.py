@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pgferry.errors import UsageError
-from pgferry.replication.names import parse_pattern, split_qualified
+from pgferry.registry.names import parse_pattern, split_qualified
 
 CANDIDATES = [
     ("public", "t1"),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pgferry.replication.eventsql import Segment
-from pgferry.replication.replay import plan_segment
-from pgferry.replication.routes import Route
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.replay import plan_segment
+from pgferry.apply.routes import Route
 
 
 def _route(name: str, state: str = "ok", skip_truncate: bool = False) -> Route:

@@ -4,7 +4,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgferry.replication.script_attrs import (
+from pgferry.scripts.attrs import (
     NodeObjects,
     ScriptAttrError,
     ScriptAttrs,
@@ -12,7 +12,7 @@ from pgferry.replication.script_attrs import (
     parse_attrs,
     replace_tags,
 )
-from pgferry.replication.script_translate import (
+from pgferry.scripts.translate import (
     ScriptTranslateError,
     check_script,
     plan_script,

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from pgferry.cli.main import main
-from pgferry.replication.execute import Script, execute_on_root
-from pgferry.replication.skip import EventFailed
+from pgferry.scripts.execute import Script, execute_on_root
+from pgferry.scripts.skip import EventFailed
 
 
 def test_failing_script_is_recorded_then_skipped(pair, tmp_path: Path, capsys) -> None:

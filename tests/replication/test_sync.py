@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
+from pgferry.apply.sync import sync_point
 from pgferry.cli.main import main
 from pgferry.errors import PgferryError
-from pgferry.replication.sync import sync_point
 
 
 @contextmanager

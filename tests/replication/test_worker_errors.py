@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from pgferry.apply.worker import Worker
 from pgferry.errors import PgferryError
-from pgferry.replication.worker import Worker
 
 
 def _cur_error(pair) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.node import connect
-from pgferry.replication.execute import execute_on_root, load_script
+from pgferry.scripts.execute import execute_on_root, load_script
 
 
 @command("execute", "run SQL files on the root and replay them on every node")

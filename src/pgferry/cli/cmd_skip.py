@@ -8,7 +8,7 @@ from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError
 from pgferry.node import connect, model
-from pgferry.replication import skip
+from pgferry.scripts import skip
 
 
 @command("skip-event", "skip the event this node fails to apply (asks first unless --yes)")

@@ -2,7 +2,7 @@
 
 Tables come from this node's registry with their destination names and copy conditions
 (the condition filters the source side only: the subscriber's table holds just the matching
-rows).  Both sides are read at one tick through :mod:`pgferry.replication.sync`; ``compare``
+rows).  Both sides are read at one tick through :mod:`pgferry.apply.sync`; ``compare``
 exits 1 when any table differs.
 """
 
@@ -22,11 +22,11 @@ DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
 
 
 def _tasks(config: Config, names: list[str]):
+    from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.compare import CompareTask
-    from pgferry.replication.names import parse_pattern, split_qualified
-    from pgferry.replication.routes import load_routes
+    from pgferry.registry.names import parse_pattern, split_qualified
 
     with connection(local_connstr(config)) as conn:
         routes = load_routes(conn, queue_name(config))
@@ -76,8 +76,8 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    from pgferry.apply.sync import sync_point
     from pgferry.pipeline.compare import compare_tables
-    from pgferry.replication.sync import sync_point
 
     tasks = _tasks(config, args.tables)
     spark = _spark(config, ctx.verbose)
@@ -112,9 +112,9 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    from pgferry.apply.handover import replica_dsn
+    from pgferry.apply.sync import sync_point
     from pgferry.pipeline.repair import repair_tables
-    from pgferry.replication.handover import replica_dsn
-    from pgferry.replication.sync import sync_point
 
     tasks = _tasks(config, args.tables)
     spark = _spark(config, ctx.verbose)

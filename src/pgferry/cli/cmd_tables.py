@@ -9,8 +9,8 @@ from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError, UsageError
-from pgferry.node import connect, model
-from pgferry.replication import registry, seqops, tableops
+from pgferry.node import connect, model, seqops, tableops
+from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
     queue = connect.queue_name(config)
     with local_tx(config) as conn:
         model.require_node(conn, queue)
-        tables = registry.list_tables(conn, queue)
+        tables = entries.list_tables(conn, queue)
     if args.json:
         output.print_json(
             [
@@ -103,7 +103,7 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
         output.print_table(
             ["table_name", "merge_state", "table_attrs"],
             [
-                (t.table_name, str(t.merge_state), registry.attrs_text(t.display_attrs()))
+                (t.table_name, str(t.merge_state), entries.attrs_text(t.display_attrs()))
                 for t in tables
             ],
         )
@@ -119,7 +119,7 @@ def cmd_seqs(ctx: Context, argv: list[str]) -> int:
     queue = connect.queue_name(config)
     with local_tx(config) as conn:
         model.require_node(conn, queue)
-        seqs = registry.list_seqs(conn, queue)
+        seqs = entries.list_seqs(conn, queue)
     rows = [(s.seq_name, s.local, s.last_value) for s in seqs]
     if args.json:
         output.print_json(
@@ -205,7 +205,7 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
     while True:
         with local_tx(config) as conn:
             model.require_node(conn, queue)
-            tables = registry.list_tables(conn, queue)
+            tables = entries.list_tables(conn, queue)
         pending = [t for t in tables if t.merge_state != "ok"]
         for t in tables:
             if t.merge_state == "ok" and t.table_name not in done:

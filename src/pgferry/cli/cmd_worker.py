@@ -27,7 +27,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     reposition = "rewind" if args.rewind else "reset" if args.reset else None
 
     def make():
-        from pgferry.replication.worker import Worker
+        from pgferry.apply.worker import Worker
 
         return Worker(
             config,

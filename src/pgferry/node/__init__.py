@@ -2,7 +2,7 @@
 
 :func:`load_node` / :func:`require_node` tell the node type, worker name and provider
 location of a config's database; the worker records its position, errors and heartbeat
-through :mod:`pgferry.replication.state`.
+through :mod:`pgferry.node.model`.
 """
 
 from pgferry.node.model import (

@@ -20,7 +20,8 @@ from pgferry import schema
 from pgferry.config import Config
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, NodeError, UsageError
-from pgferry.node import connect, model, queueops
+from pgferry.node import connect, model
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +117,11 @@ def _install(conn: psycopg.Connection) -> None:
 def _create_root(conn: psycopg.Connection, queue: str, worker: str, req: NodeRequest) -> None:
     with conn.transaction():
         _install(conn)
-        if not queueops.queue_exists(conn, queue):
-            queueops.create_queue(conn, queue)
+        if not queue_api.queue_exists(conn, queue):
+            queue_api.create_queue(conn, queue)
         model.register_location(conn, queue, req.node_name, req.public_location)
         _insert_node(conn, queue, req, worker)
-        tick_id, tick_time = queueops.last_tick(conn, queue)
+        tick_id, tick_time = queue_api.last_tick(conn, queue)
         _insert_state(conn, queue, worker, None, tick_id, tick_time)
 
 
@@ -139,12 +140,12 @@ def _create_subscriber(
         _check_names(prov, queue, req.node_name, worker)
         with conn.transaction():
             _install(conn)
-            if req.node_type == "branch" and not queueops.queue_exists(conn, queue):
-                queueops.create_queue(conn, queue)
-                queueops.set_external_ticker(conn, queue)
+            if req.node_type == "branch" and not queue_api.queue_exists(conn, queue):
+                queue_api.create_queue(conn, queue)
+                queue_api.set_external_ticker(conn, queue)
             with _provider_errors(req.provider_location), prov.transaction():
                 model.register_location(prov, queue, req.node_name, req.public_location)
-                queueops.register_consumer(prov, queue, worker)
+                queue_api.register_consumer(prov, queue, worker)
                 prov.execute(
                     """
                     insert into ferry_node.subscriber_info
@@ -155,7 +156,7 @@ def _create_subscriber(
                     """,
                     (queue, req.node_name, worker),
                 )
-                tick_id, tick_time = queueops.consumer_last_tick(prov, queue, worker)
+                tick_id, tick_time = queue_api.consumer_last_tick(prov, queue, worker)
                 provider_members = model.members(prov, queue)
             for member in provider_members:
                 model.register_location(

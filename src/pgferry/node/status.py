@@ -18,7 +18,8 @@ import psycopg
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.node import connect, model, queueops
+from pgferry.node import connect, model
+from pgferry.queue import api as queue_api
 
 # Other nodes get a short connect timeout: status must not hang on a dead host.
 REMOTE_TIMEOUT = 5
@@ -92,7 +93,7 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
-        st.tick, st.tick_time = queueops.last_tick(conn, queue)
+        st.tick, st.tick_time = queue_api.last_tick(conn, queue)
     return st
 
 

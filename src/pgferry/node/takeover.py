@@ -26,11 +26,12 @@ import logging
 import psycopg
 
 from pgferry.errors import NodeError, PgferryError
-from pgferry.node import cascade, model, queueops
+from pgferry.node import capture, cascade, model, tableops
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
 from pgferry.node.waits import wait_applied, wait_tick_available
-from pgferry.replication import capture, registry, tableops
+from pgferry.queue import api as queue_api
+from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +132,9 @@ def _move_subscribers(c: Cascade, old: str, new: str, timeout: float, poll: floa
 def _check_tables(c: Cascade, old: str, new: str) -> list[str]:
     """Every table of OLD must be replicated whole, unrenamed and ok on NEW."""
     with c.on(old, autocommit=True) as conn:
-        old_tables = [t.table_name for t in registry.list_tables(conn, c.queue)]
+        old_tables = [t.table_name for t in entries.list_tables(conn, c.queue)]
     with c.on(new, autocommit=True) as conn:
-        mine = {t.table_name: t for t in registry.list_tables(conn, c.queue)}
+        mine = {t.table_name: t for t in entries.list_tables(conn, c.queue)}
     for name in old_tables:
         entry = mine.get(name)
         if entry is None:
@@ -159,7 +160,7 @@ def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
         row = conn.execute("select ferry_queue.ticker(%s)", (c.queue,)).fetchone()
         if row is None or row[0] is None:
             raise NodeError(f"Could not make a last tick on {old}")
-        queueops.set_external_ticker(conn, c.queue)
+        queue_api.set_external_ticker(conn, c.queue)
         return row[0], was_paused
 
 
@@ -282,7 +283,7 @@ def _failover_root(c: Cascade, old: str, timeout: float, poll: float) -> str:
     try:
         me = c.view(new)
         with c.on(new) as conn:
-            tables = [t.table_name for t in registry.list_tables(conn, c.queue)]
+            tables = [t.table_name for t in entries.list_tables(conn, c.queue)]
             top = max([v.last_tick or 0 for v in views.values()] + [me.last_tick or 0])
             _promote(conn, c.queue, me.worker_name, tables, [top])
     finally:

@@ -12,8 +12,9 @@ import time
 import psycopg
 
 from pgferry.errors import NodeError
-from pgferry.node import model, queueops
+from pgferry.node import model
 from pgferry.node.cascade import Cascade
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 def queue_top(c: Cascade, name: str) -> int | None:
     """Newest tick of the queue on ``name`` (root or branch)."""
     with c.on(name, autocommit=True) as conn:
-        return queueops.last_tick(conn, c.queue)[0]
+        return queue_api.last_tick(conn, c.queue)[0]
 
 
 def applied_tick(c: Cascade, name: str) -> int | None:
@@ -110,7 +111,7 @@ def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | N
         raise NodeError(f"Node {c.local.node_name} is the root: it has no provider")
     with c.on(provider, autocommit=True) as conn:
         node = model.require_node(conn, c.queue)
-        tick = queueops.last_tick(conn, c.queue)[0] if node.has_queue else None
+        tick = queue_api.last_tick(conn, c.queue)[0] if node.has_queue else None
     if tick is not None:
         log.info("Waiting for tick %s of provider %s", tick, provider)
         wait_applied(c, c.local.node_name, tick, timeout, poll)

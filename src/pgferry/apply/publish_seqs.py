@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.replication.batches import insert_event
+from pgferry.queue.api import insert_event
 
 
 def local_sequences(conn: psycopg.Connection, queue: str) -> list[str]:

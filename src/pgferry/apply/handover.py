@@ -17,8 +17,8 @@ from collections.abc import Callable
 import psycopg
 from psycopg import conninfo
 
+from pgferry.apply.routes import Route
 from pgferry.errors import TableError
-from pgferry.replication.routes import Route
 
 log = logging.getLogger(__name__)
 

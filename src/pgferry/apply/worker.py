@@ -2,7 +2,7 @@
 
 Root: heartbeat and sequence publishing; nothing is read from any queue.
 Branch / leaf: take the next batch from the provider's queue, replay it into the local
-database (:mod:`pgferry.replication.replay`) in one transaction that also records the
+database (:mod:`pgferry.apply.replay`) in one transaction that also records the
 batch's tick, commit, and only then finish the batch on the provider (design-notes §2).
 A batch whose tick is already recorded was applied before a crash: it is finished without
 applying it again.  A branch also forwards every event into its own queue in the same
@@ -21,20 +21,23 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgferry.config import Config
-from pgferry.daemon import Service, exc_message
-from pgferry.db import connect, error_text
-from pgferry.errors import DatabaseError, NodeError, PgferryError
-from pgferry.node.connect import local_connstr, queue_name, remote_connstr
-from pgferry.replication import batches, forward, handover, replay, sequences, skip, state, sync
-from pgferry.replication.eventsql import Segment
-from pgferry.replication.routes import (
+from pgferry.apply import forward, handover, publish_seqs, replay, sync
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.routes import (
     Route,
     load_routes,
     registry_signature,
     source_columns,
     types_present,
 )
+from pgferry.config import Config
+from pgferry.daemon import Service, exc_message
+from pgferry.db import connect, error_text
+from pgferry.errors import DatabaseError, NodeError, PgferryError, QueueError
+from pgferry.node import model
+from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.queue import api as queue_api
+from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +172,8 @@ class Worker(Service):
         self._disconnect()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
-            node = state.load_node(conn, self.settings.queue)
-            state.record_error(conn, self.settings.queue, node.consumer_name, message)
+            node = model.worker_node(conn, self.settings.queue)
+            model.record_error(conn, self.settings.queue, node.consumer_name, message)
             if isinstance(exc, skip.EventFailed):
                 skip.record_failure(conn, exc.event)
 
@@ -253,12 +256,12 @@ class Worker(Service):
 
     # --- one worker per node ------------------------------------------------------------
     def claim(self) -> None:
-        """Hold the node's lock (see :func:`state.lock_node`) for as long as we run."""
+        """Hold the node's lock (see :func:`model.lock_node`) for as long as we run."""
         if self._lock_conn is not None and not self._lock_conn.closed:
             return
         conn = connect(self.settings.local_dsn, autocommit=True, application_name="pgferry-lock")
         try:
-            state.lock_node(conn, self.settings.queue)
+            model.lock_node(conn, self.settings.queue)
         except BaseException:
             conn.close()
             raise
@@ -326,7 +329,7 @@ class Worker(Service):
         self.claim()  # again after a lost connection: another worker may have started
         local = self._local()
         with local.transaction():
-            node = state.load_node(local, self.settings.queue)
+            node = model.worker_node(local, self.settings.queue)
         if node.node_type == "root":
             return self._root_step(local, node)
         if node.paused:
@@ -334,24 +337,24 @@ class Worker(Service):
             return False
         return self._subscriber_step(local, node)
 
-    def _root_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
+    def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         # Nothing waits on the root worker: it keeps the original's 1 s default pace.
         self.loop_delay = self.config.getfloat("loop_delay", 1.0)
         with local.transaction():
-            sent = sequences.publish(local, node.queue_name)
+            sent = publish_seqs.publish(local, node.queue_name)
         self._heartbeat(local, node.queue_name, node.consumer_name)
         if sent:
             log.debug("published %d sequence values", sent)
         return False
 
-    def _subscriber_step(self, local: psycopg.Connection, node: state.NodeState) -> bool:
+    def _subscriber_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         assert node.provider_location is not None
         self._set_replica_role(local)
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         with local.transaction():
             routes = self._routes(local, queue)
-            seqs = sequences.local_sequences(local, queue)
+            seqs = publish_seqs.local_sequences(local, queue)
             request = sync.pending_request(local, queue, consumer)
         self.holder.release_if_done(request)
         if request is not None and request.tick_id:
@@ -380,10 +383,10 @@ class Worker(Service):
         # While compare waits for a tick, single-tick batches so the worker stops exactly there.
         min_count = None
         if request is None:
-            ticks, events = batches.pending(provider, queue, node.last_tick_id)
+            ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
-        batch_id = batches.next_batch(provider, queue, consumer, min_count=min_count)
+        batch_id = queue_api.next_batch(provider, queue, consumer, min_count=min_count)
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
             if self.may_warm_spark and self.settings.warm_spark:
@@ -391,26 +394,33 @@ class Worker(Service):
                 # rather than during a catch-up, where its start would compete for the CPU.
                 self.spark_ready()
             return False
-        batch = batches.batch_info(provider, batch_id)
+        batch = queue_api.batch_info(provider, batch_id)
 
         if node.last_tick_id == batch.tick_id:
             # Applied before a crash, finish was lost: finish now, apply nothing.
             log.info("Batch %s (tick %s) already applied, finishing it", batch_id, batch.tick_id)
             if node.node_type == "branch":
                 forward.ensure_tick(local, queue, batch)
-            batches.finish_batch(provider, batch_id)
+            queue_api.finish_batch(provider, batch_id)
             return True
         if node.last_tick_id is not None and node.last_tick_id != batch.prev_tick_id:
             # This node's recorded tick is the truth: the provider's position moved on
             # without it (a commit lost here) or fell back (a finish lost there).
-            batches.reposition(provider, queue, consumer, node.last_tick_id, batch)
+            previous = rewind_provider(provider, queue, consumer, node.last_tick_id)
+            log.warning(
+                "Provider position of %s was tick %s, this node applied up to tick %s:"
+                " repositioned",
+                consumer,
+                previous,
+                node.last_tick_id,
+            )
             return True
 
         started = time.monotonic()
         stats = self._apply(local, provider, node, batch, routes, seqs)
         if node.node_type == "branch":
             forward.ensure_tick(local, queue, batch)
-        batches.finish_batch(provider, batch_id)
+        queue_api.finish_batch(provider, batch_id)
         self.batches_applied += 1
         self.spark_batches += stats.spark
         log.debug(
@@ -473,7 +483,7 @@ class Worker(Service):
         now = time.monotonic()
         if now - self._last_heartbeat >= HEARTBEAT_EVERY:
             with local.transaction():
-                state.heartbeat(local, queue, consumer)
+                model.heartbeat(local, queue, consumer)
             self._last_heartbeat = now
 
     def _apply(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
@@ -485,12 +495,12 @@ class Worker(Service):
 
     def _apply_batch(self, local, provider, node, batch, routes, seqs) -> replay.ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
-        batch_sql = batches.batch_event_sql(provider, batch.batch_id)
+        batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
         summary = replay.summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True)
         summary_seconds = time.monotonic() - summary_at
-        scripts = batches.scripts(provider, batch_sql) if replay.count_scripts(summary) else []
+        scripts = queue_api.scripts(provider, batch_sql) if replay.count_scripts(summary) else []
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
@@ -527,7 +537,7 @@ class Worker(Service):
             if node.node_type == "branch":
                 forward.forward_events(local, provider, queue, batch_sql)
             done = handover.promote(local, queue, batch.tick_snapshot)
-            state.record_tick(
+            model.record_tick(
                 local,
                 queue,
                 consumer,
@@ -608,7 +618,7 @@ class Worker(Service):
         kept); the failing event is recorded so that ``skip-event`` can name it.  A script
         the operator skipped is passed over.
         """
-        from pgferry.replication.execute import EXECUTE_EVENT, apply_script_event
+        from pgferry.scripts.execute import EXECUTE_EVENT, apply_script_event
 
         ev_id, script_sql, file_name, attrs_text, tables_json = script
         queue = node.queue_name
@@ -655,17 +665,28 @@ def reposition(config: Config, *, reset: bool) -> None:
     """
     queue = queue_name(config)
     with connect(local_connstr(config)) as local:
-        node = state.load_node(local, queue)
+        node = model.worker_node(local, queue)
         if node.node_type == "root" or node.provider_location is None:
             raise NodeError("--rewind / --reset are for branch and leaf nodes")
         with connect(remote_connstr(config, node.provider_location), autocommit=True) as prov:
-            tick = batches.last_tick(prov, queue) if reset else node.last_tick_id
+            tick = queue_api.last_tick(prov, queue)[0] if reset else node.last_tick_id
             if tick is None:
                 raise NodeError("no tick to reposition to")
             if reset:
-                batches.register_at(prov, queue, node.consumer_name, tick)
+                queue_api.register_at(prov, queue, node.consumer_name, tick)
             else:
-                batches.rewind(prov, queue, node.consumer_name, tick)
+                rewind_provider(prov, queue, node.consumer_name, tick)
         if reset:
-            state.set_position(local, queue, node.consumer_name, tick)
+            model.set_position(local, queue, node.consumer_name, tick)
     log.info("Consumer %s positioned at tick %s", node.consumer_name, tick)
+
+
+def rewind_provider(provider: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
+    """This node's recorded tick is the truth: move the provider's position to it."""
+    try:
+        return queue_api.rewind(provider, queue, consumer, tick)
+    except QueueError as exc:
+        raise NodeError(
+            f"Lost position: this node applied up to tick {tick}, but {exc}; reposition with"
+            " 'worker --reset', then resync this node's tables (resync --all)"
+        ) from None

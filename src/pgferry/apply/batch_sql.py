@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.replication.routes import Route, split_name
+from pgferry.apply.routes import Route, split_name
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import psycopg
 from pgferry import expressions
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
-from pgferry.node import connect, model
-from pgferry.replication import capture, catalog, registry
-from pgferry.replication.names import NamePattern, parse_pattern, split_qualified
+from pgferry.node import capture, connect, model
+from pgferry.registry import catalog, entries
+from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _add_on_root(
         keys = [t.key for t in tables if t.fq in wanted]
     else:
         keys = resolve(map(parse_pattern, args), list(by_key), "Table")
-    group = registry.next_copy_group(conn)
+    group = entries.next_copy_group(conn)
     added: list[str] = []
     for key in keys:
         fq = by_key[key].fq
@@ -109,14 +109,14 @@ def _add_on_root(
                 log.warning("Primary key missing on table: %s (skipped)", fq)
                 continue
             raise TableError(f"Primary key missing on table: {fq}")
-        existing = registry.get_table(conn, queue, fq)
+        existing = entries.get_table(conn, queue, fq)
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", fq)
             continue
         attrs = {"no_triggers": True} if opts.no_triggers else {}
-        registry.register_table(
+        entries.register_table(
             conn,
-            registry.TableEntry(
+            entries.TableEntry(
                 queue_name=queue,
                 table_name=fq,
                 local=True,
@@ -148,11 +148,11 @@ def _add_on_subscriber(
     args: list[str],
     opts: AddTableOptions,
 ) -> list[str]:
-    provider_tables = [t.table_name for t in registry.list_tables(prov, queue)]
+    provider_tables = [t.table_name for t in entries.list_tables(prov, queue)]
     keys = _split_all(provider_tables)
     fq_of = dict(zip(keys, provider_tables, strict=True))
     if opts.all:
-        local = {t.table_name for t in registry.list_tables(conn, queue)}
+        local = {t.table_name for t in entries.list_tables(conn, queue)}
         chosen = [k for k in keys if fq_of[k] not in local]
     else:
         try:
@@ -163,11 +163,11 @@ def _add_on_subscriber(
         expressions.boolean_expression(opts.copy_condition, "--copy-condition")
     if opts.dest_table and len(chosen) != 1:
         raise UsageError("add-table: --dest-table needs exactly one table")
-    group = registry.next_copy_group(conn)
+    group = entries.next_copy_group(conn)
     added: list[str] = []
     for key in chosen:
         src = fq_of[key]
-        existing = registry.get_table(conn, queue, src)
+        existing = entries.get_table(conn, queue, src)
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", src)
             continue
@@ -190,9 +190,9 @@ def _add_on_subscriber(
             attrs["no_triggers"] = True
         if opts.max_parallel_copy:
             attrs["max_parallel_copy"] = opts.max_parallel_copy
-        registry.register_table(
+        entries.register_table(
             conn,
-            registry.TableEntry(
+            entries.TableEntry(
                 queue_name=queue,
                 table_name=src,
                 local=True,
@@ -246,14 +246,14 @@ def remove_tables(
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
     limit_lock_wait(config, conn)
-    entries = {t.table_name: t for t in registry.list_tables(conn, queue)}
+    registered = {t.table_name: t for t in entries.list_tables(conn, queue)}
     if all_:
-        names = list(entries)
+        names = list(registered)
     else:
         if not args:
             raise UsageError("remove-table: give TABLE names or --all")
-        keys = _split_all(entries)
-        fq_of = dict(zip(keys, entries, strict=True))
+        keys = _split_all(registered)
+        fq_of = dict(zip(keys, registered, strict=True))
         names = []
         for pattern in map(parse_pattern, args):
             found = pattern.select(keys)
@@ -261,10 +261,10 @@ def remove_tables(
                 raise TableError(f"Table not registered: {pattern.raw}")
             names += [fq_of[k] for k in found if fq_of[k] not in names]
     for fq in names:
-        entry = entries[fq]
+        entry = registered[fq]
         if not entry.table_attrs.get("no_triggers"):
             capture.detach(conn, queue, entry.dest_name)
-        registry.unregister_table(conn, queue, fq)
+        entries.unregister_table(conn, queue, fq)
         log.info("Table removed: %s%s", fq, "" if node.is_root else " (local)")
     return names
 
@@ -274,25 +274,25 @@ def resync(config: Config, conn: psycopg.Connection, args: list[str], all_: bool
     node = model.require_node(conn, queue)
     if node.is_root:
         raise NodeError(f"resync is not possible on the root node: {node.node_name}")
-    entries = [t.table_name for t in registry.list_tables(conn, queue)]
+    registered = [t.table_name for t in entries.list_tables(conn, queue)]
     if all_:
-        names = entries
+        names = registered
     else:
         if not args:
             raise UsageError("resync: give TABLE names or --all")
-        keys = _split_all(entries)
-        fq_of = dict(zip(keys, entries, strict=True))
+        keys = _split_all(registered)
+        fq_of = dict(zip(keys, registered, strict=True))
         try:
             names = [fq_of[k] for k in resolve(map(parse_pattern, args), keys, "Table")]
         except TableError as exc:
             raise TableError(f"{exc} (not added on this node)") from None
     with provider_conn(config, node) as prov:
-        on_provider = {t.table_name for t in registry.list_tables(prov, queue)}
+        on_provider = {t.table_name for t in entries.list_tables(prov, queue)}
     for fq in names:
         if fq not in on_provider:
             raise TableError(f"Table not replicated on the provider: {fq}")
     if names:
-        registry.resync_tables(conn, queue, names)
+        entries.resync_tables(conn, queue, names)
     for fq in names:
         log.info("Table %s will be copied again", fq)
     return names
@@ -305,11 +305,11 @@ def missing(config: Config, conn: psycopg.Connection) -> list[tuple[str, str]]:
     if node.is_root:
         rows = conn.execute("select obj_kind, obj_name from ferry.local_missing(%s)", (queue,))
         return [(r[0], r[1]) for r in rows.fetchall()]
-    local_tables = {t.table_name for t in registry.list_tables(conn, queue)}
-    local_seqs = {s.seq_name for s in registry.list_seqs(conn, queue)}
+    local_tables = {t.table_name for t in entries.list_tables(conn, queue)}
+    local_seqs = {s.seq_name for s in entries.list_seqs(conn, queue)}
     with provider_conn(config, node) as prov:
-        tables = [t.table_name for t in registry.list_tables(prov, queue)]
-        seqs = [s.seq_name for s in registry.list_seqs(prov, queue)]
+        tables = [t.table_name for t in entries.list_tables(prov, queue)]
+        seqs = [s.seq_name for s in entries.list_seqs(prov, queue)]
     result = [("r", t) for t in tables if t not in local_tables]
     result += [("S", s) for s in seqs if s not in local_seqs]
     return result

@@ -1,21 +1,18 @@
-"""The consumer side of the provider's queue, as the replication worker uses it.
+"""Every call pgferry's Python code makes into the queue layer (``ferry_queue``).
 
-Thin wrappers over the ``ferry_queue`` functions (next batch, its ticks and snapshots, the
-event query, finish), so the worker speaks in named calls and a change of the queue layer's
-SQL surface touches only this file.
+Named functions over the SQL API (queues, consumers, ticks, batches, events), so the node,
+apply and script code speak to the queue in Python and a change of the queue's SQL surface
+touches only this file.  :class:`Batch` is the one description of an open batch.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 
-from pgferry.errors import NodeError
-
-log = logging.getLogger(__name__)
+from pgferry.errors import QueueError
 
 
 @dataclass(frozen=True)
@@ -90,47 +87,22 @@ def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
 
 
 def rewind(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
-    """Move the provider's position of ``consumer`` to ``tick`` (this node's own), provided
-    the queue still holds every event after it; returns the position it had."""
+    """Move ``consumer`` back (or on) to ``tick``, provided the queue still holds that tick
+    and every event after it; returns the position it had.  QueueError when it does not."""
     try:
         with conn.transaction():
             row = conn.execute(
                 "select ferry_queue.rewind_consumer(%s, %s, %s)", (queue, consumer, tick)
             ).fetchone()
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-        raise NodeError(
-            f"Lost position: this node applied up to tick {tick}, but"
-            f" {exc.diag.message_primary}; reposition with 'worker --reset', then resync"
-            " this node's tables (resync --all)"
-        ) from None
+        raise QueueError(str(exc.diag.message_primary)) from None
     assert row is not None
     return row[0]
-
-
-def reposition(
-    conn: psycopg.Connection, queue: str, consumer: str, applied_tick: int, batch: Batch
-) -> None:
-    """The provider's batch does not start where this node stands: this node's recorded
-    tick is the truth, the provider's position follows it."""
-    rewind(conn, queue, consumer, applied_tick)
-    log.warning(
-        "Provider position of %s was tick %s, this node applied up to tick %s: repositioned",
-        consumer,
-        batch.prev_tick_id,
-        applied_tick,
-    )
 
 
 def register_at(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> None:
     """Place ``consumer`` at ``tick`` whatever its position (the operator asked for it)."""
     conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (queue, consumer, tick))
-
-
-def last_tick(conn: psycopg.Connection, queue: str) -> int | None:
-    row = conn.execute(
-        "select last_tick_id from ferry_queue.get_queue_info(%s)", (queue,)
-    ).fetchone()
-    return None if row is None else row[0]
 
 
 def insert_event(
@@ -153,3 +125,47 @@ def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
         + ") e where e.ev_type = 'EXECUTE' order by e.ev_id"
     )
     return conn.execute(query.encode()).fetchall()
+
+
+# --- queues and consumers (node set-up, status) -----------------------------------------
+def create_queue(conn: psycopg.Connection, queue: str) -> None:
+    conn.execute("select ferry_queue.create_queue(%s)", (queue,))
+
+
+def queue_exists(conn: psycopg.Connection, queue: str) -> bool:
+    row = conn.execute(
+        "select exists (select 1 from ferry_queue.queue where queue_name = %s)", (queue,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def set_external_ticker(conn: psycopg.Connection, queue: str) -> None:
+    """A branch's queue is ticked by its worker, mirroring the provider's ticks."""
+    conn.execute("select ferry_queue.set_queue_config(%s, 'external_ticker', 'true')", (queue,))
+
+
+def register_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    conn.execute("select ferry_queue.register_consumer(%s, %s)", (queue, consumer))
+
+
+def unregister_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    conn.execute("select ferry_queue.unregister_consumer(%s, %s)", (queue, consumer))
+
+
+def consumer_last_tick(
+    conn: psycopg.Connection, queue: str, consumer: str
+) -> tuple[int | None, datetime | None]:
+    """Id and time of the tick a consumer has completed (where its next batch starts)."""
+    row = conn.execute(
+        "select last_tick, now() - lag from ferry_queue.get_consumer_info(%s, %s)",
+        (queue, consumer),
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+def last_tick(conn: psycopg.Connection, queue: str) -> tuple[int | None, datetime | None]:
+    """Id and time of the newest tick of ``queue``."""
+    row = conn.execute(
+        "select last_tick_id, now() - ticker_lag from ferry_queue.get_queue_info(%s)", (queue,)
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])

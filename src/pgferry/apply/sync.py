@@ -28,8 +28,8 @@ import psycopg
 from pgferry.config import Config
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
+from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
-from pgferry.replication import state
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
     # Bounded like the original's lock wait: lock_timeout unless compare_wait is given.
     wait = config.getfloat("compare_wait", config.getfloat("lock_timeout", 60.0))
     with connect(local_dsn, autocommit=True) as local:
-        node = state.load_node(local, queue)
+        node = model.worker_node(local, queue)
         if node.node_type == "root" or node.provider_location is None:
             raise NodeError(
                 "compare and repair run on a branch or leaf node (against its provider)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from pgferry.replication.batches import Batch
+from pgferry.queue.api import Batch
 
 _COLUMNS = ("ev_id", "ev_time", "ev_retry", "ev_type", "ev_data") + tuple(
     f"ev_extra{i}" for i in range(1, 5)

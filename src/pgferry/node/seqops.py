@@ -14,9 +14,9 @@ import psycopg
 from pgferry.config import Config
 from pgferry.errors import TableError, UsageError
 from pgferry.node import connect, model
-from pgferry.replication import catalog, registry
-from pgferry.replication.names import parse_pattern, split_qualified
-from pgferry.replication.tableops import provider_conn, resolve
+from pgferry.node.tableops import provider_conn, resolve
+from pgferry.registry import catalog, entries
+from pgferry.registry.names import parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def add_seqs(
             raise UsageError("add-seq: --create is for branch and leaf nodes only")
         seqs = catalog.list_relations(conn, "S")
         by_key = {s.key: s for s in seqs}
-        local = {s.seq_name for s in registry.list_seqs(conn, queue)}
+        local = {s.seq_name for s in entries.list_seqs(conn, queue)}
         if all_:
             keys = [s.key for s in seqs if s.fq not in local]
         else:
@@ -46,15 +46,15 @@ def add_seqs(
         added = []
         for key in keys:
             fq = by_key[key].fq
-            registry.register_seq(conn, queue, fq, catalog.sequence_value(conn, fq))
+            entries.register_seq(conn, queue, fq, catalog.sequence_value(conn, fq))
             log.info("Sequence added: %s", fq)
             added.append(fq)
         return added
     with provider_conn(config, node) as prov:
-        provider_seqs = {s.seq_name: s for s in registry.list_seqs(prov, queue)}
+        provider_seqs = {s.seq_name: s for s in entries.list_seqs(prov, queue)}
         keys_of = {split_qualified(name): name for name in provider_seqs}
         if all_:
-            local = {s.seq_name for s in registry.list_seqs(conn, queue)}
+            local = {s.seq_name for s in entries.list_seqs(conn, queue)}
             names = [n for n in provider_seqs if n not in local]
         else:
             try:
@@ -79,13 +79,13 @@ def add_seqs(
                 """,
                 (name, value, name, value),
             )
-        registry.register_seq(conn, queue, name, value)
+        entries.register_seq(conn, queue, name, value)
         log.info("Sequence added: %s", name)
         added.append(name)
     return added
 
 
-def _provider_value(prov: psycopg.Connection, entry: registry.SeqEntry) -> int | None:
+def _provider_value(prov: psycopg.Connection, entry: entries.SeqEntry) -> int | None:
     """The provider's newest known value: its own sequence when present, else its record."""
     schema, seq = split_qualified(entry.seq_name)
     values = [entry.last_value]
@@ -100,13 +100,13 @@ def remove_seqs(
 ) -> list[str]:
     queue = connect.queue_name(config)
     model.require_node(conn, queue)
-    names = [s.seq_name for s in registry.list_seqs(conn, queue)]
+    names = [s.seq_name for s in entries.list_seqs(conn, queue)]
     if not all_:
         if not args:
             raise UsageError("remove-seq: give SEQUENCE names or --all")
         keys_of = {split_qualified(n): n for n in names}
         names = [keys_of[k] for k in resolve(map(parse_pattern, args), list(keys_of), "Sequence")]
     for name in names:
-        registry.unregister_seq(conn, queue, name)
+        entries.unregister_seq(conn, queue, name)
         log.info("Sequence removed: %s", name)
     return names

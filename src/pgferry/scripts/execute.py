@@ -25,15 +25,15 @@ from psycopg import sql
 
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node.model import require_node
-from pgferry.replication import registry
-from pgferry.replication.script_attrs import (
+from pgferry.registry import entries
+from pgferry.scripts.attrs import (
     NodeObjects,
     ScriptAttrs,
     applies_here,
     parse_attrs,
     replace_tags,
 )
-from pgferry.replication.script_translate import plan_script
+from pgferry.scripts.translate import plan_script
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def execute_on_root(
     node = require_node(conn, queue)
     if not node.is_root:
         raise NodeError(f"Node is not root node: {queue}")
-    queue_tables = sorted(t.table_name for t in registry.list_tables(conn, queue))
+    queue_tables = sorted(t.table_name for t in entries.list_tables(conn, queue))
     todo: list[tuple[Script, list[str]]] = []
     messages: list[str] = []
     for script in scripts:

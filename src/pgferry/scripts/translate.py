@@ -28,7 +28,7 @@ from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
 from pgferry.errors import PgferryError
-from pgferry.replication.names import split_qualified
+from pgferry.registry.names import split_qualified
 
 DEFAULT_SCHEMA = "public"
 # Statements whose bodies are opaque to the parser: we cannot see which tables they touch.

@@ -2,12 +2,12 @@
 
 Data path (design-notes §3, §7):
 
-1. One summary query on the provider (:func:`pgferry.replication.eventsql.summary_query`)
+1. One summary query on the provider (:func:`pgferry.apply.batch_sql.summary_query`)
    says which tables the batch touches, whether a table saw only inserts, its last
    TRUNCATE and the sequences' values.
 2. Per table one query on the provider decodes the row images with the subscriber's types
    and collapses them to the last event per key
-   (:func:`pgferry.replication.eventsql.table_query`); its ``COPY`` output is loaded
+   (:func:`pgferry.apply.batch_sql.table_query`); its ``COPY`` output is loaded
    unchanged into a temporary stage table on the subscriber.  The reads run ahead of the
    apply: while the subscriber applies one table, the next tables are being read (driver
    threads, or the tasks of one Spark job that read the table parts in parallel).
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 import psycopg
 from psycopg import sql
 
+from pgferry.apply.batch_sql import Segment, summary_query, table_query
+from pgferry.apply.routes import Route
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.replication.eventsql import Segment, summary_query, table_query
-from pgferry.replication.routes import Route
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Table replication: the registry, the worker that replays batches, copy hand-over, sync."""
