@@ -39,3 +39,7 @@ class TableError(PgferryError):
 
 class AlreadyRunning(PgferryError):
     """Another process already does this job (same pidfile, or same node): stop at once."""
+
+
+class WaitTimeout(PgferryError):
+    """A condition polled for did not come true before its deadline."""

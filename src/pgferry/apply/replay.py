@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import psycopg
 from psycopg import sql
 
+from pgferry import copyio
 from pgferry.apply.batch_sql import Segment, summary_query, table_query
 from pgferry.apply.routes import Route
 from pgferry.db import connect, error_text
@@ -44,8 +45,6 @@ TEXT_FORMAT = (
     "set bytea_output = 'hex'",
 )
 
-# Bytes gathered before one write to the subscriber: one COPY message per row is slow.
-WRITE_CHUNK = 1 << 20
 # Chunks a reader may hold before it waits for the apply (bounds memory per table).
 QUEUED_CHUNKS = 64
 
@@ -222,19 +221,12 @@ def _copy_options(binary: bool) -> str:
 
 
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
-    """The COPY data of ``query``, in chunks of about WRITE_CHUNK bytes."""
-    buf = bytearray()
+    """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = "copy (" + query + ") to stdout" + _copy_options(binary)
     with conn.transaction():
         conn.execute("set transaction read only")  # an operator's copy condition runs here
         with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
-            for chunk in src:
-                buf += chunk
-                if len(buf) >= WRITE_CHUNK:
-                    yield bytes(buf)
-                    buf.clear()
-    if buf:
-        yield bytes(buf)
+            yield from copyio.gather(src)
 
 
 def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes]:

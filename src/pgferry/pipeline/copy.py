@@ -20,11 +20,8 @@ import contextlib
 import logging
 import math
 import os
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +29,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from pgferry import expressions
+from pgferry import copyio, expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError, TableError
 from pgferry.pipeline.progress import TableProgress
@@ -46,8 +43,6 @@ log = logging.getLogger(__name__)
 RANGE_BLOCKS = 4096
 # Below this a table is not worth splitting for parallelism.
 MIN_SPLIT_BLOCKS = 512
-# Bytes gathered before one write to the destination: one COPY message per row is slow.
-WRITE_CHUNK = 1 << 20
 JOB_RETRIES = 2
 # Objects with a lower oid are built in: the same in every database of one major version.
 FIRST_USER_OID = 16384
@@ -446,7 +441,7 @@ def _copy_range(
             with (
                 scur.copy(copy_out) as out,
                 dcur.copy(copy_in) as inp,
-                contextlib.closing(_chunks_in_thread(out)) as chunks,
+                contextlib.closing(copyio.gather_in_thread(out)) as chunks,
             ):
                 for chunk in chunks:
                     inp.write(chunk)
@@ -460,42 +455,6 @@ def _copy_range(
         )
     _maybe_fail(job, plan, unit, "after")
     return rows
-
-
-def _chunks_in_thread(out: Iterable[memoryview]) -> Iterator[bytearray]:
-    """Gather COPY messages (one per row) into big chunks in a second thread.
-
-    Reading and writing then overlap: measured about 10 % faster than one thread.
-    """
-    chunks: queue.Queue[bytearray | BaseException | None] = queue.Queue(maxsize=4)
-
-    def reader() -> None:
-        try:
-            buf = bytearray()
-            for data in out:
-                buf += data
-                if len(buf) >= WRITE_CHUNK:
-                    chunks.put(buf)
-                    buf = bytearray()
-            chunks.put(buf)
-            chunks.put(None)
-        except BaseException as exc:  # handed to the writing thread, which raises it
-            chunks.put(exc)
-
-    thread = threading.Thread(target=reader, name="pgferry-copy-reader", daemon=True)
-    thread.start()
-    try:
-        while (item := chunks.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            if item:
-                yield item
-    finally:
-        # On an early exit the reader may be blocked on a full queue: drain it.
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                chunks.get(timeout=0.1)
-        thread.join()
 
 
 def _maybe_fail(job: _Job, plan: _TablePlan, unit: _Unit, stage: str) -> None:
