@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgferry import settings
 from pgferry.errors import ConfigError
 
 NODE_SECTIONS = ("pgferry", "londiste3", "londiste")
@@ -120,9 +121,8 @@ def load_config(
         "config_file": str(path.resolve()),
         "host_name": socket.gethostname(),
     }
-    parser = configparser.ConfigParser(
-        interpolation=configparser.BasicInterpolation(), defaults=None, strict=True
-    )
+    # Interpolation is done by _interpolate (formats like compare_fmt's stay as written).
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
     parser.optionxform = str  # keep spark.sql.adaptive.enabled etc. exactly as written
     try:
         with path.open(encoding="utf-8") as fh:
@@ -135,6 +135,7 @@ def load_config(
         wanted = " or ".join(f"[{s}]" for s in sections)
         raise ConfigError(f"{path}: no {wanted} section")
     raw = dict(parser.items(section, raw=True))
+    settings.check(path, section, list(raw), ticker=section in TICKER_SECTIONS)
     base = {**builtin, "service_name": section, **raw, **(overrides or {})}
     values: dict[str, str] = {}
     for key, value in base.items():

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pgferry.errors import AlreadyRunning, PgferryError
+from pgferry.log import reopen_logs
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class Service:
             while not self.stopping:
                 if self._reload_requested:
                     self._reload_requested = False
+                    reopen_logs()  # after logrotate moved the file away
                     log.info("Reloading config")
                     self.reload()
                 try:

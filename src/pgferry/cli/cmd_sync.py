@@ -75,7 +75,7 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("tables", nargs="*")
     args = parser.parse_args(argv)
     config = ctx.config()
-    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     from pgferry.apply.sync import sync_point
     from pgferry.pipeline.compare import compare_tables
 
@@ -111,7 +111,7 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("--dir", default=".", help="where fix.<table>.sql files go")
     args = parser.parse_args(argv)
     config = ctx.config()
-    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     from pgferry.apply.handover import replica_dsn
     from pgferry.apply.sync import sync_point
     from pgferry.pipeline.repair import repair_tables

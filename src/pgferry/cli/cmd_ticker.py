@@ -28,7 +28,7 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
 
     def logging_setup(console: bool) -> None:
         setup_logging(
-            logfile=config.getpath("logfile"),
+            config=config,
             verbose=ctx.verbose,
             quiet=ctx.quiet,
             console=console,

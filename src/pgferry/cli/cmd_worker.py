@@ -42,7 +42,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
         pidfile=config.getpath("pidfile"),
         daemonize=ctx.daemon,
         setup_logging=lambda console: setup_logging(
-            logfile=config.getpath("logfile"),
+            config=config,
             verbose=ctx.verbose,
             quiet=ctx.quiet,
             console=console,

@@ -71,11 +71,7 @@ _FLAG_SWITCHES = {
 
 def load_commands() -> None:
     for module in COMMAND_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+        importlib.import_module(module)
 
 
 def split_argv(argv: list[str]) -> tuple[dict[str, int], list[str], list[str], list[str]]:

@@ -20,7 +20,7 @@ def start(ctx: Context) -> Config:
     config = ctx.config()
     config.get("db")
     config.get("queue_name")
-    setup_logging(logfile=config.getpath("logfile"), verbose=ctx.verbose, quiet=ctx.quiet)
+    setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     return config
 
 

@@ -1,0 +1,98 @@
+"""Every setting pgferry reads from an ini file: the one list behind ``--ini`` and the checks.
+
+``pgferry --ini`` prints these with their defaults and comments; :func:`check` runs when a
+config is loaded: a key listed in :data:`REFUSED` (a setting of the original tools that
+pgferry does not do) is one clear error, and a key nobody reads gets a warning naming it, so
+a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pgferry.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# (key, default or None when required, comment); "" default means "no value by default".
+Setting = tuple[str, str | None, str]
+
+NODE_SETTINGS: list[Setting] = [
+    ("job_name", "(file name without .ini)", "worker and consumer name (default: file name)"),
+    ("db", None, "libpq connect string of the local database (required)"),
+    ("queue_name", None, "queue (cascade) name, e.g. replika (required)"),
+    ("logfile", "", "log file, e.g. ~/log/%(job_name)s.log"),
+    ("log_size", "10485760", "bytes after which the log file is rotated"),
+    ("log_count", "3", "rotated log files kept"),
+    ("pidfile", "", "pid file, needed by -d / -s / -r / -k"),
+    ("node_name", "", "default NODE for create-root/branch/leaf"),
+    ("public_node_location", "", "default public connect string for create-*"),
+    ("initial_provider_location", "", "default --provider for create-branch/leaf"),
+    ("remote_extra_connstr", "", "appended to other nodes' connect strings (user=, sslmode=)"),
+    ("parallel_copies", "1", "tables copied at the same time"),
+    (
+        "local_only",
+        "true",
+        "always so: a leaf reads only its own tables' events (filtered on the provider)",
+    ),
+    ("lock_timeout", "10", "seconds: statement timeout of admin locks, compare wait limit"),
+    ("compare_wait", "(lock_timeout)", "seconds compare/repair wait for the worker's tick"),
+    ("loop_delay", "0.25", "seconds to sleep when there is no work (a root: 1.0)"),
+    ("exception_sleep", "20", "seconds to wait after an error before retrying"),
+    ("connection_lifetime", "1200", "seconds before a database connection is reopened"),
+    ("pgq_batch_collect_events", "200000", "events per multi-tick batch when catching up"),
+    ("pgq_batch_collect_interval", "", "minimum time span per batch (interval text)"),
+    ("pgq_keep_lag", "", "only take batches older than this interval"),
+    ("compare_fmt", "%(cnt)d rows, checksum=%(chksum)s", "format of compare's lines"),
+    ("replay_local_events", "50000", "larger batches are read by Spark when it is up"),
+    ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),
+    ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
+    ("replay_read_range_events", "50000", "larger tables are read in ev_id ranges of this size"),
+    ("replay_read_parts", "0", "Spark tasks reading one batch at once (0: Spark's slots)"),
+    ("spark_warm", "true", "start Spark in the background once caught up"),
+    ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
+    ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
+]
+
+TICKER_SETTINGS: list[Setting] = [
+    ("base_connstr", None, "connect string without dbname (required)"),
+    ("initial_database", "template1", "database used to list the others"),
+    ("database_list", "", "comma-separated databases; empty = every database with the queue"),
+    ("logfile", "", "log file"),
+    ("log_size", "10485760", "bytes after which the log file is rotated"),
+    ("log_count", "3", "rotated log files kept"),
+    ("pidfile", "", "pid file, needed by -d / -s / -r / -k"),
+    ("ticker_period", "1", "seconds between ticker runs"),
+    ("maint_period", "120", "seconds between maintenance runs (rotation)"),
+    ("retry_period", "30", "seconds between moving due retry events back"),
+    ("check_period", "60", "seconds between looking for new databases"),
+    ("stats_period", "30", "seconds between statistics lines in the log"),
+]
+
+# Read by pgferry but not advertised: the older name of a setting.
+ALIASES = {"replay_batch_events": "pgq_batch_collect_events"}
+
+# Names every config has (interpolation defaults), never written by hand.
+BUILTINS = {"job_name", "service_name", "config_dir", "config_file", "host_name"}
+
+REFUSED = {
+    "compare_sql": "compare hashes key ranges of both sides at one tick; a custom"
+    " compare query cannot take part in that (remove the setting)",
+}
+
+
+def known_keys(ticker: bool) -> set[str]:
+    settings = TICKER_SETTINGS if ticker else NODE_SETTINGS
+    return {key for key, _, _ in settings} | set(ALIASES) | BUILTINS
+
+
+def check(path: Path, section: str, keys: list[str], ticker: bool) -> None:
+    """Refuse settings pgferry does not do; warn about keys it does not know."""
+    for key in keys:
+        if key in REFUSED and not ticker:
+            raise ConfigError(f"{path}: setting '{key}' is not supported: {REFUSED[key]}")
+    known = known_keys(ticker)
+    for key in keys:
+        if key not in known and not key.startswith("spark."):
+            log.warning("%s: unknown setting '%s' in [%s] (ignored)", path, key, section)
