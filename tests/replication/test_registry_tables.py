@@ -384,3 +384,43 @@ def test_copy_condition_runs_read_only(cascade: Cascade, run):
               "digoal_01.user_info")  # fmt: skip
     assert res.code == 1 and "read-only transaction" in res.err
     assert sql(cascade.root_db, "select count(*) from digoal_01.z_victim") == [(1,)]
+
+
+def test_create_full_brings_indexes_and_constraints(cascade: Cascade, run):
+    sql(
+        cascade.root_db,
+        """
+        create table digoal_01."Wide Table" (
+            id int primary key, "Mail" text, amount numeric check (amount >= 0),
+            code text, unique ("Mail"));
+        create index "by code" on digoal_01."Wide Table" (lower(code)) where code is not null;
+        create unique index on digoal_01."Wide Table" (code, id) include (amount);
+        """,
+    )
+    run(cascade.root_ini, "add-table", 'digoal_01."Wide Table"')
+    res = run(cascade.leaf_ini, "add-table", "--create-full", '--dest-table=copy."Wide Copy"',
+              'digoal_01."Wide Table"')  # fmt: skip
+    assert res.code == 0, res.err
+
+    def shape(connstr: str, table: str) -> list[tuple]:
+        return sql(
+            connstr,
+            """
+            select 'i', regexp_replace(pg_get_indexdef(indexrelid), '^.* USING ', '')
+              from pg_index where indrelid = %s::regclass
+            union all
+            select 'c', pg_get_constraintdef(oid) from pg_constraint
+             where conrelid = %s::regclass and contype in ('u', 'c', 'p')
+            order by 1, 2
+            """,
+            (table, table),
+        )
+
+    source = shape(cascade.root_db, 'digoal_01."Wide Table"')
+    assert len(source) == 7  # pk, unique and partial/include indexes, 3 constraints
+    assert shape(cascade.leaf_db, 'copy."Wide Copy"') == source
+    # --create alone makes the columns and the primary key only.
+    res = run(cascade.leaf_ini, "add-table", "--create", '--dest-table=copy."Plain Copy"',
+              "--force", 'digoal_01."Wide Table"')  # fmt: skip
+    assert res.code == 0, res.err
+    assert [k for k, _ in shape(cascade.leaf_db, 'copy."Plain Copy"')] == ["c", "i"]

@@ -26,7 +26,9 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     )
     parser.add_argument("--max-parallel-copy", type=int, metavar="N", help="copy concurrency cap")
     parser.add_argument("--create", action="store_true", help="create missing local table")
-    parser.add_argument("--create-full", action="store_true", help="same as --create")
+    parser.add_argument(
+        "--create-full", action="store_true", help="--create with indexes and constraints"
+    )
     parser.add_argument("--no-triggers", action="store_true", help="attach without triggers")
     parser.add_argument("--skip-truncate", action="store_true", help="copy without TRUNCATE")
     parser.add_argument("--expect-sync", action="store_true", help="no copy: state ok at once")
@@ -42,6 +44,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         copy_condition=args.copy_condition,
         max_parallel_copy=args.max_parallel_copy,
         create=args.create or args.create_full,
+        create_full=args.create_full,
         no_triggers=args.no_triggers,
         skip_truncate=args.skip_truncate,
         expect_sync=args.expect_sync,

@@ -29,6 +29,7 @@ class AddTableOptions:
     copy_condition: str | None = None
     max_parallel_copy: int | None = None
     create: bool = False
+    create_full: bool = False  # --create plus indexes and constraints of the source
     no_triggers: bool = False
     skip_truncate: bool = False
     expect_sync: bool = False
@@ -228,13 +229,15 @@ def _local_dest(
         found = catalog.find_relation(conn, schema, name, "r")
         if found is not None:
             return found.fq
-    if not opts.create:
+    if not (opts.create or opts.create_full):
         shown = opts.dest_table or src
         raise TableError(f"Table not found on local node: {shown} (use --create to create it)")
     schema, name = candidates[0]
     cols = catalog.columns(prov, src)
     pkey = catalog.primary_key(prov, src)
     catalog.create_table(conn, schema, name, cols, pkey)
+    if opts.create_full:
+        catalog.create_structure(conn, schema, name, catalog.structure(prov, src))
     fq = catalog.fq_name(conn, schema, name)
     log.info("Created table %s", fq)
     return fq

@@ -130,6 +130,75 @@ def create_table(
     )
 
 
+@dataclass(frozen=True)
+class StructureItem:
+    """An index or a constraint of a table, to be recreated on another (``--create-full``).
+
+    ``definition`` is the server's own text, never operator input: for an index what
+    follows ``USING`` (access method, columns, INCLUDE, WHERE), for a constraint what
+    follows ``ADD``.
+    """
+
+    kind: str  # "index" or "constraint"
+    definition: str
+    unique: bool = False
+
+
+def structure(conn: psycopg.Connection, fq: str) -> list[StructureItem]:
+    """The secondary indexes and the unique, check and exclusion constraints of ``fq``.
+
+    The primary key is made by :func:`create_table`.  Foreign keys are left out: their
+    referenced tables may not be replicated, and replay writes tables in its own order.
+    """
+    with conn.transaction():
+        # Every name in the definitions schema-qualified, whatever the caller's search_path.
+        conn.execute("set local search_path = pg_catalog")
+        rows = conn.execute(
+            """
+            select 'index', pg_get_indexdef(i.indexrelid), i.indisunique,
+                   format('%%s INDEX %%I ON %%s%%I.%%I USING ',
+                          case when i.indisunique then 'CREATE UNIQUE' else 'CREATE' end,
+                          ic.relname, case when t.relkind = 'p' then 'ONLY ' else '' end,
+                          n.nspname, t.relname)
+              from pg_index i
+              join pg_class ic on ic.oid = i.indexrelid
+              join pg_class t on t.oid = i.indrelid
+              join pg_namespace n on n.oid = t.relnamespace
+             where i.indrelid = %s::regclass
+               and not exists (select 1 from pg_constraint c where c.conindid = i.indexrelid)
+            union all
+            select 'constraint', pg_get_constraintdef(c.oid), false, ''
+              from pg_constraint c
+             where c.conrelid = %s::regclass and c.contype in ('u', 'c', 'x')
+             order by 1, 2
+            """,
+            (fq, fq),
+        ).fetchall()
+    items = []
+    for kind, definition, unique, prefix in rows:
+        if kind == "index":
+            if not definition.startswith(prefix):
+                raise TableError(f"cannot read the definition of an index of {fq}")
+            definition = definition[len(prefix) :]  # without its name and old table
+        items.append(StructureItem(kind, definition, unique))
+    return items
+
+
+def create_structure(
+    conn: psycopg.Connection, schema: str, name: str, items: list[StructureItem]
+) -> None:
+    """Recreate on ``schema.name`` what :func:`structure` read (with new names)."""
+    table = ident(schema, name)
+    for item in items:
+        if item.kind == "constraint":
+            stmt = sql.SQL("alter table {} add {}").format(table, sql.SQL(item.definition))
+        else:
+            stmt = sql.SQL("create {}index on {} using {}").format(
+                sql.SQL("unique " if item.unique else ""), table, sql.SQL(item.definition)
+            )
+        conn.execute(stmt)
+
+
 def create_sequence(conn: psycopg.Connection, schema: str, name: str) -> None:
     conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("create sequence {}").format(ident(schema, name)))
