@@ -1,13 +1,16 @@
 """Logging set-up shared by every pgferry command and daemon.
 
 Log lines go to the console (unless detached) and to ``logfile`` when configured, rotated
-at ``log_size`` bytes with ``log_count`` files kept.  :func:`reopen_logs` lets a daemon
-write to a fresh file after an outside rotation (logrotate, then ``-r``).  A filter masks
-passwords in every record, whatever code produced it.
+at ``log_size`` bytes with ``log_count`` files kept, and to syslog / the journal with
+``syslog = true``; ``log_format = json`` writes one JSON object per line.
+:func:`reopen_logs` lets a daemon write to a fresh file after an outside rotation
+(logrotate, then ``-r``).  A filter masks passwords in every record, whatever code
+produced it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 import sys
@@ -15,10 +18,27 @@ from pathlib import Path
 
 from pgferry.config import Config
 from pgferry.db import mask_connstr
+from pgferry.errors import ConfigError
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
 LOG_SIZE = 10 * 1024 * 1024
 LOG_COUNT = 3
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (``log_format = json``), for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "pid": record.process,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 class SecretMaskFilter(logging.Filter):
@@ -45,18 +65,22 @@ def setup_logging(
     ``config`` supplies ``logfile``, ``log_size`` and ``log_count``; ``logfile`` alone is for
     commands without a config.
     """
-    size, count = LOG_SIZE, LOG_COUNT
+    size, count, fmt, syslog = LOG_SIZE, LOG_COUNT, "text", False
     if config is not None:
         logfile = config.getpath("logfile")
         size = config.getint("log_size", LOG_SIZE)
         count = config.getint("log_count", LOG_COUNT)
+        fmt = config.get("log_format", "text")
+        syslog = config.getbool("syslog", False)
+        if fmt not in ("text", "json"):
+            raise ConfigError(f"{config.path}: log_format must be text or json, not {fmt!r}")
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
         handler.close()
     root.setLevel(level)
-    formatter = logging.Formatter(LOG_FORMAT)
+    formatter = JsonFormatter() if fmt == "json" else logging.Formatter(LOG_FORMAT)
     mask = SecretMaskFilter()
     if console:
         stream = logging.StreamHandler(sys.stderr)
@@ -71,6 +95,17 @@ def setup_logging(
         filehandler.setFormatter(formatter)
         filehandler.addFilter(mask)
         root.addHandler(filehandler)
+    if syslog and config is not None:
+        address = "/dev/log" if Path("/dev/log").exists() else ("localhost", 514)
+        handler = logging.handlers.SysLogHandler(address=address)
+        # The journal and syslog add their own time stamp: ident and level are enough.
+        ident = f"pgferry[{config.getopt('job_name') or 'pgferry'}]: "
+        handler.setFormatter(
+            formatter if fmt == "json" else logging.Formatter("%(levelname)s %(message)s")
+        )
+        handler.ident = ident
+        handler.addFilter(mask)
+        root.addHandler(handler)
     # py4j and Spark's Python side are chatty at INFO; keep them out unless debugging.
     for noisy in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)

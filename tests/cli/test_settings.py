@@ -94,3 +94,24 @@ def test_reload_reopens_the_log_file(tmp_path: Path, pg_a) -> None:
     finally:
         subprocess.run([*run, "-k", str(ini), "ticker"], capture_output=True)
         _wait(lambda: not pidfile.exists())
+
+
+def test_json_log_format(tmp_path: Path) -> None:
+    import json
+
+    logfile = tmp_path / "n.log"
+    path = tmp_path / "n.ini"
+    path.write_text(
+        f"[pgferry]\ndb = dbname=x\nqueue_name = q\nlogfile = {logfile}\nlog_format = json\n"
+    )
+    setup_logging(config=load_config(path), console=False)
+    try:
+        logging.getLogger("pgferry.test").warning("conn host=x password=s3cret é")
+    finally:
+        setup_logging(console=False)
+    entry = json.loads(logfile.read_text().splitlines()[-1])
+    assert entry["level"] == "WARNING" and entry["logger"] == "pgferry.test"
+    assert "s3cret" not in entry["message"] and "é" in entry["message"]
+    path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\nlog_format = xml\n")
+    with pytest.raises(ConfigError, match="log_format must be text or json"):
+        setup_logging(config=load_config(path), console=False)
