@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 
 from pgferry import schema
-from pgferry.queue.consumer import Batch, Consumer
+from pgferry.queue.consumer import BatchReader, Consumer
 from pgferry.testing.cluster import make_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +75,7 @@ class Reader:
         self.batches = 0
         self.done_at = 0.0
 
-    def handle(self, batch: Batch) -> None:
+    def handle(self, batch: BatchReader) -> None:
         self.seen += sum(1 for _ in batch.events())
         self.batches += 1
 

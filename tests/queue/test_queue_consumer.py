@@ -9,7 +9,7 @@ import pytest
 from queue_helpers import tick
 
 from pgferry.errors import QueueError
-from pgferry.queue.consumer import Batch, Consumer
+from pgferry.queue.consumer import BatchReader, Consumer
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_loop_over_batches(qdb: str, queue: psycopg.Connection) -> None:
         tick(queue, "q")
         seen: list[tuple[int, str | None]] = []
 
-        def handler(batch: Batch) -> None:
+        def handler(batch: BatchReader) -> None:
             seen.extend((batch.info.tick_id, ev.ev_data) for ev in batch.events())
 
         assert consumer.run(handler) == 2
@@ -50,7 +50,7 @@ def test_failed_handler_repeats_the_batch(qdb: str, queue: psycopg.Connection) -
         _insert(queue, "a", "b")
         tick(queue, "q")
 
-        def failing(batch: Batch) -> None:
+        def failing(batch: BatchReader) -> None:
             list(batch.events())
             raise RuntimeError("apply failed")
 
@@ -67,7 +67,7 @@ def test_tagged_events_come_back(qdb: str, queue: psycopg.Connection) -> None:
         _insert(queue, "keep", "again")
         tick(queue, "q")
 
-        def tag(batch: Batch) -> None:
+        def tag(batch: BatchReader) -> None:
             for ev in batch.events():
                 if ev.ev_data == "again":
                     ev.tag_retry(0)
@@ -108,7 +108,7 @@ def test_info_inside_a_batch_keeps_it_open(qdb: str, queue: psycopg.Connection) 
         _insert(queue, "a")
         tick(queue, "q")
 
-        def look(batch: Batch) -> None:
+        def look(batch: BatchReader) -> None:
             assert consumer.info()["current_batch"] == batch.batch_id
             assert [e.ev_data for e in batch.events()] == ["a"]
 

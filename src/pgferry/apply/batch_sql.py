@@ -14,6 +14,9 @@ provider while it reads, so what comes back is small and ready to load:
 
 A row image that fails its table's condition becomes ``D``: a row that left the condition
 disappears on the subscriber.
+
+``batch_sql`` is the batch's event query as the queue hands it out, without ordering
+(:func:`pgferry.queue.api.batch_event_sql`): these queries group and sort on their own.
 """
 
 from __future__ import annotations
@@ -41,10 +44,6 @@ class Segment:
         if self.upto is not None:
             out.append(sql.SQL("e.ev_id <= {}").format(sql.Literal(self.upto)))
         return out
-
-
-def _batch(batch_sql: str) -> sql.Composable:
-    return sql.SQL(batch_sql.removesuffix(" order by ev_id"))  # we sort on our own
 
 
 def _handover_skip(route: Route) -> sql.Composable | None:
@@ -116,7 +115,7 @@ def summary_query(
                 offset 0) x
          group by name
         """
-    ).format(batch=_batch(batch_sql), where=sql.SQL(" and ").join(where))
+    ).format(batch=sql.SQL(batch_sql), where=sql.SQL(" and ").join(where))
     return query.as_string(None)
 
 
@@ -178,7 +177,7 @@ def table_query(
         pk=sql.SQL(", ").join(pk),
         upsert=upsert,
         cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in columns),
-        batch=_batch(batch_sql),
+        batch=sql.SQL(batch_sql),
         coldef=coldef,
         where=sql.SQL(" and ").join(where),
     )

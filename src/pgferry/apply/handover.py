@@ -19,6 +19,7 @@ from psycopg import conninfo
 
 from pgferry.apply.routes import Route
 from pgferry.errors import TableError
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +131,9 @@ def tick_now(provider: psycopg.Connection, queue: str) -> None:
     with the ticker's own ticks.  Otherwise (a branch mirrors its provider's ticks, a paused
     ticker, no right to tick) the forced tick comes with the next tick the queue gets.
     """
-    for query in (
-        "select ferry_queue.force_tick(%s)",
-        "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
-        " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
-    ):
+    for step in (queue_api.force_tick, queue_api.tick_if_own_ticker):
         with contextlib.suppress(psycopg.Error), provider.transaction():
-            provider.execute(query, (queue,))
+            step(provider, queue)
 
 
 def replica_dsn(dsn: str) -> str:

@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
 from pgferry.cli.output import print_table
 from pgferry.cli.registry import Context, command
 from pgferry.db import connection, describe
 from pgferry.errors import PgferryError
+from pgferry.queue import api as queue_api
+
+# What ``queues`` and ``consumers`` show, in this order.
+QUEUE_COLUMNS = (
+    "queue_name",
+    "last_tick_id",
+    "ticker_lag",
+    "ev_per_sec",
+    "ev_new",
+    "queue_cur_table",
+    "queue_ticker_max_count",
+    "queue_ticker_max_lag",
+    "queue_ticker_idle_period",
+    "queue_ticker_paused",
+    "queue_external_ticker",
+)
+CONSUMER_COLUMNS = (
+    "queue_name",
+    "consumer_name",
+    "lag",
+    "last_seen",
+    "last_tick",
+    "current_batch",
+    "next_tick",
+    "pending_events",
+)
 
 
 @command("install", "install or upgrade pgferry's SQL schemas in the node database")
@@ -30,15 +61,17 @@ def cmd_install(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
-def _queue_rows(ctx: Context, query: str, params: tuple) -> tuple[list[str], list[tuple]]:
+def _queue_rows(
+    ctx: Context,
+    columns: tuple[str, ...],
+    read: Callable[[psycopg.Connection], list[dict[str, Any]]],
+) -> tuple[list[str], list[tuple]]:
+    """``columns`` of the rows ``read`` returns, for a table."""
     config = ctx.config()
     with connection(config.get("db")) as conn:
-        exists = conn.execute("select to_regnamespace('ferry_queue') is not null").fetchone()
-        if not exists or not exists[0]:
+        if not queue_api.installed(conn):
             raise PgferryError(f"{describe(config.get('db'))}: ferry_queue is not installed")
-        cur = conn.execute(query, params)  # type: ignore[arg-type]
-        headers = [col.name for col in cur.description or ()]
-        return headers, cur.fetchall()
+        return list(columns), [tuple(row[c] for c in columns) for row in read(conn)]
 
 
 @command("queues", "show queues: ticks, lag, events per second")
@@ -46,17 +79,9 @@ def cmd_queues(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("[QUEUE]", "Show queue information.")
     parser.add_argument("queue", nargs="?")
     args = parser.parse_args(argv)
-    cols = (
-        "queue_name, last_tick_id, ticker_lag, ev_per_sec, ev_new, queue_cur_table,"
-        " queue_ticker_max_count, queue_ticker_max_lag, queue_ticker_idle_period,"
-        " queue_ticker_paused, queue_external_ticker"
+    headers, rows = _queue_rows(
+        ctx, QUEUE_COLUMNS, lambda conn: queue_api.queue_info(conn, args.queue)
     )
-    if args.queue:
-        query = f"select {cols} from ferry_queue.get_queue_info(%s)"
-        params: tuple = (args.queue,)
-    else:
-        query, params = f"select {cols} from ferry_queue.get_queue_info()", ()
-    headers, rows = _queue_rows(ctx, query, params)
     print_table(headers, rows)
     return 0
 
@@ -69,9 +94,8 @@ def cmd_consumers(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     headers, rows = _queue_rows(
         ctx,
-        "select queue_name, consumer_name, lag, last_seen, last_tick, current_batch,"
-        " next_tick, pending_events from ferry_queue.get_consumer_info(%s, %s)",
-        (args.queue, args.consumer),
+        CONSUMER_COLUMNS,
+        lambda conn: queue_api.consumer_info(conn, args.queue, args.consumer),
     )
     print_table(headers, rows)
     return 0

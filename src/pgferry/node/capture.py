@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import psycopg
 
+from pgferry.queue import api as queue_api
+
 
 def attach(conn: psycopg.Connection, queue: str, fq: str, *, deny: bool) -> None:
     if deny:
         conn.execute("select ferry.attach_deny(%s, %s::regclass)", (queue, fq))
     else:
-        conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, false)", (queue, fq))
+        queue_api.attach_capture(conn, queue, fq)
 
 
 def detach(conn: psycopg.Connection, queue: str, fq: str) -> None:
     """Drop the triggers; a table that no longer exists has none left to drop."""
     row = conn.execute("select to_regclass(%s)", (fq,)).fetchone()
     if row and row[0] is not None:
-        conn.execute("select ferry_queue.detach_capture(%s, %s::regclass)", (queue, fq))
+        queue_api.detach_capture(conn, queue, fq)

@@ -20,7 +20,8 @@ from pgferry import db, schema
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
-from pgferry.node import connect, model
+from pgferry.node import capture, connect, model
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -277,17 +278,8 @@ def unregister_subscriber(
         (queue, node),
     ).fetchone()
     worker = row[0] if row else worker
-    if worker is not None:
-        exists = conn.execute(
-            """
-            select 1 from ferry_queue.subscription s
-              join ferry_queue.queue q on q.queue_id = s.sub_queue
-             where q.queue_name = %s and s.sub_consumer = %s
-            """,
-            (queue, worker),
-        ).fetchone()
-        if exists:
-            conn.execute("select ferry_queue.unregister_consumer(%s, %s)", (queue, worker))
+    if worker is not None and queue_api.is_registered(conn, queue, worker):
+        queue_api.unregister_consumer(conn, queue, worker)
     conn.execute(
         "delete from ferry_node.subscriber_info where queue_name = %s and subscriber_node = %s",
         (queue, node),
@@ -302,16 +294,11 @@ def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:
         (queue,),
     ).fetchall()
     for (fq,) in tables:
-        found = conn.execute("select to_regclass(%s)", (fq,)).fetchone()
-        if found and found[0] is not None:
-            conn.execute("select ferry_queue.detach_capture(%s, %s::regclass)", (queue, fq))
+        capture.detach(conn, queue, fq)
     conn.execute("delete from ferry.table_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry.seq_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_location where queue_name = %s", (queue,))
-    exists = conn.execute(
-        "select 1 from ferry_queue.queue where queue_name = %s", (queue,)
-    ).fetchone()
-    if exists:
-        conn.execute("select ferry_queue.drop_queue(%s, true)", (queue,))
+    if queue_api.queue_exists(conn, queue):
+        queue_api.drop_queue(conn, queue, force=True)

@@ -15,6 +15,7 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.node import model
 from pgferry.node.cascade import Cascade, NodeView, set_paused, unregister_subscriber
 from pgferry.node.waits import wait_tick_available
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def subscribe(c: Cascade, provider: str, name: str, worker: str, tick: int) -> N
         model.register_location(
             conn, c.queue, name, c.member(name).node_location, c.member(name).dead
         )
-        conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (c.queue, worker, tick))
+        queue_api.register_at(conn, c.queue, worker, tick)
         conn.execute(
             """
             insert into ferry_node.subscriber_info (queue_name, subscriber_node, worker_name)

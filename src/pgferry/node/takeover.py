@@ -156,12 +156,12 @@ def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
         tableops.limit_lock_wait(c.config, conn)  # fail rather than block writers for long
         for table in tables:
             capture.attach(conn, c.queue, table, deny=True)
-        conn.execute("select ferry_queue.force_tick(%s)", (c.queue,))
-        row = conn.execute("select ferry_queue.ticker(%s)", (c.queue,)).fetchone()
-        if row is None or row[0] is None:
+        queue_api.force_tick(conn, c.queue)
+        tick = queue_api.tick(conn, c.queue)
+        if tick is None:
             raise NodeError(f"Could not make a last tick on {old}")
         queue_api.set_external_ticker(conn, c.queue)
-        return row[0], was_paused
+        return tick, was_paused
 
 
 def _unfreeze_root(c: Cascade, old: str, tables: list[str], was_paused: bool) -> None:
@@ -169,10 +169,7 @@ def _unfreeze_root(c: Cascade, old: str, tables: list[str], was_paused: bool) ->
     try:
         with c.on(old) as conn:
             node = model.require_node(conn, c.queue)
-            conn.execute(
-                "select ferry_queue.set_queue_config(%s, 'external_ticker', 'false')",
-                (c.queue,),
-            )
+            queue_api.set_external_ticker(conn, c.queue, False)
             for table in tables:
                 capture.attach(conn, c.queue, table, deny=False)
             if not was_paused:
@@ -188,20 +185,10 @@ def _swap_roles(
     """NEW becomes root and OLD its branch at ``tick``; NEW commits first (then
     ``promoted`` gets an entry)."""
     with c.on(old.name) as old_conn:
-        tick_time = old_conn.execute(
-            """
-            select t.tick_time from ferry_queue.tick t
-              join ferry_queue.queue q on q.queue_id = t.tick_queue
-             where q.queue_name = %s and t.tick_id = %s
-            """,
-            (c.queue, tick),
-        ).fetchone()
+        tick_time = queue_api.tick_time(old_conn, c.queue, tick)
         with c.on(me.name) as new_conn:
             _promote(new_conn, c.queue, me.worker_name, tables, [me.last_tick or tick, tick])
-            new_conn.execute(
-                "select ferry_queue.register_consumer_at(%s, %s, %s)",
-                (c.queue, old.worker_name, tick),
-            )
+            queue_api.register_at(new_conn, c.queue, old.worker_name, tick)
             new_conn.execute(
                 """
                 insert into ferry_node.subscriber_info (queue_name, subscriber_node, worker_name)
@@ -221,7 +208,7 @@ def _swap_roles(
                    set provider_node = %s, last_tick_id = %s, last_tick_time = %s
                  where queue_name = %s and consumer_name = %s
                 """,
-                (me.name, tick, tick_time[0] if tick_time else None, c.queue, old.worker_name),
+                (me.name, tick, tick_time, c.queue, old.worker_name),
             )
             cascade.unregister_subscriber(old_conn, c.queue, me.name, me.worker_name)
         promoted.append(True)  # NEW has committed; OLD commits when its block ends.
@@ -241,16 +228,9 @@ def _promote(
         """,
         (queue, worker),
     )
-    conn.execute("select ferry_queue.set_queue_config(%s, 'external_ticker', 'false')", (queue,))
+    queue_api.set_external_ticker(conn, queue, False)
     # Tick ids must keep growing past every tick any node has seen.
-    conn.execute(
-        """
-        select setval(q.queue_tick_seq, greatest(%s, (select max(tick_id)
-                      from ferry_queue.tick where tick_queue = q.queue_id)))
-          from ferry_queue.queue q where q.queue_name = %s
-        """,
-        (max(ticks), queue),
-    )
+    queue_api.advance_tick_ids(conn, queue, max(ticks))
     for table in tables:
         capture.attach(conn, queue, table, deny=False)
 

@@ -7,13 +7,11 @@ N has caught up with tick T" is simply ``last_tick_id >= T`` on N.
 from __future__ import annotations
 
 import logging
-import time
 
-import psycopg
-
-from pgferry.errors import NodeError
+from pgferry.errors import NodeError, WaitTimeout
 from pgferry.node import model
 from pgferry.node.cascade import Cascade
+from pgferry.polling import wait_until
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -35,48 +33,42 @@ def applied_tick(c: Cascade, name: str) -> int | None:
 
 def wait_applied(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> int:
     """Poll until ``name`` has applied ``tick``; ``timeout`` <= 0 waits for ever."""
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
+    current: int | None = None  # the last answer, for the timeout message
+
+    def reached() -> int | None:
+        nonlocal current
         current = applied_tick(c, name)
-        if current is not None and current >= tick:
-            return current
-        if deadline is not None and time.monotonic() >= deadline:
-            raise NodeError(
-                f"Node {name} did not reach tick {tick} within {timeout:g}s"
-                f" (at tick {current if current is not None else '?'}; is its worker running?)"
-            )
-        time.sleep(poll)
+        return current if current is not None and current >= tick else None
 
-
-def has_tick(conn: psycopg.Connection, queue: str, tick: int) -> tuple[bool, int | None]:
-    """Whether the queue holds ``tick``, and its newest tick."""
-    row = conn.execute(
-        """
-        select bool_or(t.tick_id = %s), max(t.tick_id)
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s
-        """,
-        (tick, queue),
-    ).fetchone()
-    return (bool(row and row[0]), row[1] if row else None)
+    try:
+        # A tick id is never 0, so the reached tick is a true value.
+        return wait_until(reached, timeout=timeout if timeout > 0 else None, interval=poll)
+    except WaitTimeout:
+        raise NodeError(
+            f"Node {name} did not reach tick {tick} within {timeout:g}s"
+            f" (at tick {current if current is not None else '?'}; is its worker running?)"
+        ) from None
 
 
 def wait_tick_available(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> None:
     """Poll until the queue on ``name`` holds ``tick`` (a branch behind catches up)."""
-    deadline = time.monotonic() + max(timeout, 0)
-    while True:
+    top: int | None = None  # the queue's newest tick at the last look
+
+    def held() -> bool:
+        nonlocal top
         with c.on(name, autocommit=True) as conn:
-            found, top = has_tick(conn, c.queue, tick)
-        if found:
-            return
-        if top is not None and top > tick:
+            found, top = queue_api.has_tick(conn, c.queue, tick)
+        if not found and top is not None and top > tick:
             raise NodeError(f"Tick {tick} is no longer in the queue of node {name} (at {top})")
-        if time.monotonic() >= deadline:
-            raise NodeError(
-                f"Node {name} has not reached tick {tick} within {timeout:g}s"
-                f" (at tick {top if top is not None else '?'})"
-            )
-        time.sleep(poll)
+        return found
+
+    try:
+        wait_until(held, timeout=max(timeout, 0), interval=poll)
+    except WaitTimeout:
+        raise NodeError(
+            f"Node {name} has not reached tick {tick} within {timeout:g}s"
+            f" (at tick {top if top is not None else '?'})"
+        ) from None
 
 
 def find_root(c: Cascade) -> str:

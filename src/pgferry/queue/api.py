@@ -1,22 +1,28 @@
 """Every call pgferry's Python code makes into the queue layer (``ferry_queue``).
 
-Named functions over the SQL API (queues, consumers, ticks, batches, events), so the node,
-apply and script code speak to the queue in Python and a change of the queue's SQL surface
-touches only this file.  :class:`Batch` is the one description of an open batch.
+Named functions over the SQL API (queues, consumers, ticks, batches, events, capture), so
+the node, apply, script and command code speak to the queue in Python and a change of the
+queue's SQL surface or tables touches only this file.  :class:`Batch` is the one
+description of an open batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from pgferry.errors import QueueError
 
 
 @dataclass(frozen=True)
 class Batch:
+    """An open batch: the events of one consumer between two ticks (prev_tick_id, tick_id]."""
+
     batch_id: int
     prev_tick_id: int | None
     tick_id: int
@@ -24,6 +30,208 @@ class Batch:
     prev_event_seq: int | None
     event_seq: int | None
     tick_snapshot: str | None  # snapshot of the closing tick (text form)
+    queue_name: str
+    consumer_name: str
+    prev_tick_time: datetime | None
+    prev_snapshot: str | None
+    lag: timedelta | None  # age of the closing tick when the batch was described
+
+
+# --- installation, queues and consumers --------------------------------------------------
+def installed(conn: psycopg.Connection) -> bool:
+    """Whether the database has the queue schema at all."""
+    row = conn.execute("select to_regnamespace('ferry_queue') is not null").fetchone()
+    return bool(row and row[0])
+
+
+def create_queue(conn: psycopg.Connection, queue: str) -> None:
+    """Create ``queue`` with its first tick (nothing when it exists)."""
+    conn.execute("select ferry_queue.create_queue(%s)", (queue,))
+
+
+def drop_queue(conn: psycopg.Connection, queue: str, *, force: bool = False) -> None:
+    """Drop ``queue`` with its events and ticks; ``force`` drops its consumers too."""
+    conn.execute("select ferry_queue.drop_queue(%s, %s)", (queue, force))
+
+
+def queue_exists(conn: psycopg.Connection, queue: str) -> bool:
+    """Whether the database holds ``queue``."""
+    row = conn.execute(
+        "select exists (select 1 from ferry_queue.queue where queue_name = %s)", (queue,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def set_external_ticker(conn: psycopg.Connection, queue: str, external: bool = True) -> None:
+    """A branch's queue is ticked by its worker, mirroring the provider's ticks; a root's
+    (``external`` False) by its own ticker."""
+    conn.execute(
+        "select ferry_queue.set_queue_config(%s, 'external_ticker', %s)",
+        (queue, "true" if external else "false"),
+    )
+
+
+def register_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> bool:
+    """Register ``consumer`` at the newest tick; False when it already was."""
+    row = conn.execute("select ferry_queue.register_consumer(%s, %s)", (queue, consumer)).fetchone()
+    return bool(row and row[0])
+
+
+def unregister_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    """Forget ``consumer`` and its pending retries (an error when it is not registered)."""
+    conn.execute("select ferry_queue.unregister_consumer(%s, %s)", (queue, consumer))
+
+
+def is_registered(conn: psycopg.Connection, queue: str, consumer: str) -> bool:
+    """Whether ``consumer`` reads ``queue`` (no error for an unknown queue)."""
+    row = conn.execute(
+        """
+        select exists (select 1 from ferry_queue.subscription s
+                         join ferry_queue.queue q on q.queue_id = s.sub_queue
+                        where q.queue_name = %s and s.sub_consumer = %s)
+        """,
+        (queue, consumer),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def register_at(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> None:
+    """Place ``consumer`` at ``tick`` whatever its position (the operator asked for it)."""
+    conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (queue, consumer, tick))
+
+
+def rewind(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
+    """Move ``consumer`` back (or on) to ``tick``, provided the queue still holds that tick
+    and every event after it; returns the position it had.  QueueError when it does not."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "select ferry_queue.rewind_consumer(%s, %s, %s)", (queue, consumer, tick)
+            ).fetchone()
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+        raise QueueError(str(exc.diag.message_primary)) from None
+    assert row is not None
+    return row[0]
+
+
+def queue_info(conn: psycopg.Connection, queue: str | None = None) -> list[dict[str, Any]]:
+    """``ferry_queue.get_queue_info`` rows (every queue, or ``queue`` only) by column name."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        if queue is None:
+            cur.execute("select * from ferry_queue.get_queue_info()")
+        else:
+            cur.execute("select * from ferry_queue.get_queue_info(%s)", (queue,))
+        return cur.fetchall()
+
+
+def consumer_info(
+    conn: psycopg.Connection, queue: str | None = None, consumer: str | None = None
+) -> list[dict[str, Any]]:
+    """``ferry_queue.get_consumer_info`` rows by column name: lag, last tick, open batch
+    and pending events of each consumer (of ``queue``, or only ``consumer``)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("select * from ferry_queue.get_consumer_info(%s, %s)", (queue, consumer))
+        return cur.fetchall()
+
+
+def consumer_last_tick(
+    conn: psycopg.Connection, queue: str, consumer: str
+) -> tuple[int | None, datetime | None]:
+    """Id and time of the tick a consumer has completed (where its next batch starts)."""
+    row = conn.execute(
+        "select last_tick, now() - lag from ferry_queue.get_consumer_info(%s, %s)",
+        (queue, consumer),
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+# --- ticks -------------------------------------------------------------------------------
+def last_tick(conn: psycopg.Connection, queue: str) -> tuple[int | None, datetime | None]:
+    """Id and time of the newest tick of ``queue``."""
+    row = conn.execute(
+        "select last_tick_id, now() - ticker_lag from ferry_queue.get_queue_info(%s)", (queue,)
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+def force_tick(conn: psycopg.Connection, queue: str) -> int | None:
+    """Make the next tick of ``queue`` due whatever its load; returns the newest tick id."""
+    row = conn.execute("select ferry_queue.force_tick(%s)", (queue,)).fetchone()
+    return None if row is None else row[0]
+
+
+def tick(conn: psycopg.Connection, queue: str) -> int | None:
+    """Tick ``queue`` if a tick is due (the ticker's decision); the new tick id or None."""
+    row = conn.execute("select ferry_queue.ticker(%s)", (queue,)).fetchone()
+    return None if row is None else row[0]
+
+
+def tick_if_own_ticker(conn: psycopg.Connection, queue: str) -> int | None:
+    """:func:`tick`, but only for a queue that ticks itself now: a queue ticked from
+    outside (a branch) or with its ticker paused is left alone instead of raising."""
+    row = conn.execute(
+        "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
+        " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
+        (queue,),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def external_tick(
+    conn: psycopg.Connection,
+    queue: str,
+    tick_id: int,
+    tick_time: datetime | None,
+    event_seq: int,
+) -> None:
+    """A tick copied from the provider (same id, time and event position) on a queue with
+    an external ticker."""
+    conn.execute(
+        "select ferry_queue.ticker(%s, %s, %s, %s)", (queue, tick_id, tick_time, event_seq)
+    )
+
+
+def tick_exists(conn: psycopg.Connection, queue: str, tick_id: int) -> bool:
+    """Whether ``queue`` holds tick ``tick_id``."""
+    return tick_time(conn, queue, tick_id) is not None
+
+
+def tick_time(conn: psycopg.Connection, queue: str, tick_id: int) -> datetime | None:
+    """When tick ``tick_id`` of ``queue`` was made; None when the queue does not hold it."""
+    row = conn.execute(
+        """
+        select t.tick_time from ferry_queue.tick t
+          join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s and t.tick_id = %s
+        """,
+        (queue, tick_id),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def has_tick(conn: psycopg.Connection, queue: str, tick_id: int) -> tuple[bool, int | None]:
+    """Whether the queue holds ``tick_id``, and its newest tick."""
+    row = conn.execute(
+        """
+        select bool_or(t.tick_id = %s), max(t.tick_id)
+          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s
+        """,
+        (tick_id, queue),
+    ).fetchone()
+    return (bool(row and row[0]), row[1] if row else None)
+
+
+def advance_tick_ids(conn: psycopg.Connection, queue: str, past: int) -> None:
+    """New tick ids of ``queue`` continue after ``past`` and after every tick it holds."""
+    conn.execute(
+        """
+        select setval(q.queue_tick_seq, greatest(%s, (select max(tick_id)
+                      from ferry_queue.tick where tick_queue = q.queue_id)))
+          from ferry_queue.queue q where q.queue_name = %s
+        """,
+        (past, queue),
+    )
 
 
 def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tuple[int, int]:
@@ -41,6 +249,7 @@ def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tupl
     return (0, 0) if row is None else (max(row[0], 0), row[1])
 
 
+# --- batches -----------------------------------------------------------------------------
 def next_batch(
     conn: psycopg.Connection,
     queue: str,
@@ -64,54 +273,74 @@ def next_batch(
     return None if row is None else row[0]
 
 
+def next_batch_custom(
+    conn: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    *,
+    min_lag: timedelta | None = None,
+    min_count: int | None = None,
+    min_interval: timedelta | None = None,
+) -> int | None:
+    """Next batch id, only once it is big enough: its closing tick at least ``min_lag``
+    old, and ``min_count`` events or ``min_interval`` long (None when no batch is)."""
+    row = conn.execute(
+        "select ferry_queue.next_batch_custom(%s, %s, %s, %s, %s)",
+        (queue, consumer, min_lag, min_count, min_interval),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
 def batch_info(conn: psycopg.Connection, batch_id: int) -> Batch:
+    """Describe open batch ``batch_id``."""
     row = conn.execute(
         """
-        select prev_tick_id, tick_id, batch_end, seq_start, seq_end, snapshot
+        select prev_tick_id, tick_id, batch_end, seq_start, seq_end, snapshot,
+               queue_name, consumer_name, batch_start, prev_snapshot, lag
           from ferry_queue.get_batch_info(%s)
         """,
         (batch_id,),
     ).fetchone()
     assert row is not None
-    return Batch(batch_id, row[0], row[1], row[2], row[3], row[4], row[5])
+    return Batch(batch_id, *row)
 
 
-def batch_event_sql(conn: psycopg.Connection, batch_id: int) -> str:
-    row = conn.execute("select ferry_queue.batch_event_sql(%s)", (batch_id,)).fetchone()
+def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:
+    """A SELECT of the batch's events that any connection can run unchanged.
+
+    Unordered unless ``ordered``: replay wraps it in its own grouping and sorting, where an
+    inner sort of the whole batch would be wasted work.
+    """
+    row = conn.execute("select ferry_queue.batch_event_sql(%s, %s)", (batch_id, ordered)).fetchone()
     assert row is not None
     return row[0]
+
+
+def open_batch_cursor(
+    conn: psycopg.Connection,
+    batch_id: int,
+    cursor_name: str,
+    first_rows: int,
+    extra_where: str | None = None,
+) -> list[tuple]:
+    """Open cursor ``cursor_name`` over the batch's events in ``ev_id`` order (filtered by
+    the SQL condition ``extra_where``) and return its first ``first_rows`` rows; FETCH
+    reads on in the same transaction.  Rows: ev_id, ev_time, ev_txid, ev_retry, ev_type,
+    ev_data, ev_extra1 .. ev_extra4."""
+    return conn.execute(
+        "select * from ferry_queue.get_batch_cursor(%s, %s, %s, %s)",
+        (batch_id, cursor_name, first_rows, extra_where),
+    ).fetchall()
+
+
+def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: int) -> None:
+    """Deliver event ``ev_id`` of the batch again, to its consumer only, ``seconds`` later."""
+    conn.execute("select ferry_queue.event_retry(%s, %s, %s)", (batch_id, ev_id, seconds))
 
 
 def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
+    """Close the batch: its consumer's next batch starts at its closing tick."""
     conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
-
-
-def rewind(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
-    """Move ``consumer`` back (or on) to ``tick``, provided the queue still holds that tick
-    and every event after it; returns the position it had.  QueueError when it does not."""
-    try:
-        with conn.transaction():
-            row = conn.execute(
-                "select ferry_queue.rewind_consumer(%s, %s, %s)", (queue, consumer, tick)
-            ).fetchone()
-    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-        raise QueueError(str(exc.diag.message_primary)) from None
-    assert row is not None
-    return row[0]
-
-
-def register_at(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> None:
-    """Place ``consumer`` at ``tick`` whatever its position (the operator asked for it)."""
-    conn.execute("select ferry_queue.register_consumer_at(%s, %s, %s)", (queue, consumer, tick))
-
-
-def insert_event(
-    conn: psycopg.Connection, queue: str, ev_type: str, data: str | None, extra1: str | None
-) -> None:
-    conn.execute(
-        "select ferry_queue.insert_event(%s, %s, %s, %s, null, null, null)",
-        (queue, ev_type, data, extra1),
-    )
 
 
 def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
@@ -127,45 +356,65 @@ def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
     return conn.execute(query.encode()).fetchall()
 
 
-# --- queues and consumers (node set-up, status) -----------------------------------------
-def create_queue(conn: psycopg.Connection, queue: str) -> None:
-    conn.execute("select ferry_queue.create_queue(%s)", (queue,))
+# --- events ------------------------------------------------------------------------------
+def insert_event(
+    conn: psycopg.Connection,
+    queue: str,
+    ev_type: str,
+    data: str | None,
+    extra1: str | None,
+    extra2: str | None = None,
+    extra3: str | None = None,
+    extra4: str | None = None,
+) -> None:
+    """Queue one event (as the capture triggers do, from Python: scripts, sequences)."""
+    conn.execute(
+        "select ferry_queue.insert_event(%s, %s, %s, %s, %s, %s, %s)",
+        (queue, ev_type, data, extra1, extra2, extra3, extra4),
+    )
 
 
-def queue_exists(conn: psycopg.Connection, queue: str) -> bool:
-    row = conn.execute(
-        "select exists (select 1 from ferry_queue.queue where queue_name = %s)", (queue,)
-    ).fetchone()
-    return bool(row and row[0])
+# Columns of a provider's events that forward_events stores, in this order.
+FORWARDED_COLUMNS = (
+    "ev_id",
+    "ev_time",
+    "ev_retry",
+    "ev_type",
+    "ev_data",
+    "ev_extra1",
+    "ev_extra2",
+    "ev_extra3",
+    "ev_extra4",
+)
+# Events per call: each call sends its columns as arrays, one parameter each, which must
+# stay well below the server's limit for one value even for large events.
+_FORWARD_CHUNK = 5000
 
 
-def set_external_ticker(conn: psycopg.Connection, queue: str) -> None:
-    """A branch's queue is ticked by its worker, mirroring the provider's ticks."""
-    conn.execute("select ferry_queue.set_queue_config(%s, 'external_ticker', 'true')", (queue,))
+def forward_events(conn: psycopg.Connection, queue: str, rows: Sequence[Sequence[Any]]) -> int:
+    """Store a provider's events (rows of ``FORWARDED_COLUMNS``, in ev_id order) in
+    ``queue`` unchanged: same ev_id, time and retry count.  Returns how many."""
+    done = 0
+    for start in range(0, len(rows), _FORWARD_CHUNK):
+        columns = [list(col) for col in zip(*rows[start : start + _FORWARD_CHUNK], strict=True)]
+        row = conn.execute(
+            """
+            select ferry_queue.forward_events(%s, %s::bigint[], %s::timestamptz[],
+                   %s::integer[], %s::text[], %s::text[], %s::text[], %s::text[],
+                   %s::text[], %s::text[])
+            """,
+            (queue, *columns),
+        ).fetchone()
+        done += row[0] if row else 0
+    return done
 
 
-def register_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> None:
-    conn.execute("select ferry_queue.register_consumer(%s, %s)", (queue, consumer))
+# --- capture -----------------------------------------------------------------------------
+def attach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
+    """(Re)create the triggers that queue every row change and TRUNCATE of table ``fq``."""
+    conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, false)", (queue, fq))
 
 
-def unregister_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> None:
-    conn.execute("select ferry_queue.unregister_consumer(%s, %s)", (queue, consumer))
-
-
-def consumer_last_tick(
-    conn: psycopg.Connection, queue: str, consumer: str
-) -> tuple[int | None, datetime | None]:
-    """Id and time of the tick a consumer has completed (where its next batch starts)."""
-    row = conn.execute(
-        "select last_tick, now() - lag from ferry_queue.get_consumer_info(%s, %s)",
-        (queue, consumer),
-    ).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
-
-
-def last_tick(conn: psycopg.Connection, queue: str) -> tuple[int | None, datetime | None]:
-    """Id and time of the newest tick of ``queue``."""
-    row = conn.execute(
-        "select last_tick_id, now() - ticker_lag from ferry_queue.get_queue_info(%s)", (queue,)
-    ).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
+def detach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
+    """Drop the queue's triggers of table ``fq`` (capture or deny), if any."""
+    conn.execute("select ferry_queue.detach_capture(%s, %s::regclass)", (queue, fq))

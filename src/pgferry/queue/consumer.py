@@ -1,8 +1,11 @@
-"""Reading a queue: the consumer class used by the worker, the demo and tests.
+"""Reading a queue in Python: a generic consumer for applications, tests and benchmarks.
 
 A consumer registers on a queue and then loops: take the next batch (the events between
 two ticks), process its events, finish the batch.  Everything queue-side happens on one
-connection that the consumer owns; see :class:`Consumer` for what is committed when.
+connection that the consumer owns; see :class:`Consumer` for what is committed when.  The
+replication worker does not use it: it reads a batch as SQL run on the provider (replay
+queries) and calls :mod:`pgferry.queue.api` itself.  Both describe an open batch with
+:class:`pgferry.queue.api.Batch`; :class:`BatchReader` adds the events and retries.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
 
 from pgferry.db import error_text
 from pgferry.errors import QueueError
+from pgferry.queue import api as queue_api
+from pgferry.queue.api import Batch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Rows fetched per round trip when streaming a batch through a cursor: big enough to keep
 # round trips rare, small enough that a huge batch never sits in memory at once.
@@ -60,28 +66,10 @@ class Event:
         self.retry_seconds = seconds
 
 
-@dataclass
-class BatchInfo:
-    """What ``ferry_queue.get_batch_info`` says about an open batch."""
+class BatchReader:
+    """An open batch of a :class:`Consumer`: its description and its events, streamed."""
 
-    batch_id: int
-    queue_name: str
-    consumer_name: str
-    batch_start: datetime
-    batch_end: datetime
-    prev_tick_id: int
-    tick_id: int
-    lag: timedelta
-    seq_start: int
-    seq_end: int
-    prev_snapshot: str
-    snapshot: str
-
-
-class Batch:
-    """An open batch: its info and a lazily streamed sequence of events."""
-
-    def __init__(self, consumer: Consumer, info: BatchInfo) -> None:
+    def __init__(self, consumer: Consumer, info: Batch) -> None:
         self.consumer = consumer
         self.info = info
         self.batch_id = info.batch_id
@@ -98,10 +86,7 @@ class Batch:
         conn = self.consumer.conn
         cursor_name = f"ferry_batch_{self.batch_id}"
         size = self.consumer.fetch_size
-        rows = conn.execute(
-            "select * from ferry_queue.get_batch_cursor(%s, %s, %s, %s)",
-            (self.batch_id, cursor_name, size, extra_where),
-        ).fetchall()
+        rows = queue_api.open_batch_cursor(conn, self.batch_id, cursor_name, size, extra_where)
         try:
             while True:
                 for row in rows:
@@ -123,12 +108,8 @@ class Batch:
                 conn.execute(sql.SQL("close {}").format(sql.Identifier(cursor_name)))
 
     def event_sql(self) -> str:
-        """A SELECT any connection can run to read this batch (see ``batch_event_sql``)."""
-        row = self.consumer.conn.execute(
-            "select ferry_queue.batch_event_sql(%s)", (self.batch_id,)
-        ).fetchone()
-        assert row is not None
-        return row[0]
+        """A SELECT any connection can run to read this batch in ``ev_id`` order."""
+        return queue_api.batch_event_sql(self.consumer.conn, self.batch_id, ordered=True)
 
     def _collect_tagged(self) -> None:
         if self._current is not None and self._current.retry_seconds is not None:
@@ -139,9 +120,9 @@ class Batch:
         """Send events tagged with :meth:`Event.tag_retry` to the retry queue."""
         self._collect_tagged()
         for event in self._retried:
-            self.consumer.conn.execute(
-                "select ferry_queue.event_retry(%s, %s, %s)",
-                (self.batch_id, event.ev_id, event.retry_seconds),
+            assert event.retry_seconds is not None
+            queue_api.event_retry(
+                self.consumer.conn, self.batch_id, event.ev_id, event.retry_seconds
             )
         count = len(self._retried)
         self._retried.clear()
@@ -191,62 +172,48 @@ class Consumer:
     # --- registration --------------------------------------------------------------------
     def register(self) -> bool:
         """Register at the queue's latest tick; False if already registered."""
-        row = self._call("select ferry_queue.register_consumer(%s, %s)", commit=True)
-        return bool(row and row[0])
+        return self._call(queue_api.register_consumer, commit=True)
 
     def unregister(self) -> None:
-        self._call("select ferry_queue.unregister_consumer(%s, %s)", commit=True)
+        self._call(queue_api.unregister_consumer, commit=True)
 
     def info(self) -> dict:
         """Lag, last tick, open batch and pending events of this consumer."""
         idle = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            try:
-                cur.execute(
-                    "select * from ferry_queue.get_consumer_info(%s, %s)",
-                    (self.queue, self.consumer),
-                )
-                row = cur.fetchone()
-            except psycopg.Error as exc:
-                self.conn.rollback()
-                raise QueueError(error_text(exc)) from None
-            finally:
-                if idle and not self.conn.closed:
-                    self.conn.rollback()  # leave no idle transaction behind; never end a batch
-        assert row is not None
-        return row
+        try:
+            rows = self._call(queue_api.consumer_info)
+        finally:
+            if idle and not self.conn.closed:
+                self.conn.rollback()  # leave no idle transaction behind; never end a batch
+        assert rows
+        return rows[0]
 
     # --- batches -------------------------------------------------------------------------
-    def next_batch(self) -> Batch | None:
+    def next_batch(self) -> BatchReader | None:
         """Open the next batch in the current transaction (None when nothing is ready).
 
         Returns the same batch again until it is finished, so a crash between taking and
         finishing a batch simply repeats it.
         """
         if self.min_count is None and self.min_interval is None and self.min_lag is None:
-            row = self._call("select ferry_queue.next_batch(%s, %s)")
+            batch_id = self._call(queue_api.next_batch, min_count=None)
         else:
-            row = self._call(
-                "select ferry_queue.next_batch_custom(%s, %s, %s, %s, %s)",
-                self.min_lag,
-                self.min_count,
-                self.min_interval,
+            batch_id = self._call(
+                queue_api.next_batch_custom,
+                min_lag=self.min_lag,
+                min_count=self.min_count,
+                min_interval=self.min_interval,
             )
-        if row is None or row[0] is None:
+        if batch_id is None:
             return None
-        batch_id = row[0]
-        info = self.conn.execute(
-            "select * from ferry_queue.get_batch_info(%s)", (batch_id,)
-        ).fetchone()
-        assert info is not None
-        return Batch(self, BatchInfo(batch_id, *info))
+        return BatchReader(self, queue_api.batch_info(self.conn, batch_id))
 
-    def finish_batch(self, batch: Batch) -> None:
+    def finish_batch(self, batch: BatchReader) -> None:
         """Record retries and finish ``batch`` in the current transaction (no commit)."""
         batch.retry_tagged()
-        self.conn.execute("select ferry_queue.finish_batch(%s)", (batch.batch_id,))
+        queue_api.finish_batch(self.conn, batch.batch_id)
 
-    def process_batch(self, handler: Callable[[Batch], None]) -> BatchInfo | None:
+    def process_batch(self, handler: Callable[[BatchReader], None]) -> Batch | None:
         """Take one batch, call ``handler(batch)``, finish it and commit.
 
         Returns the batch's info, or None when no batch was ready (nothing to commit).
@@ -265,7 +232,7 @@ class Consumer:
                 self.conn.rollback()
             raise
 
-    def run(self, handler: Callable[[Batch], None], max_batches: int | None = None) -> int:
+    def run(self, handler: Callable[[BatchReader], None], max_batches: int | None = None) -> int:
         """Process batches until none is ready (or ``max_batches``); returns how many."""
         done = 0
         while max_batches is None or done < max_batches:
@@ -285,12 +252,14 @@ class Consumer:
         self.close()
 
     # --- internals -----------------------------------------------------------------------
-    def _call(self, query: str, *extra: object, commit: bool = False):
+    def _call(self, call: Callable[..., T], *, commit: bool = False, **options: Any) -> T:
+        """``call(conn, queue, consumer, **options)``; a database error becomes QueueError
+        (after a rollback: the transaction is unusable anyway)."""
         try:
-            row = self.conn.execute(query, (self.queue, self.consumer, *extra)).fetchone()  # type: ignore[arg-type]
+            result = call(self.conn, self.queue, self.consumer, **options)
         except psycopg.Error as exc:
             self.conn.rollback()
             raise QueueError(error_text(exc)) from None
         if commit:
             self.conn.commit()
-        return row
+        return result

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node.model import require_node
+from pgferry.queue import api as queue_api
 from pgferry.registry import entries
 from pgferry.scripts.attrs import (
     NodeObjects,
@@ -127,17 +128,15 @@ def execute_on_root(
             log.info("Executing: %s", script.name)
             _run_statements(conn, statements)
             _record(conn, queue, script)
-            conn.execute(
-                "select ferry_queue.insert_event(%s, %s, %s, %s, %s, %s, %s)",
-                (
-                    queue,
-                    EXECUTE_EVENT,
-                    script.sql,
-                    script.name,
-                    script.attrs.to_text(),
-                    script.sha256,
-                    json.dumps(queue_tables),
-                ),
+            queue_api.insert_event(
+                conn,
+                queue,
+                EXECUTE_EVENT,
+                script.sql,
+                script.name,
+                script.attrs.to_text(),
+                script.sha256,
+                json.dumps(queue_tables),
             )
         messages.append(f"{script.name}: executed and queued")
         log.info("Execute finished: %s", script.name)
