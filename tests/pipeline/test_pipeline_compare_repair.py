@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
 import psycopg
 import pytest
 from pipeline_sql import fetch, run_sql
 
 from pgferry.errors import TableError
 from pgferry.pipeline import keyranges
-from pgferry.pipeline.compare import CompareTask, compare_tables
-from pgferry.pipeline.repair import repair_tables
+from pgferry.pipeline.compare import CompareTask, TableComparison, compare_tables
+from pgferry.pipeline.repair import RepairResult, repair_tables
 from pgferry.pipeline.snapshot import exported_snapshot
 
 ODD = 'create table {t} (id int primary key, "Name" text, price numeric, at timestamptz, b bytea)'
@@ -159,9 +163,54 @@ def test_table_without_primary_key_is_refused(spark, both) -> None:
         compare_tables(spark, src, dst, [CompareTask("nokey", "nokey")])
 
 
-def test_sync_point_interface(spark, both, tmp_path) -> None:
-    from pgferry.pipeline.syncpoint import IndependentSnapshots, compare_at, repair_at
+class IndependentSnapshots:
+    """A sync point where each side exports a snapshot of its own current state.
 
+    The replication worker's sync point (``pgferry.apply.sync``) holds a pair of snapshots
+    taken at one tick instead; compare and repair only see the two snapshot ids.
+    """
+
+    def __init__(self, src_connstr: str, dst_connstr: str) -> None:
+        self.src_connstr = src_connstr
+        self.dst_connstr = dst_connstr
+
+    @contextmanager
+    def hold(self, tables: Sequence[CompareTask]) -> Iterator[tuple[str, str]]:
+        with (
+            exported_snapshot(self.src_connstr) as src,
+            exported_snapshot(self.dst_connstr) as dst,
+        ):
+            yield src.snapshot_id, dst.snapshot_id
+
+
+def compare_at(
+    spark, sync: IndependentSnapshots, src: str, dst: str, tasks: list[CompareTask]
+) -> list[TableComparison]:
+    with sync.hold(tasks) as (src_snap, dst_snap):
+        return compare_tables(spark, src, dst, tasks, src_snapshot=src_snap, dst_snapshot=dst_snap)
+
+
+def repair_at(
+    spark,
+    sync: IndependentSnapshots,
+    src: str,
+    dst: str,
+    tasks: list[CompareTask],
+    *,
+    fix_dir: Path,
+    apply: bool,
+    comparisons: Sequence[TableComparison],
+) -> list[RepairResult]:
+    """Repair at one sync point, reading only the ranges where ``comparisons`` differ."""
+    ranges = {c.dest_table: c.ranges for c in comparisons}
+    with sync.hold(tasks) as (src_snap, dst_snap):
+        return repair_tables(
+            spark, src, dst, tasks, fix_dir=fix_dir, apply=apply,
+            src_snapshot=src_snap, dst_snapshot=dst_snap, ranges=ranges,
+        )  # fmt: skip
+
+
+def test_sync_point_interface(spark, both, tmp_path) -> None:
     src, dst = both
     _twins(src, dst, n=400)
     run_sql(dst, "update items set price = 0 where id = 200")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 from pipeline_sql import fetch, one, run_sql
 
+import pgferry.pipeline.copy as copy_pkg
 from pgferry.errors import TableError
-from pgferry.pipeline import copy as copy_mod
 from pgferry.pipeline.copy import CopyTask, block_ranges, copy_tables, task_groups
+from pgferry.pipeline.copy import plan as copy_plan
+from pgferry.pipeline.copy.task import BlockRange, CopyJob, connections, copy_block_range
 
 
 def _pair_tables(connstr: str, rows: int = 0) -> None:
@@ -38,7 +44,7 @@ def test_block_ranges_cover_everything() -> None:
 
 def test_task_groups_one_task_per_slot_balanced_by_size() -> None:
     units = [
-        copy_mod._Unit(plan_no, range_no, None, None, blocks)
+        BlockRange(plan_no, range_no, None, None, blocks)
         for plan_no, range_no, blocks in (
             (0, 0, 1850), (0, 1, 1850), (1, 0, 760), (1, 1, 760),
             (2, 0, 760), (2, 1, 760), (3, 0, 540), (3, 1, 540), (4, 0, 1),
@@ -61,8 +67,8 @@ def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, mon
     _pair_tables(src, rows=60_000)
     _pair_tables(dst)
     # Small ranges: many tasks, so the writer gets to commit between them.
-    monkeypatch.setattr(copy_mod, "MIN_SPLIT_BLOCKS", 8)
-    monkeypatch.setattr(copy_mod, "RANGE_BLOCKS", 64)
+    monkeypatch.setattr(copy_plan, "MIN_SPLIT_BLOCKS", 8)
+    monkeypatch.setattr(copy_plan, "RANGE_BLOCKS", 64)
     stop = threading.Event()
     written = [0]
 
@@ -151,15 +157,77 @@ def test_skip_truncate_keeps_rows(spark, both) -> None:
     assert fetch(dst, "select id from t order by id") == [(1,), (2,)]
 
 
+def _copy_group_failing_once(folder: Path, stage: str) -> Callable[[CopyJob, list], int]:
+    """A Spark task body that fails the first attempt of every table's range 0 at ``stage``.
+
+    ``mid`` fails inside the destination transaction (rows written, not committed); ``after``
+    fails once the range is committed, before the task reports success.  Otherwise it copies
+    like ``copy_group``, with the same connections and per-range function.
+
+    It runs in Spark's Python workers, other processes than the test's: the function and its
+    class are nested, so Spark pickles them by value (a module-level one would be pickled by
+    name, and the workers cannot import the test modules).  Which attempt is the first is
+    decided across processes by a marker file in ``folder``, created atomically by the
+    attempt that fails.
+    """
+
+    class FailBeforeCommit:
+        """The destination connection, whose transactions roll back instead of committing."""
+
+        def __init__(self, conn: psycopg.Connection) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name: str):
+            return getattr(self._conn, name)
+
+        @contextlib.contextmanager
+        def transaction(self) -> Iterator[None]:
+            with self._conn.transaction():
+                yield
+                raise RuntimeError(f"injected failure ({stage}) before commit")
+
+    def first_attempt(dest_key: str, rng: BlockRange) -> bool:
+        if rng.range_no != 0:
+            return False
+        try:
+            (folder / f"{dest_key.replace('/', '_')}.{stage}").open("x").close()
+        except FileExistsError:
+            return False
+        return True
+
+    def copy_group(job: CopyJob, ranges: list[BlockRange]) -> int:
+        rows = 0
+        with connections(job) as (src, dst):
+            for rng in ranges:
+                dest_key = job.plans[rng.plan_no].dest_key
+                if not first_attempt(dest_key, rng):
+                    rows += copy_block_range(job, rng, src, dst)
+                elif stage == "mid":
+                    copy_block_range(job, rng, src, FailBeforeCommit(dst))  # type: ignore[arg-type]
+                else:
+                    copy_block_range(job, rng, src, dst)
+                    raise RuntimeError(f"injected failure ({stage}) in {dest_key} range 0")
+        return rows
+
+    return copy_group
+
+
 @pytest.mark.parametrize("stage", ["mid", "after"])
 def test_retried_task_neither_duplicates_nor_loses(spark, both, tmp_path, monkeypatch, stage):
+    """A failed Spark job is run again: a range whose first attempt failed is copied once.
+
+    ``copy_tables`` maps the task groups through ``copy_group`` as named in
+    ``pgferry.pipeline.copy``; the test puts a failing one there (see
+    ``_copy_group_failing_once``), which Spark ships to the workers with the job.
+    """
     src, dst = both
     _pair_tables(src, rows=20_000)
     _pair_tables(dst)
-    monkeypatch.setattr(copy_mod, "MIN_SPLIT_BLOCKS", 8)
-    monkeypatch.setattr(copy_mod, "RANGE_BLOCKS", 32)
+    monkeypatch.setattr(copy_plan, "MIN_SPLIT_BLOCKS", 8)
+    monkeypatch.setattr(copy_plan, "RANGE_BLOCKS", 32)
+    monkeypatch.setattr(copy_pkg, "copy_group", _copy_group_failing_once(tmp_path, stage))
     tasks = [CopyTask("pay", "pay"), CopyTask("ledger", "ledger")]
-    result = copy_tables(spark, src, dst, tasks, _fail_once=f"{tmp_path}:{stage}")
+    result = copy_tables(spark, src, dst, tasks)
     # The hook really fired (and the failed attempts were retried).
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"ledger.{stage}", f"pay.{stage}"]
     assert result.rows == {"pay": 20_000, "ledger": 20_000}
@@ -228,18 +296,18 @@ def test_binary_copy_where_types_match_text_where_they_do_not(spark, both) -> No
     run_sql(dst, "create table other as select * from plain where false")
     run_sql(dst, "alter table other alter id type bigint", "alter table other add primary key (id)")
     chosen: dict[str, bool] = {}
-    real = copy_mod.binary_compatible
+    real = copy_plan.binary_compatible
 
     def spy(s, d, columns):
         chosen[d.name] = real(s, d, columns)
         return chosen[d.name]
 
-    copy_mod.binary_compatible = spy
+    copy_plan.binary_compatible = spy
     try:
         tasks = [CopyTask("typed", "typed"), CopyTask("plain", "plain"), CopyTask("plain", "other")]
         result = copy_tables(spark, src, dst, tasks)
     finally:
-        copy_mod.binary_compatible = real
+        copy_plan.binary_compatible = real
     assert chosen == {"typed": False, "plain": True, "other": False}
     assert result.rows == {"typed": 3000, "plain": 3000, "other": 3000}
     for src_table, dst_table in (("typed", "typed"), ("plain", "plain"), ("plain", "other")):
@@ -256,6 +324,6 @@ def test_python_workers_fork_from_pgferrys_daemon(spark) -> None:
     def imported_before_task(_: int) -> bool:  # nested: pickled by value for the workers
         import sys
 
-        return "pgferry.pipeline.copy" in sys.modules and "psycopg" in sys.modules
+        return "pgferry.pipeline.copy.task" in sys.modules and "psycopg" in sys.modules
 
     assert all(spark.sparkContext.parallelize(range(4), 4).map(imported_before_task).collect())

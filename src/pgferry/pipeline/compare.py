@@ -1,5 +1,10 @@
 """Compare: row count and an order-independent checksum per primary-key bucket, both sides.
 
+:func:`compare_tables` runs on the driver: it prepares the tables (:mod:`.buckets`), runs the
+Spark job and merges the per-bucket results.  The executors run ``_sum_group``, one task per
+side and bucket group: it receives the job (connection strings, snapshot ids, each table's
+plan) and a :class:`~.buckets.BucketGroup`, which Spark pickles, so both hold plain values.
+
 The databases do the work: each Spark task runs one aggregate per side over a contiguous group
 of key buckets (``width_bucket`` over sampled key boundaries), returning per bucket the row
 count and the sum of a 64-bit hash of every row (``hash_record_extended`` when both sides
@@ -15,43 +20,33 @@ tick by the replication worker) or exported here for the duration of the job.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.db import connect, describe, error_text
+from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.keyranges import Key, KeyRange, KeySpec, merge_buckets, sample_boundaries
+from pgferry.pipeline.buckets import (
+    SESSION_SQL,
+    BucketGroup,
+    CompareTask,
+    Side,
+    TablePlan,
+    bucket_groups,
+    prepare,
+)
+from pgferry.pipeline.keyranges import KeyRange, merge_buckets
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
 from pgferry.pipeline.spark import job_error
-from pgferry.pipeline.tables import TableInfo, relation, resolve_table
 
 log = logging.getLogger(__name__)
 
-# Text forms of values must not depend on per-session settings of either side.
-SESSION_SETTINGS = (
-    "set timezone = 'UTC'",
-    "set datestyle = 'ISO, YMD'",
-    "set intervalstyle = 'postgres'",
-    "set extra_float_digits = 1",
-    "set bytea_output = 'hex'",
-)
-SESSION_SQL = "; ".join(SESSION_SETTINGS)
 # Buckets summed by one task (~1M rows).  Each side of each group is its own task, so even
 # one table keeps two cores busy; smaller groups would turn one sequential scan into several
 # index range scans, which measured slower.
 GROUP_BUCKETS = 2000
-
-
-@dataclass(frozen=True)
-class CompareTask:
-    source_table: str
-    dest_table: str
-    copy_condition: str | None = None  # applied on the source only
-    dest_condition: str | None = None  # applied on the destination only
 
 
 @dataclass
@@ -88,53 +83,12 @@ class TableComparison:
 
 
 @dataclass(frozen=True)
-class _Side:
-    schema: str
-    name: str
-    condition: str | None
-    partitioned: bool = False
-
-    @property
-    def relation(self) -> sql.Composable:
-        return relation(self.schema, self.name, self.partitioned)
-
-
-@dataclass(frozen=True)
-class _Group:
-    table_no: int
-    first_bucket: int  # global number of the group's first bucket
-    lower: Key | None
-    upper: Key | None
-    thresholds: tuple[Key, ...]  # boundaries inside the group
-
-
-@dataclass(frozen=True)
-class _TablePlan:
-    src: _Side
-    dst: _Side
-    columns: tuple[str, ...]
-    key: KeySpec
-    by_type: bool = False  # hash each value by its type (fast) instead of its text form
-
-
-@dataclass(frozen=True)
 class _Job:
     src_connstr: str
     dst_connstr: str
     src_snapshot: str
     dst_snapshot: str
-    plans: tuple[_TablePlan, ...]
-
-
-@dataclass
-class _Prepared:
-    """Tables resolved and split: shared by compare and repair."""
-
-    tasks: list[CompareTask]
-    sources: list[TableInfo]
-    dests: list[TableInfo]
-    plans: list[_TablePlan]
-    boundaries: list[list[Key]]
+    plans: tuple[TablePlan, ...]
 
 
 def compare_tables(
@@ -155,7 +109,8 @@ def compare_tables(
     ):
         prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
         job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
-        units = [(side, g) for g in _groups(prepared.boundaries) for side in (0, 1)]
+        groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
+        units = [(side, g) for g in groups for side in (0, 1)]
         try:
             spark.sparkContext.setJobDescription("pgferry compare")
             results = (
@@ -187,81 +142,8 @@ def compare_tables(
     return out
 
 
-def prepare(
-    src_connstr: str, dst_connstr: str, tasks: list[CompareTask], src_snapshot: str
-) -> _Prepared:
-    """Resolve both sides, check keys, sample key boundaries on the source snapshot."""
-    with connect(dst_connstr, autocommit=True) as conn:
-        dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
-    conn = open_in_snapshot(src_connstr, src_snapshot)
-    try:
-        sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
-        plans, boundaries = [], []
-        for task, src, dst in zip(tasks, sources, dests, strict=True):
-            key = KeySpec.of(src)
-            if dst.require_pkey() != key.names:
-                raise DatabaseError(
-                    f"primary keys differ: {src.display} ({', '.join(key.names)}) vs "
-                    f"{dst.display} ({', '.join(dst.pkey)})"
-                )
-            have = set(dst.column_names)
-            columns = tuple(c for c in src.column_names if c in have)
-            by_type = all(src.column(c).type == dst.column(c).type for c in columns) and all(
-                _hashable([src.column(c).type for c in columns], c_) for c_ in (conn, dst_connstr)
-            )
-            plans.append(
-                _TablePlan(
-                    _Side(src.schema, src.name, task.copy_condition, src.partitioned),
-                    _Side(dst.schema, dst.name, task.dest_condition, dst.partitioned),
-                    columns,
-                    key,
-                    by_type,
-                )
-            )
-            boundaries.append(sample_boundaries(conn, src, key))
-    except psycopg.Error as exc:
-        raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
-    finally:
-        conn.close()
-    return _Prepared(tasks, sources, dests, plans, boundaries)
-
-
-def _hashable(types: list[str], where: psycopg.Connection | str) -> bool:
-    """Whether every type has an extended hash function, so whole rows can be hashed by type.
-
-    That is about 3x cheaper than hashing the row's text, and it is what compare uses when
-    both sides have identical column types; otherwise (json, point, differing types) the row's
-    text form is hashed.  Probed on a row of NULLs, so empty tables answer too.
-    """
-    probe = sql.SQL("select hash_record_extended(row({}), 0)").format(
-        sql.SQL(", ").join(sql.SQL("null::{}").format(sql.SQL(t)) for t in types)
-    )
-    if isinstance(where, str):
-        with connect(where, autocommit=True) as conn:
-            return _hashable(types, conn)
-    try:
-        with where.transaction():
-            where.execute(probe)
-        return True
-    except psycopg.Error:
-        return False
-
-
-def _groups(boundaries: list[list[Key]], group_buckets: int = GROUP_BUCKETS) -> list[_Group]:
-    groups: list[_Group] = []
-    for table_no, bounds in enumerate(boundaries):
-        buckets = len(bounds) + 1
-        count = max(1, math.ceil(buckets / group_buckets))
-        size = math.ceil(buckets / count)
-        for first in range(0, buckets, size):
-            last = min(buckets, first + size)  # exclusive
-            lower = bounds[first - 1] if first > 0 else None
-            upper = bounds[last - 1] if last - 1 < len(bounds) else None
-            groups.append(_Group(table_no, first, lower, upper, tuple(bounds[first : last - 1])))
-    return groups
-
-
-def _sum_group(job: _Job, group: _Group, side: int) -> dict[int, tuple[int, int]]:
+def _sum_group(job: _Job, group: BucketGroup, side: int) -> dict[int, tuple[int, int]]:
+    """The Spark task's body (runs on an executor): one side of one bucket group."""
     plan = job.plans[group.table_no]
     if side == 0:
         return _sum_side(job.src_connstr, job.src_snapshot, plan, plan.src, group)
@@ -269,7 +151,7 @@ def _sum_group(job: _Job, group: _Group, side: int) -> dict[int, tuple[int, int]
 
 
 def _sum_side(
-    connstr: str, snapshot: str, plan: _TablePlan, side: _Side, group: _Group
+    connstr: str, snapshot: str, plan: TablePlan, side: Side, group: BucketGroup
 ) -> dict[int, tuple[int, int]]:
     """Per global bucket: (rows, checksum) of one side (runs on an executor)."""
     where = [plan.key.predicate(KeyRange(group.lower, group.upper))]

@@ -1,5 +1,11 @@
 """Repair: find the exact rows that differ and write (optionally apply) SQL that fixes them.
 
+:func:`repair_tables` runs on the driver: it prepares the tables (:mod:`.buckets`), builds the
+two DataFrames, collects the differing rows of the join and writes and applies the fix.  The
+executors run ``_read_batches`` (with ``_read_range`` and ``_key_column``) inside
+``mapInArrow``: each call receives the read job (connection strings, snapshot ids, each
+table's plan, the key ranges to read), which Spark pickles, so it holds plain values only.
+
 Both sides are read at one logical point each (the caller's snapshots or exported ones), only
 inside the given key ranges when compare found some, as all-text columns: each Spark task
 runs ``COPY (...) TO STDOUT (FORMAT csv)`` and parses it with pyarrow into Arrow batches
@@ -24,13 +30,7 @@ from psycopg import sql
 from pgferry import expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.compare import (
-    SESSION_SQL,
-    CompareTask,
-    _groups,
-    _TablePlan,
-    prepare,
-)
+from pgferry.pipeline.buckets import SESSION_SQL, CompareTask, TablePlan, bucket_groups, prepare
 from pgferry.pipeline.keyranges import KeyRange
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
 from pgferry.pipeline.spark import job_error
@@ -69,7 +69,7 @@ class RepairResult:
 class _ReadJob:
     connstrs: tuple[str, str]  # source, destination
     snapshots: tuple[str, str]
-    plans: tuple[_TablePlan, ...]
+    plans: tuple[TablePlan, ...]
     ranges: tuple[tuple[int, KeyRange], ...]  # (table_no, range)
 
 
@@ -101,7 +101,7 @@ def repair_tables(
     ):
         prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
         work: list[tuple[int, KeyRange]] = []
-        groups = _groups(prepared.boundaries, READ_GROUP_BUCKETS)
+        groups = bucket_groups(prepared.boundaries, READ_GROUP_BUCKETS)
         for table_no, task in enumerate(tasks):
             if ranges is not None and task.dest_table in ranges:
                 work += [(table_no, r) for r in ranges[task.dest_table]]
@@ -193,7 +193,7 @@ def read_table_count(spark, connstr: str, task: CompareTask) -> int:
     """Read one table whole into Spark the way repair does, and count it (data-path probe)."""
     with maybe_snapshot(connstr, None) as snap:
         prepared = prepare(connstr, connstr, [task], snap)
-        groups = _groups(prepared.boundaries, READ_GROUP_BUCKETS)
+        groups = bucket_groups(prepared.boundaries, READ_GROUP_BUCKETS)
         ranges = tuple((0, KeyRange(g.lower, g.upper)) for g in groups)
         job = _ReadJob((connstr, connstr), (snap, snap), tuple(prepared.plans), ranges)
         width = len(prepared.plans[0].columns)
@@ -240,12 +240,12 @@ def _key_column(table, nkey: int):
     return pc.binary_join_element_wise(*[table.column(f"c{i}") for i in range(nkey)], "\x00")
 
 
-def _ordered_columns(plan: _TablePlan) -> list[str]:
+def _ordered_columns(plan: TablePlan) -> list[str]:
     """Key columns first, then the rest: the join reads keys at fixed positions."""
     return list(plan.key.names) + [c for c in plan.columns if c not in plan.key.names]
 
 
-def _read_range(conn: psycopg.Connection, plan: _TablePlan, side: int, rng: KeyRange, width: int):
+def _read_range(conn: psycopg.Connection, plan: TablePlan, side: int, rng: KeyRange, width: int):
     import pyarrow as pa
     from pyarrow import csv
 
@@ -287,7 +287,7 @@ def _read_range(conn: psycopg.Connection, plan: _TablePlan, side: int, rng: KeyR
 def _fix_sql(
     conn: psycopg.Connection,
     dest: sql.Identifier,
-    plan: _TablePlan,
+    plan: TablePlan,
     diffs: list[tuple],
     result: RepairResult,
 ) -> list[str]:

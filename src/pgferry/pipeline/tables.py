@@ -2,7 +2,7 @@
 
 Names are parsed by PostgreSQL itself (``to_regclass``), so ``"My Schema"."Tbl"``, unquoted
 names on the search_path and unicode all behave exactly as in SQL.  Everything here is plain
-strings so it can travel to Spark executors.
+values (strings, numbers, tuples), so it pickles for Spark executors.
 """
 
 from __future__ import annotations

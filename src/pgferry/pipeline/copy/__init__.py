@@ -1,0 +1,110 @@
+"""Initial copy: many tables, one exported snapshot, parallel Spark tasks, COPY streams.
+
+:func:`copy_tables` runs on the driver: it exports the snapshot on the source and keeps it
+open, plans block ranges per table (:mod:`.plan`), prepares the destination
+(:mod:`.destination`: bookkeeping, TRUNCATE, secondary indexes dropped), runs one Spark job
+whose tasks copy the ranges (:mod:`.task`, on the executors; what they receive is pickled),
+then rebuilds the indexes and ANALYZEs.  Each range is recorded in
+``ferry_copy.range_done`` in the transaction that copies it, so when the job fails it is
+simply run again: finished ranges are skipped, rows are never duplicated nor lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pgferry.db import connect, describe
+from pgferry.errors import DatabaseError, PgferryError
+from pgferry.pipeline.copy.destination import done_rows, finish_destination, prepare_destination
+from pgferry.pipeline.copy.plan import CopyTask, block_ranges, estimates, plan_tables, task_groups
+from pgferry.pipeline.copy.task import BlockRange, CopyJob, copy_group
+from pgferry.pipeline.progress import TableProgress
+from pgferry.pipeline.snapshot import exported_snapshot
+from pgferry.pipeline.spark import job_error
+from pgferry.pipeline.tables import resolve_table
+
+__all__ = ["CopyResult", "CopyTask", "block_ranges", "copy_tables", "task_groups"]
+
+log = logging.getLogger(__name__)
+
+JOB_RETRIES = 2
+
+
+@dataclass
+class CopyResult:
+    snapshot: str  # pg_current_snapshot()::text of the exporting transaction
+    rows: dict[str, int] = field(default_factory=dict)  # rows copied per dest_table
+    seconds: float = 0.0
+
+
+def copy_tables(
+    spark,
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CopyTask],
+    *,
+    max_parallel: int | None = None,
+    progress: bool | None = None,
+) -> CopyResult:
+    """Copy ``tasks`` from source to destination under ONE exported snapshot.
+
+    Returns the snapshot (for the replay hand-over) and the rows copied per dest_table.
+    """
+    if not tasks:
+        raise PgferryError("copy: no tables given")
+    started = time.monotonic()
+    copy_id = uuid.uuid4().hex
+    with exported_snapshot(src_connstr) as snap:
+        with connect(src_connstr, autocommit=True) as conn:
+            sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
+            src_major = conn.info.server_version // 10000
+        with connect(dst_connstr, autocommit=True) as conn:
+            dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
+            same_major = conn.info.server_version // 10000 == src_major
+        plans, ranges = plan_tables(
+            tasks, sources, dests, spark.sparkContext.defaultParallelism, binary=same_major
+        )
+        job = CopyJob(src_connstr, dst_connstr, snap.snapshot_id, copy_id, tuple(plans))
+        prepare_destination(dst_connstr, tasks, dests)
+        prepared_at = time.monotonic()
+        totals = estimates(tasks, sources)
+        with TableProgress(
+            "copy", totals, lambda: done_rows(dst_connstr, copy_id), enabled=progress
+        ):
+            _run_job(spark, job, ranges, max_parallel)
+        copied_at = time.monotonic()
+        rows = done_rows(dst_connstr, copy_id)
+    finish_destination(dst_connstr, dests, copy_id)
+    log.debug(
+        "copy timings: prepare %.2fs, %d ranges %.2fs, finish %.2fs",
+        prepared_at - started, len(ranges), copied_at - prepared_at,
+        time.monotonic() - copied_at,
+    )  # fmt: skip
+    result = CopyResult(snapshot=snap.txid_snapshot, rows={t.dest_table: 0 for t in tasks})
+    result.rows.update(rows)
+    result.seconds = time.monotonic() - started
+    for table, count in result.rows.items():
+        log.info("copy %s: %d rows", table, count)
+    return result
+
+
+def _run_job(spark, job: CopyJob, ranges: list[BlockRange], max_parallel: int | None) -> None:
+    """Run the Spark job; when it fails, run it again: finished ranges are skipped."""
+    sc = spark.sparkContext
+    groups = task_groups(ranges, sc.defaultParallelism, max_parallel)
+    for attempt in range(JOB_RETRIES + 1):
+        try:
+            sc.setJobDescription("pgferry copy")
+            # The lambda is pickled by value, copy_group by reference (the workers import it).
+            sc.parallelize(groups, len(groups)).map(lambda g: copy_group(job, g)).collect()
+            return
+        except PgferryError:
+            raise
+        except Exception as exc:
+            message = job_error(exc)
+            if attempt == JOB_RETRIES:
+                raise DatabaseError(f"copy failed: {message}") from None
+            log.warning("copy job failed (%s); retrying unfinished ranges", message)
