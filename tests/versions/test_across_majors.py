@@ -30,7 +30,8 @@ create table public."Typed é" (
 """
 ROWS = """
 insert into public."Typed é"
-select g, (g * 1.5)::numeric, case g %% 5 when 0 then 'NaN' when 1 then '-Infinity' else g / 7.0 end,
+select g, (g * 1.5)::numeric,
+       case g %% 5 when 0 then 'NaN' when 1 then '-Infinity' else g / 7.0 end,
        timestamptz '2026-01-01 00:00+00' + g * interval '37 minutes',
        case when g %% 11 = 0 then 'infinity' else timestamp '1999-12-31 23:59:59.123456' end,
        date '2000-02-29' + g, make_interval(months => g, secs => g * 1.25),
