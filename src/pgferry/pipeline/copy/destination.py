@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from psycopg import sql
 
+from pgferry import schema
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
 from pgferry.pipeline.copy.plan import CopyTask
@@ -24,30 +25,12 @@ log = logging.getLogger(__name__)
 
 
 def ensure_bookkeeping(conn: psycopg.Connection) -> None:
-    """Create the ``ferry_copy`` schema and its tables where missing (``conn``: autocommit)."""
-    # A concurrent first copy may create the same objects: serialise on a lock.
-    with conn.transaction():
-        conn.execute("select pg_advisory_xact_lock(hashtext('ferry_copy.bookkeeping'))")
-        conn.execute(
-            """
-            create schema if not exists ferry_copy;
-            create table if not exists ferry_copy.range_done (
-                copy_id     text    not null,
-                dest_table  text    not null,
-                range_no    integer not null,
-                rows        bigint  not null default 0,
-                done_at     timestamptz not null default now(),
-                primary key (copy_id, dest_table, range_no)
-            );
-            create table if not exists ferry_copy.saved_index (
-                dest_table  text not null,
-                index_name  text not null,
-                index_def   text not null,
-                saved_at    timestamptz not null default now(),
-                primary key (dest_table, index_name)
-            );
-            """
-        )
+    """Install or upgrade the ``ferry_copy`` schema (sql/copy/) on the destination.
+
+    It stands alone (no queue or node schema needed), so any database can be a copy's or
+    a repair's destination; concurrent first copies are serialised by the installer's lock.
+    """
+    schema.install(conn, ("copy",))
 
 
 def prepare_destination(dst_connstr: str, tasks: list[CopyTask], dests: list[TableInfo]) -> None:
