@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgferry.apply.batch_sql import Segment
-from pgferry.apply.replay import plan_segment
+from pgferry.apply.plan import plan_segment
 from pgferry.apply.routes import Route
 
 

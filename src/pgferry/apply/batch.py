@@ -1,0 +1,300 @@
+"""The apply transaction of one batch, and what the worker keeps between batches for it.
+
+One read of the batch's summary on the provider says what it holds, queued scripts
+included.  Then ONE subscriber transaction, committed durably, applies it: the segments
+between queued scripts in ev_id order (each planned by :mod:`.plan`, read by :mod:`.read`,
+applied by :mod:`.stage_apply`), each script at its place (:meth:`Replayer._run_script`),
+the events forwarded into the branch's own queue, the tables whose copy hand-over is done
+promoted, and the batch's tick recorded (design-notes §2, §3).
+
+:class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
+tables' shapes, the stage tables and the reader connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from pgferry.apply import forward, handover
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.plan import TableShapes, count_scripts, plan_segment, summarize
+from pgferry.apply.read import ReaderPool
+from pgferry.apply.routes import Route, load_routes, registry_signature
+from pgferry.apply.spark_session import WorkerSpark
+from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment
+from pgferry.config import Config
+from pgferry.db import error_text
+from pgferry.errors import PgferryError
+from pgferry.node import model
+from pgferry.queue import api as queue_api
+from pgferry.queue.api import Batch
+from pgferry.scripts import skip
+
+log = logging.getLogger(__name__)
+
+ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    local_max_events: int  # batches estimated at most this big are replayed without Spark
+    read_parts: int  # Spark tasks reading a replayed batch at once
+    read_ahead: int  # provider connections reading tables ahead of the apply
+    read_ahead_events: int  # smaller batches are read inline (a thread costs more)
+    read_range_events: int  # larger tables are read in ev_id ranges of about this size
+
+    @classmethod
+    def from_config(cls, config: Config) -> ReplaySettings:
+        return cls(
+            # On 2 cores a Spark job cost 0.25-1.2 s for batches of 5-8k events that the
+            # driver's readers applied in 0.05-0.1 s: Spark takes the large batches only.
+            local_max_events=config.getint("replay_local_events", 50000),
+            read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
+            read_ahead=config.getint("replay_read_ahead", 2),
+            read_ahead_events=config.getint("replay_read_ahead_events", 2000),
+            read_range_events=config.getint("replay_read_range_events", 50000),
+        )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How the segments of one batch are read."""
+
+    batch_id: int
+    batch_sql: str
+    seqs: list[str]
+    use_spark: bool  # by Spark tasks (the session is up and the batch is large)
+    read_ahead: bool  # by reader threads ahead of the apply (else inline)
+
+
+class Replayer:
+    """Applies the worker's batches; see the module docstring."""
+
+    def __init__(self, settings: ReplaySettings, spark: WorkerSpark) -> None:
+        self.settings = settings  # replaced on reload
+        self.spark = spark
+        self.provider_dsn = ""
+        self.shapes = TableShapes()
+        self.stages = StageTables()
+        self._readers: ReaderPool | None = None
+        self._route_cache: tuple[str, float, dict[str, Route]] | None = None
+
+    # --- state kept between batches ------------------------------------------------------
+    def use_provider(self, dsn: str) -> None:
+        """A new provider connection: what it has may differ."""
+        self.provider_dsn = dsn
+        self.forget_shapes()
+        self.close_readers()
+
+    def forget_shapes(self) -> None:
+        """Drop what was learnt of the tables' shapes on both sides (they may have changed)."""
+        self.shapes.forget()
+        self.stages.reset()
+
+    def close_readers(self) -> None:
+        if self._readers is not None:
+            self._readers.close()
+            self._readers = None
+
+    def close(self) -> None:
+        """The worker disconnects: readers go, the stage tables went with the session."""
+        self.close_readers()
+        self.stages.reset()
+
+    def routes(self, local: psycopg.Connection, queue: str) -> dict[str, Route]:
+        """The registry, re-read only when it changed or is older than ROUTES_MAX_AGE."""
+        signature = registry_signature(local, queue)
+        cached = self._route_cache
+        if (
+            cached is None
+            or cached[0] != signature
+            or time.monotonic() - cached[1] > ROUTES_MAX_AGE
+        ):
+            cached = (signature, time.monotonic(), load_routes(local, queue))
+            self._route_cache = cached
+            self.forget_shapes()
+        return cached[2]
+
+    def _reader_pool(self) -> ReaderPool:
+        if self._readers is None:
+            self._readers = ReaderPool(self.provider_dsn, self.settings.read_ahead)
+        return self._readers
+
+    # --- one batch -----------------------------------------------------------------------
+    def apply(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        batch: Batch,
+        routes: dict[str, Route],
+        seqs: list[str],
+    ) -> ApplyStats:
+        """Apply ``batch`` and record its tick in one committed local transaction."""
+        try:
+            return self._apply_batch(local, provider, node, batch, routes, seqs)
+        except BaseException:
+            self.stages.reset()  # stage tables created in the failed transaction are gone
+            raise
+
+    def _apply_batch(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        batch: Batch,
+        routes: dict[str, Route],
+        seqs: list[str],
+    ) -> ApplyStats:
+        queue, consumer = node.queue_name, node.consumer_name
+        batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
+        # One read of the batch says what it holds, queued scripts included.
+        summary_at = time.monotonic()
+        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True)
+        summary_seconds = time.monotonic() - summary_at
+        scripts = queue_api.scripts(provider, batch_sql) if count_scripts(summary) else []
+        estimate = None
+        if batch.event_seq is not None and batch.prev_event_seq is not None:
+            estimate = batch.event_seq - batch.prev_event_seq
+        big = estimate is None or estimate > self.settings.local_max_events
+        applies = any(r.applies for r in routes.values())
+        # A batch never starts Spark: a JVM starting during a catch-up takes the CPU the
+        # catch-up needs.  The session comes up once caught up, or for an initial copy.
+        use_spark = applies and not scripts and big and self.spark.ready(start=False)
+        read_ahead = estimate is None or estimate > self.settings.read_ahead_events
+        reading = _Reading(batch.batch_id, batch_sql, list(seqs), use_spark, read_ahead)
+        with local.transaction():
+            # The provider forgets the batch once it is finished: the transaction that
+            # records it must be on disk first, whatever the server's default.
+            local.execute("set local synchronous_commit = on")
+            staged_at = time.monotonic()
+            stats = ApplyStats()
+            after = None
+            for script in [*scripts, None]:
+                upto = script[0] if script else None
+                segment_summary = None if scripts else summary
+                stats.add(
+                    self._apply_segment(
+                        local, provider, reading, routes, Segment(after, upto), segment_summary
+                    )
+                )
+                if script:
+                    self._run_script(local, node, batch, script, routes, seqs)
+                    # The script may change tables: rows after it use the new shapes.
+                    routes = load_routes(local, queue)
+                    self._route_cache = None
+                    self.forget_shapes()
+                after = upto
+            stats.apply_seconds = time.monotonic() - staged_at
+            if node.node_type == "branch":
+                forward.forward_events(local, provider, queue, batch_sql)
+            done = handover.promote(local, queue, batch.tick_snapshot)
+            model.record_tick(
+                local,
+                queue,
+                consumer,
+                batch.tick_id,
+                batch.tick_time,
+                batch.prev_tick_id,
+                node.provider_node,
+            )
+            if scripts:  # only a script can leave a failed event behind
+                skip.clear_failure(local, queue, consumer)
+            commit_at = time.monotonic()
+        stats.commit_seconds = time.monotonic() - commit_at
+        stats.summary_seconds = summary_seconds
+        for table in done:
+            log.info("Table %s is now ok", table)
+        stats.spark = use_spark
+        return stats
+
+    def _apply_segment(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        reading: _Reading,
+        routes: dict[str, Route],
+        segment: Segment,
+        summary: list[tuple] | None,
+    ) -> ApplyStats:
+        batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
+        active = [r for r in routes.values() if r.applies]
+        src_cols = self.shapes.source_columns(provider, active)
+        read_ahead = reading.read_ahead or use_spark
+        if summary is None:
+            summary = summarize(provider, batch_sql, routes, seqs, segment)
+        plan = plan_segment(
+            summary,
+            routes,
+            seqs,
+            src_cols,
+            range_events=self.settings.read_range_events if read_ahead else None,
+            binary=_major(provider) == _major(local),
+            provider_types=self.shapes.provider_types(provider, active),
+        )
+        readers = None
+        if use_spark and plan.tables:
+            readers = self.spark.readers(
+                reading.batch_id, self.provider_dsn, self.settings.read_parts
+            )
+        elif read_ahead and len(plan.tables) > 1:
+            readers = self._reader_pool()
+        return apply_segment(
+            local, self.stages, plan, batch_sql, segment, provider=provider, readers=readers
+        )
+
+    def _run_script(
+        self,
+        local: psycopg.Connection,
+        node: model.NodeInfo,
+        batch: Batch,
+        script: tuple,
+        routes: dict[str, Route],
+        seqs: list[str],
+    ) -> None:
+        """A queued script, in the applying transaction, between the rows around it.
+
+        A script that fails stops replay here (the transaction rolls back, the position is
+        kept); the failing event is recorded so that ``skip-event`` can name it.  A script
+        the operator skipped is passed over.
+        """
+        from pgferry.scripts.execute import EXECUTE_EVENT, apply_script_event
+
+        ev_id, script_sql, file_name, attrs_text, tables_json = script
+        queue = node.queue_name
+        if skip.is_skipped(local, queue, batch.tick_id, ev_id):
+            log.warning("%s: skipped by the operator (event %s)", file_name, ev_id)
+            return
+        try:
+            with local.transaction():  # a savepoint: the error text must stay readable
+                apply_script_event(
+                    local,
+                    queue,
+                    script_sql=script_sql,
+                    file_name=file_name,
+                    attrs_text=attrs_text,
+                    queue_tables_json=tables_json,
+                    local_names={r.table_name: r.dest_fq for r in routes.values()},
+                    local_seqs=frozenset(seqs),
+                )
+        except (psycopg.Error, PgferryError) as exc:
+            error = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
+            raise skip.EventFailed(
+                skip.FailedEvent(
+                    queue,
+                    node.consumer_name,
+                    batch.tick_id,
+                    ev_id,
+                    EXECUTE_EVENT,
+                    file_name,
+                    error,
+                )
+            ) from None
+
+
+def _major(conn: psycopg.Connection) -> int:
+    return conn.info.server_version // 10000

@@ -1,0 +1,187 @@
+"""The plan of one batch segment: what it holds, per table, and in what order to read it.
+
+One summary query on the provider (:func:`pgferry.apply.batch_sql.summary_query`) says
+which tables the segment touches, whether a table saw only inserts, its last TRUNCATE and
+the sequences' values.  :func:`plan_segment` turns those rows into :class:`TableWork` items
+(one per table, or one per ev_id range of a large table, read in parallel) with the columns
+both sides share and the types the provider decodes them as.  :class:`TableShapes` keeps
+what was learnt of the provider's tables and types between batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import psycopg
+
+from pgferry.apply.batch_sql import Segment, summary_query, table_query
+from pgferry.apply.routes import Route, source_columns, types_present
+from pgferry.db import error_text
+from pgferry.errors import PgferryError
+
+
+class ReplayError(PgferryError):
+    """A batch could not be applied (the message names the table where it is known)."""
+
+
+@dataclass(frozen=True)
+class TableWork:
+    route: Route
+    columns: tuple[str, ...]
+    rows: int  # row events before the collapse
+    inserts_only: bool
+    barrier: int | None
+    span: Segment | None = None  # an ev_id range of the segment, when the table is split
+    order: int = 0  # ranges of one table apply in this order
+    binary: bool = False  # COPY in binary format (same built-in types on both sides)
+    decode: tuple[str, ...] = ()  # the columns' types as the provider decodes them
+
+    def query(self, batch_sql: str, segment: Segment) -> str:
+        return table_query(
+            batch_sql,
+            self.route,
+            self.columns,
+            self.decode,
+            self.span or segment,
+            barrier=self.barrier,
+        )
+
+
+@dataclass
+class SegmentPlan:
+    tables: list[TableWork]
+    truncate: list[Route]  # tables whose TRUNCATE replays (skip_truncate ones excluded)
+    sequences: dict[str, int]
+
+
+class TableShapes:
+    """What the provider has of the replayed tables (their columns) and of the subscriber's
+    own column types, read once and kept until :meth:`forget` (the provider or a table's
+    shape may have changed)."""
+
+    def __init__(self) -> None:
+        self._src_cols: dict[str, frozenset[str] | None] = {}
+        self._prov_types: dict[str, bool] = {}  # the provider has this local type
+
+    def forget(self) -> None:
+        self._src_cols, self._prov_types = {}, {}
+
+    def source_columns(
+        self, provider: psycopg.Connection, active: list[Route]
+    ) -> dict[str, frozenset[str] | None]:
+        for route in active:
+            if route.table_name not in self._src_cols:
+                self._src_cols[route.table_name] = source_columns(provider, route.table_name)
+        return self._src_cols
+
+    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
+        """Whether the provider has each of the subscriber's own column types."""
+        wanted = {t for r in active if not r.builtin_types for t in r.types}
+        missing = sorted(wanted - self._prov_types.keys())
+        if missing:
+            self._prov_types.update(types_present(provider, missing))
+        return self._prov_types
+
+
+def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
+    """Local columns that the source also has (a column only on one side keeps its own)."""
+    if src is None:
+        return route.columns
+    return tuple(c for c in route.columns if c in src or c in route.pk)
+
+
+def summarize(
+    provider: psycopg.Connection,
+    batch_sql: str,
+    routes: dict[str, Route],
+    sequences: Iterable[str],
+    segment: Segment,
+    *,
+    scripts: bool = False,
+) -> list[tuple]:
+    """The summary rows of the segment (see :func:`summary_query`)."""
+    active = [r for r in routes.values() if r.applies]
+    seqs = list(sequences)
+    if not active and not seqs and not scripts:
+        return []
+    query = summary_query(batch_sql, active, seqs, segment, scripts=scripts)
+    try:
+        with provider.transaction():
+            provider.execute("set transaction read only")  # copy conditions run here
+            # Few groups, many rows: hashing beats the sort that the planner's row
+            # estimate for a batch (a handful) would choose, and spills to disk.
+            provider.execute("set local enable_sort = off")
+            return provider.execute(query.encode()).fetchall()
+    except psycopg.Error as exc:
+        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+
+
+def count_scripts(summary: list[tuple]) -> int:
+    return sum(row[7] for row in summary)
+
+
+def plan_segment(
+    summary: list[tuple],
+    routes: dict[str, Route],
+    sequences: Iterable[str],
+    source_columns: dict[str, frozenset[str] | None],
+    *,
+    range_events: int | None = None,
+    binary: bool = False,
+    provider_types: Mapping[str, bool] | None = None,
+) -> SegmentPlan:
+    """What the segment holds, per table; with ``range_events`` a table with more row
+    events is split into ev_id ranges of about that many, read in parallel and applied in
+    ev_id order (each range collapses on its own; a later range overrides an earlier one).
+    ``binary``: both servers are of one major version, so tables whose columns all have
+    built-in types move in COPY's binary format (no text output and parsing).
+    ``provider_types`` says which of the subscriber's own (not built-in) types the provider
+    has too; a column of a type it lacks is decoded as text there and parsed by the type's
+    input function on the subscriber, as the initial copy does."""
+    seqs = set(sequences)
+    plan = SegmentPlan([], [], {})
+    for name, count, inserts_only, barrier, seq_value, first, last, _scripts in summary:
+        if name is None:
+            continue  # the scripts' row
+        if seq_value is not None and name in seqs:
+            plan.sequences[name] = seq_value
+            continue
+        route = routes.get(name)
+        if route is None or not route.applies:
+            continue
+        if barrier is not None and not route.skip_truncate:
+            plan.truncate.append(route)
+        if count:
+            cols = apply_columns(route, source_columns.get(name))
+            work = TableWork(
+                route, cols, count, bool(inserts_only), barrier,
+                binary=binary and route.builtin_types,
+                decode=_decode_types(route, cols, provider_types or {}),
+            )  # fmt: skip
+            plan.tables.extend(_split(work, first, last, range_events))
+    # First ranges first, larger tables before smaller ones: what is read first is applied
+    # first, while the rest is read.
+    plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
+    plan.truncate.sort(key=lambda r: r.table_name)
+    return plan
+
+
+def _decode_types(
+    route: Route, cols: tuple[str, ...], provider_types: Mapping[str, bool]
+) -> tuple[str, ...]:
+    """The destination's types of ``cols``; text for those the provider does not have."""
+    by_name = dict(zip(route.columns, route.types, strict=True))
+    return tuple(by_name[c] if provider_types.get(by_name[c], True) else "text" for c in cols)
+
+
+def _split(work: TableWork, first: int, last: int, range_events: int | None) -> list[TableWork]:
+    if not range_events or work.rows <= range_events or last <= first:
+        return [work]
+    n = min(-(-work.rows // range_events), last - first + 1)
+    bounds = [first - 1 + (last - first + 1) * i // n for i in range(n + 1)]
+    return [
+        replace(work, rows=work.rows // n, span=Segment(lo, hi), order=i)
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
