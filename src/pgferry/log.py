@@ -107,7 +107,7 @@ def setup_logging(
         handler.addFilter(mask)
         root.addHandler(handler)
     # py4j and Spark's Python side are chatty at INFO; keep them out unless debugging.
-    for noisy in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+    for noisy in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
 
 
