@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -114,8 +115,12 @@ class Worker(Service):
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
         self._last_heartbeat = 0.0
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
+        # What metrics and tests read: counts since start, and callbacks per applied batch.
         self.batches_applied = 0
         self.spark_batches = 0
+        self.events_applied = 0  # row events (upserts and deletes after collapsing)
+        self.errors_total = 0
+        self.batch_observers: list[Callable[[Batch, ApplyStats, float], None]] = []
 
     def _use_settings(self) -> None:
         self.loop_delay = self.settings.loop_delay
@@ -138,6 +143,7 @@ class Worker(Service):
         self._spark.stop()
 
     def on_error(self, exc: BaseException) -> None:
+        self.errors_total += 1
         self._disconnect()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
@@ -301,9 +307,13 @@ class Worker(Service):
         if node.node_type == "branch":
             forward.ensure_tick(local, queue, batch)
         queue_api.finish_batch(provider, batch_id)
+        seconds = time.monotonic() - started
         self.batches_applied += 1
         self.spark_batches += stats.spark
-        _log_batch(batch, stats, time.monotonic() - started)
+        self.events_applied += stats.upserts + stats.deletes
+        for observe in self.batch_observers:
+            observe(batch, stats, seconds)
+        _log_batch(batch, stats, seconds)
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
