@@ -52,6 +52,8 @@ NODE_SETTINGS: list[Setting] = [
     ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
     ("replay_read_range_events", "50000", "larger tables are read in ev_id ranges of this size"),
     ("replay_read_parts", "0", "Spark tasks reading one batch at once (0: Spark's slots)"),
+    ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
+    ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
     ("spark_warm", "true", "start Spark in the background once caught up"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
@@ -72,6 +74,8 @@ TICKER_SETTINGS: list[Setting] = [
     ("retry_period", "30", "seconds between moving due retry events back"),
     ("check_period", "60", "seconds between looking for new databases"),
     ("stats_period", "30", "seconds between statistics lines in the log"),
+    ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
+    ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
 ]
 
 # Read by pgferry but not advertised: the older name of a setting.

@@ -1,7 +1,8 @@
 """``pgferry [-d|-s|-r|-k] pgqd.ini ticker``: run the ticker daemon.
 
 Reads a ``[pgqd]`` section (``[pgferry_ticker]`` also accepted); ``-s``/``-r``/``-k`` are
-handled by the dispatcher through the pidfile.
+handled by the dispatcher through the pidfile.  With ``metrics_port`` set, Prometheus
+metrics are served (:mod:`pgferry.metrics`); the port is read at start, not on reload.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pgferry.config import TICKER_SECTIONS, load_config
 
 @command("ticker", "run the ticker daemon (pgqd.ini)", sections=TICKER_SECTIONS)
 def cmd_ticker(ctx: Context, argv: list[str]) -> int:
+    from pgferry import metrics
     from pgferry.daemon import run_service
     from pgferry.log import setup_logging
     from pgferry.queue.ticker import TickerService, TickerSettings
@@ -19,6 +21,8 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
     ctx.parser("", "Tick every queue database of a cluster.").parse_args(argv)
     config = ctx.config(TICKER_SECTIONS)
     settings = TickerSettings.from_config(config)  # fail before detaching
+    where = metrics.endpoint(config)
+    servers: list[metrics.MetricsServer] = []
 
     def reread() -> TickerSettings:
         assert ctx.config_path is not None
@@ -34,9 +38,21 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
             console=console,
         )
 
-    return run_service(
-        lambda: TickerService(settings, reread),
-        pidfile=config.getpath("pidfile"),
-        daemonize=ctx.daemon,
-        setup_logging=logging_setup,
-    )
+    def make() -> TickerService:
+        server = metrics.start(where)  # a port already taken: the start fails here
+        service = TickerService(settings, reread)
+        if server is not None:
+            servers.append(server)
+            metrics.watch_ticker(server.registry, service)
+        return service
+
+    try:
+        return run_service(
+            make,
+            pidfile=config.getpath("pidfile"),
+            daemonize=ctx.daemon,
+            setup_logging=logging_setup,
+        )
+    finally:
+        for server in servers:
+            server.close()

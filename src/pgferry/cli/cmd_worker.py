@@ -4,7 +4,8 @@
 its pidfile (handled by the dispatcher).  ``--rewind`` / ``--reset`` reposition the worker on
 its provider once the node's lock is held: rewind to the tick last applied here (after a
 restore of the provider's consumer position), reset to the provider's newest tick (skipping
-everything in between: tables must be resynced afterwards).
+everything in between: tables must be resynced afterwards).  With ``metrics_port`` set,
+Prometheus metrics are served from before the worker takes its node (:mod:`pgferry.metrics`).
 """
 
 from __future__ import annotations
@@ -21,30 +22,46 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     group.add_argument("--rewind", action="store_true", help="restart from the last applied tick")
     group.add_argument("--reset", action="store_true", help="skip to the provider's newest tick")
     args = parser.parse_args(argv)
+    from pgferry import metrics
+
     config = ctx.config()
     config.get("db")
     config.get("queue_name")
     reposition = "rewind" if args.rewind else "reset" if args.reset else None
+    where = metrics.endpoint(config)  # a bad setting fails before detaching
+    servers: list[metrics.MetricsServer] = []
 
     def make():
         from pgferry.apply.worker import Worker
 
-        return Worker(
+        # First the port (after detaching: the server thread lives in the daemon): when it
+        # is taken, the start fails here, before the worker exists or holds the node.
+        server = metrics.start(where)
+        if server is not None:
+            servers.append(server)
+        worker = Worker(
             config,
             verbose=ctx.verbose,
             overrides=ctx.overrides,
             warm_spark=True,
             reposition=reposition,
         )
+        if server is not None:
+            metrics.watch_worker(server.registry, worker)
+        return worker
 
-    return run_service(
-        make,
-        pidfile=config.getpath("pidfile"),
-        daemonize=ctx.daemon,
-        setup_logging=lambda console: setup_logging(
-            config=config,
-            verbose=ctx.verbose,
-            quiet=ctx.quiet,
-            console=console,
-        ),
-    )
+    try:
+        return run_service(
+            make,
+            pidfile=config.getpath("pidfile"),
+            daemonize=ctx.daemon,
+            setup_logging=lambda console: setup_logging(
+                config=config,
+                verbose=ctx.verbose,
+                quiet=ctx.quiet,
+                console=console,
+            ),
+        )
+    finally:
+        for server in servers:
+            server.close()

@@ -89,6 +89,11 @@ class DatabaseState:
     next_maint: float = 0.0
     next_retry: float = 0.0
     last_error: str | None = None
+    # Totals since the database was first watched (the metrics' counters).
+    ticks_made: int = 0
+    maint_operations: int = 0
+    retry_moved: int = 0
+    errors: int = 0
 
     def close(self) -> None:
         if self.conn is not None:
@@ -208,19 +213,26 @@ class TickerService(Service):
             assert db.conn is not None
             if now >= db.next_tick:
                 row = db.conn.execute("select ferry_queue.ticker()").fetchone()
-                self.stats["ticks"] += row[0] if row and row[0] else 0
+                ticks = row[0] if row and row[0] else 0
+                self.stats["ticks"] += ticks
+                db.ticks_made += ticks
                 db.next_tick = now + self.settings.ticker_period
             if now >= db.next_maint:
-                self.stats["maint"] += self._maint(db.conn)
+                operations = self._maint(db.conn)
+                self.stats["maint"] += operations
+                db.maint_operations += operations
                 db.next_maint = now + self.settings.maint_period
             if now >= db.next_retry:
-                self.stats["retry"] += self._retry(db.conn)
+                moved = self._retry(db.conn)
+                self.stats["retry"] += moved
+                db.retry_moved += moved
                 db.next_retry = now + self.settings.retry_period
             if db.last_error is not None:
                 log.info("%s: working again", db.name)
                 db.last_error = None
         except Exception as exc:  # noqa: BLE001 - one database must not stop the others
             message = error_text(exc)
+            db.errors += 1
             if message != db.last_error:
                 log.warning("%s: %s", db.name, message)
             db.last_error = message

@@ -1,0 +1,482 @@
+"""Prometheus metrics of the worker and the ticker, served on ``metrics_port``.
+
+Each daemon process gets its own :class:`~prometheus_client.CollectorRegistry` (never the
+library's global one) and one small HTTP server thread answering ``/metrics``.  Counts come
+from the service object (the worker's counters and per-batch callbacks, the ticker's
+per-database totals); positions, lag and table states are read from the database while the
+scrape runs, on a connection of its own with short timeouts, so a scrape never waits on
+(nor blocks) the daemon's loop.  The server is started before the daemon takes its lock: a
+port already taken is one clear error and nothing else has started.  ``docs/metrics.md``
+lists every metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import psycopg
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from pgferry.config import Config
+from pgferry.db import connect, error_text
+from pgferry.errors import ConfigError, PgferryError
+
+if TYPE_CHECKING:
+    from pgferry.apply.stage_apply import ApplyStats
+    from pgferry.apply.worker import Worker
+    from pgferry.queue.api import Batch
+    from pgferry.queue.ticker import TickerService
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = "127.0.0.1"
+APPLICATION_NAME = "pgferry-metrics"
+# A scrape's own database reads: libpq's shortest connect timeout, then this per statement.
+CONNECT_TIMEOUT = 2
+STATEMENT_TIMEOUT_MS = 2000
+# Seconds; from a small batch applied in one round trip to a long catch-up batch.
+BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# merge_state of ferry.table_info as the label ``state`` spells it (NULL: copy pending).
+TABLE_STATES = ("pending", "in-copy", "catching-up", "ok")
+# Databases the ticker's scrape reads at once.
+TICKER_SCRAPE_THREADS = 4
+
+
+# --- settings and the HTTP endpoint -------------------------------------------------------
+@dataclass(frozen=True)
+class Endpoint:
+    """Where ``/metrics`` is served (``metrics_address``, ``metrics_port``)."""
+
+    address: str
+    port: int
+
+
+def endpoint(config: Config) -> Endpoint | None:
+    """The configured endpoint, or None when ``metrics_port`` is not set (the default)."""
+    raw = (config.getopt("metrics_port") or "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(
+            f"{config.path}: setting 'metrics_port' must be a port number (1-65535), not {raw!r}"
+        )
+    address = (config.getopt("metrics_address") or "").strip() or DEFAULT_ADDRESS
+    return Endpoint(address, port)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes come every few seconds: they are not logged."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class MetricsServer:
+    """``/metrics`` of one registry, answered by a daemon thread until :meth:`close`."""
+
+    def __init__(self, where: Endpoint, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.endpoint = where
+        try:
+            family = socket.getaddrinfo(where.address, where.port, type=socket.SOCK_STREAM)[0][0]
+            server_class = type(
+                "MetricsHTTPServer", (_ThreadingServer,), {"address_family": family}
+            )
+            self._httpd = make_server(
+                where.address,
+                where.port,
+                make_wsgi_app(self.registry),
+                server_class=server_class,
+                handler_class=_QuietHandler,
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise PgferryError(
+                f"cannot serve metrics on {where.address}:{where.port}"
+                f" (metrics_address / metrics_port): {reason}"
+            ) from None
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="pgferry-metrics", daemon=True
+        )
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics", where.address, self.port)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _scrape_connection(dsn: str) -> psycopg.Connection:
+    conn = connect(
+        dsn, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=CONNECT_TIMEOUT
+    )
+    conn.execute(f"set statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    return conn
+
+
+# --- the worker ---------------------------------------------------------------------------
+@dataclass
+class _Histogram:
+    """Bucket counts of observed values; filled by the worker, read by scrapes."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        index = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[index] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return out
+
+
+@dataclass
+class NodeReading:
+    """What one scrape read from the node's database."""
+
+    node_name: str
+    node_type: str
+    last_tick_id: int | None = None
+    lag_seconds: float | None = None
+    paused: bool = False
+    error: bool = False
+    tables: dict[str, str] = field(default_factory=dict)  # table -> state label
+    copy_rows: dict[tuple[str, str], int] = field(default_factory=dict)  # (copy, table): rows
+
+
+def read_node(conn: psycopg.Connection, queue: str) -> NodeReading | None:
+    """Position, lag, health and table states of the local node of ``queue`` (None when
+    this database is not a node of it)."""
+    from pgferry.node import model
+    from pgferry.queue import api as queue_api
+    from pgferry.registry import entries
+
+    node = model.load_node(conn, queue)
+    if node is None:
+        return None
+    reading = NodeReading(node.node_name, node.node_type)
+    now_row = conn.execute("select now()").fetchone()
+    assert now_row is not None
+    now = now_row[0]
+    state = model.local_state(conn, queue, node.worker_name)
+    tick_time = None
+    if state is not None:
+        reading.last_tick_id, tick_time = state.last_tick_id, state.last_tick_time
+        reading.paused, reading.error = state.paused, state.cur_error is not None
+    if node.is_root:
+        # The root's position is its queue's newest tick; its lag is the ticker's lag.
+        reading.last_tick_id, tick_time = queue_api.last_tick(conn, queue)
+    if tick_time is not None:
+        reading.lag_seconds = max(0.0, (now - tick_time).total_seconds())
+    names: dict[str, str] = {}  # destination -> the table's name in the queue (the label of both)
+    for entry in entries.list_tables(conn, queue):
+        reading.tables[entry.table_name] = entry.merge_state or "pending"
+        names[entry.dest_name] = entry.table_name
+    reading.copy_rows = {
+        (copy_id, names.get(dest, dest)): rows for (copy_id, dest), rows in _copy_rows(conn).items()
+    }
+    return reading
+
+
+def _copy_rows(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
+    """Rows recorded so far by the copies running into this database (the copy's own
+    bookkeeping, ``ferry_copy.range_done``; a finished copy's rows are removed from it)."""
+    row = conn.execute("select to_regclass('ferry_copy.range_done') is not null").fetchone()
+    if not row or not row[0]:
+        return {}
+    rows = conn.execute(
+        "select copy_id, dest_table, sum(rows)::bigint from ferry_copy.range_done"
+        " group by copy_id, dest_table"
+    ).fetchall()
+    return {(copy_id, table): int(count) for copy_id, table, count in rows}
+
+
+class WorkerCollector(Collector):
+    """The metrics of one :class:`~pgferry.apply.worker.Worker`; see ``docs/metrics.md``.
+
+    Registered as a batch observer of the worker (the duration histogram); everything else
+    is read when scraped.  ``read`` reads the node's database (default: :func:`read_node`
+    on a fresh short-timeout connection to the worker's ``db``).
+    """
+
+    def __init__(
+        self,
+        worker: Worker,
+        read: Callable[[Worker], NodeReading | None] | None = None,
+    ) -> None:
+        self.worker = worker
+        self._read = read or _read_worker_node
+        self._lock = threading.Lock()
+        self._scrape_lock = threading.Lock()
+        self._durations = _Histogram(BATCH_BUCKETS)
+        # Until the database names the node: the ini's node_name, else the job name.
+        self._node = worker.config.getopt("node_name") or worker.config.job_name
+        # Copy rows: per table, rows of copies no longer in the bookkeeping, and the
+        # newest count seen of each copy still there.
+        self._copied_before: dict[str, int] = {}
+        self._copies: dict[tuple[str, str], int] = {}
+        worker.batch_observers.append(self.observe_batch)
+
+    def observe_batch(self, batch: Batch, stats: ApplyStats, seconds: float) -> None:
+        with self._lock:
+            self._durations.observe(seconds)
+
+    def _node_reading(self) -> NodeReading | None:
+        try:
+            reading = self._read(self.worker)
+        except Exception as exc:  # noqa: BLE001 - a scrape reports, it never fails the worker
+            log.debug("metrics: cannot read the node database: %s", error_text(exc))
+            return None
+        if reading is not None:
+            self._node = reading.node_name
+        return reading
+
+    def _copy_totals(self, seen: dict[tuple[str, str], int]) -> dict[str, int]:
+        for key, rows in self._copies.items():
+            if key not in seen:  # finished (or abandoned): keep what it had copied
+                self._copied_before[key[1]] = self._copied_before.get(key[1], 0) + rows
+        self._copies = {key: max(rows, self._copies.get(key, 0)) for key, rows in seen.items()}
+        totals = dict(self._copied_before)
+        for (_, table), rows in self._copies.items():
+            totals[table] = totals.get(table, 0) + rows
+        return totals
+
+    def collect(self) -> Iterator[Metric]:
+        with self._scrape_lock:  # one scrape at a time reads the database
+            reading = self._node_reading()
+            values = [self.worker.settings.queue, self._node]
+            copies = self._copy_totals(reading.copy_rows) if reading is not None else None
+        with self._lock:  # never held across a database read: the worker waits on it
+            buckets, duration_sum = self._durations.buckets(), self._durations.total
+        labels = ["queue", "node"]
+        w = self.worker
+        for name, doc, value in (
+            (
+                "pgferry_batches_total",
+                "Batches applied since the worker started.",
+                w.batches_applied,
+            ),
+            ("pgferry_spark_batches_total", "Batches applied through Spark.", w.spark_batches),
+            (
+                "pgferry_events_applied_total",
+                "Row events applied (upserts and deletes after collapsing).",
+                w.events_applied,
+            ),
+            ("pgferry_errors_total", "Failed worker loops (each retried).", w.errors_total),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(values, value)
+            yield counter
+        histogram = HistogramMetricFamily(
+            "pgferry_batch_duration_seconds",
+            "Time to apply one batch, from reading it to finishing it on the provider.",
+            labels=labels,
+        )
+        histogram.add_metric(values, buckets, duration_sum)
+        yield histogram
+        up = GaugeMetricFamily(
+            "pgferry_node_database_up",
+            "1 when this scrape could read the node's database, else 0.",
+            labels=labels,
+        )
+        up.add_metric(values, 1 if reading is not None else 0)
+        yield up
+        if reading is None:
+            return
+        yield from self._node_metrics(reading, labels, values)
+        copied = CounterMetricFamily(
+            "pgferry_copy_rows_total",
+            "Rows copied into the table by initial copies seen by scrapes.",
+            labels=[*labels, "table"],
+        )
+        for table, rows in sorted((copies or {}).items()):
+            copied.add_metric([*values, table], rows)
+        yield copied
+
+    @staticmethod
+    def _node_metrics(
+        reading: NodeReading, labels: list[str], values: list[str]
+    ) -> Iterable[Metric]:
+        lag = GaugeMetricFamily(
+            "pgferry_consumer_lag_seconds",
+            "Age of the newest tick applied on this node (root: of its queue's newest tick).",
+            labels=labels,
+        )
+        if reading.lag_seconds is not None:
+            lag.add_metric(values, reading.lag_seconds)
+        yield lag
+        tick = GaugeMetricFamily(
+            "pgferry_last_tick_id", "Newest tick applied on this node.", labels=labels
+        )
+        if reading.last_tick_id is not None:
+            tick.add_metric(values, reading.last_tick_id)
+        yield tick
+        for name, doc, flag in (
+            ("pgferry_node_paused", "1 while the node's worker is paused.", reading.paused),
+            ("pgferry_node_error", "1 while the node has an error recorded.", reading.error),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=labels)
+            gauge.add_metric(values, 1 if flag else 0)
+            yield gauge
+        states = GaugeMetricFamily(
+            "pgferry_table_state",
+            "1 for the table's current replication state, 0 for the others.",
+            labels=[*labels, "table", "state"],
+        )
+        for table, current in sorted(reading.tables.items()):
+            for state in TABLE_STATES:
+                states.add_metric([*values, table, state], 1 if state == current else 0)
+        yield states
+
+
+def _read_worker_node(worker: Worker) -> NodeReading | None:
+    with _scrape_connection(worker.settings.local_dsn) as conn:
+        return read_node(conn, worker.settings.queue)
+
+
+def watch_worker(registry: CollectorRegistry, worker: Worker) -> WorkerCollector:
+    """Register the worker's metrics in ``registry``."""
+    collector = WorkerCollector(worker)
+    registry.register(collector)
+    return collector
+
+
+# --- the ticker ---------------------------------------------------------------------------
+@dataclass
+class QueueReading:
+    """One queue of a ticked database, as a scrape read it."""
+
+    database: str
+    queue: str
+    events_pending: int | None
+    last_tick_id: int | None
+    ticker_lag_seconds: float | None
+
+
+def read_queues(conn: psycopg.Connection, database: str) -> list[QueueReading]:
+    rows = conn.execute(
+        "select queue_name, ev_new, last_tick_id, extract(epoch from ticker_lag)::float8"
+        " from ferry_queue.get_queue_info()"
+    ).fetchall()
+    return [QueueReading(database, *row) for row in rows]
+
+
+class TickerCollector(Collector):
+    """The metrics of one :class:`~pgferry.queue.ticker.TickerService`."""
+
+    def __init__(self, service: TickerService) -> None:
+        self.service = service
+
+    def _read(self, database: str) -> list[QueueReading]:
+        try:
+            with _scrape_connection(self.service.settings.connstr(database)) as conn:
+                return read_queues(conn, database)
+        except (PgferryError, psycopg.Error) as exc:
+            log.debug("metrics: cannot read %s: %s", database, error_text(exc))
+            return []
+
+    def collect(self) -> Iterator[Metric]:
+        # Databases without the queue schema are watched too: shown once they count.
+        databases = [
+            db
+            for db in list(self.service.databases.values())
+            if db.conn is not None
+            or db.ticks_made
+            or db.maint_operations
+            or db.retry_moved
+            or db.errors
+        ]
+        served = [db.name for db in databases if db.conn is not None]
+        for name, doc, attr in (
+            ("pgferry_ticks_total", "Ticks made (one per ticked queue).", "ticks_made"),
+            (
+                "pgferry_maint_operations_total",
+                "Maintenance steps run (rotation, hooks).",
+                "maint_operations",
+            ),
+            ("pgferry_retry_events_total", "Retry events moved back into queues.", "retry_moved"),
+            ("pgferry_ticker_errors_total", "Failed rounds on a database.", "errors"),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["database"])
+            for db in databases:
+                counter.add_metric([db.name], getattr(db, attr))
+            yield counter
+        ticked = GaugeMetricFamily(
+            "pgferry_ticker_databases", "Databases with a queue being ticked now."
+        )
+        ticked.add_metric([], len(served))
+        yield ticked
+        readings: list[QueueReading] = []
+        if served:
+            workers = min(TICKER_SCRAPE_THREADS, len(served))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for found in pool.map(self._read, served):
+                    readings.extend(found)
+        labels = ["database", "queue"]
+        for name, doc, attr in (
+            (
+                "pgferry_queue_events_pending",
+                "Events inserted after the queue's newest tick (waiting for the next one).",
+                "events_pending",
+            ),
+            ("pgferry_queue_last_tick_id", "The queue's newest tick.", "last_tick_id"),
+            (
+                "pgferry_queue_ticker_lag_seconds",
+                "Age of the queue's newest tick.",
+                "ticker_lag_seconds",
+            ),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=labels)
+            for reading in readings:
+                value = getattr(reading, attr)
+                if value is not None:
+                    gauge.add_metric([reading.database, reading.queue], value)
+            yield gauge
+
+
+def watch_ticker(registry: CollectorRegistry, service: TickerService) -> TickerCollector:
+    """Register the ticker's metrics in ``registry``."""
+    collector = TickerCollector(service)
+    registry.register(collector)
+    return collector
+
+
+def start(where: Endpoint | None) -> MetricsServer | None:
+    """Serve a fresh registry on ``where`` (None: metrics are off, nothing is started);
+    a port already taken raises one clear :class:`PgferryError`."""
+    return None if where is None else MetricsServer(where)
