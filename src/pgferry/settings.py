@@ -33,6 +33,7 @@ NODE_SETTINGS: list[Setting] = [
     ("initial_provider_location", "", "default --provider for create-branch/leaf"),
     ("remote_extra_connstr", "", "appended to other nodes' connect strings (user=, sslmode=)"),
     ("parallel_copies", "1", "tables copied at the same time"),
+    ("seq_buffer", "10000", "values the root publishes its sequences ahead of use"),
     (
         "local_only",
         "true",

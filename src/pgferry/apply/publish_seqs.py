@@ -1,15 +1,19 @@
 """Sequence values flow from the root to every subscriber as ``SEQ`` events.
 
-The root worker reads each local sequence of ``ferry.seq_info``; a value that moved is
-queued (ev_type ``SEQ``, ev_data the value, ev_extra1 the sequence) and remembered, in one
-transaction.  Subscribers apply it with ``ferry.seq_advance``, which never moves backwards.
+The root worker publishes each local sequence of ``ferry.seq_info`` AHEAD of what the root
+hands out: the value sent is the sequence's position plus ``seq_buffer`` values, and it is
+sent again once less than half a buffer is left, so whatever the subscribers hold is at or
+above anything the root has handed out (the rule is :func:`pgferry.node.seqops.publish_ahead`).
+An idle sequence costs one read per loop and no event.  Subscribers apply the value with
+``ferry.seq_advance``, which never moves backwards: a new root after a takeover starts past
+every value the old one used.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from pgferry.queue.api import insert_event
+from pgferry.node import seqops
 
 
 def local_sequences(conn: psycopg.Connection, queue: str) -> list[str]:
@@ -20,25 +24,8 @@ def local_sequences(conn: psycopg.Connection, queue: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def publish(conn: psycopg.Connection, queue: str) -> int:
-    """Queue the sequences whose value moved; returns how many.  Caller commits."""
-    rows = conn.execute(
-        """
-        select s.seq_name, pg_sequence_last_value(to_regclass(s.seq_name)), s.last_value
-          from ferry.seq_info s
-         where s.queue_name = %s and s.local and to_regclass(s.seq_name) is not null
-         for update of s
-        """,
-        (queue,),
-    ).fetchall()
-    sent = 0
-    for seq_name, value, published in rows:
-        if value is None or (published is not None and value <= published):
-            continue
-        insert_event(conn, queue, "SEQ", str(value), seq_name)
-        conn.execute(
-            "update ferry.seq_info set last_value = %s where queue_name = %s and seq_name = %s",
-            (value, queue, seq_name),
-        )
-        sent += 1
-    return sent
+def publish(conn: psycopg.Connection, queue: str, buffer: int = seqops.DEFAULT_SEQ_BUFFER) -> int:
+    """Queue the sequences that are due (see the module docstring); returns how many.
+    ``buffer`` is the node's ``seq_buffer`` (:func:`pgferry.node.seqops.seq_buffer`).
+    Caller commits."""
+    return len(seqops.publish_ahead(conn, queue, buffer))

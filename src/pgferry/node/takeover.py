@@ -6,13 +6,15 @@ Root, alive (switchover) — the local node NEW must read directly from OLD:
    deny triggers (this waits for open writers, later writes fail), make a last tick T and
    switch its queue to external ticks.  No event can enter the cascade after T.
 2. Wait until NEW has applied T, then pause NEW: both now hold the same data.
-3. NEW becomes root (capture triggers, own ticker, OLD registered as its subscriber at T)
-   and OLD a branch below NEW at T, in two transactions committed back to back.
+3. NEW becomes root (OLD's final sequence values applied, capture triggers, own ticker,
+   its sequences published ahead, OLD registered as its subscriber at T) and OLD a branch
+   below NEW at T, in two transactions committed back to back.
 4. Resume both.  A failure before step 3 puts OLD back as it was.
 
 Root, dead (failover, ``--dead-root`` / ``--dead``): OLD is tagged dead everywhere; if a
 live branch under OLD got further than NEW, NEW first moves under it and catches up; NEW
-becomes root at its position and every other live subscriber of OLD is moved under NEW with
+becomes root at its position, its sequences moved ``seq_buffer`` values past the last value
+published to it, and every other live subscriber of OLD is moved under NEW with
 change-provider (one that is ahead of NEW cannot be and is reported).
 
 Branch: NEW (if it reads from OLD) moves to OLD's provider; with ``--all`` or when OLD is
@@ -26,7 +28,7 @@ import logging
 import psycopg
 
 from pgferry.errors import NodeError, PgferryError
-from pgferry.node import capture, cascade, model, tableops
+from pgferry.node import capture, cascade, model, seqops, tableops
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
 from pgferry.node.waits import wait_applied, wait_tick_available
@@ -49,6 +51,7 @@ def takeover(
     """Run on NEW (the local node); returns a one-line summary."""
     new = c.local.node_name
     c.member(old)
+    buffer = seqops.seq_buffer(c.config)  # a bad setting stops before anything changes
     if old == new:
         raise NodeError(f"Node {new} cannot take over itself")
     me = c.view(new)
@@ -60,11 +63,11 @@ def takeover(
         c.assume_dead = c.assume_dead | {old}
         old_type = dead_type or _guess_dead_type(c)
         if old_type == "root":
-            return _failover_root(c, old, timeout, poll)
+            return _failover_root(c, old, buffer, timeout, poll)
         return _take_branch(c, old, None, True, timeout, poll)
     old_view = c.view(old)
     if old_view.node_type == "root":
-        return _switchover_root(c, old_view, me, move_all, timeout, poll)
+        return _switchover_root(c, old_view, me, move_all, buffer, timeout, poll)
     if old_view.node_type == "branch":
         return _take_branch(c, old, old_view, move_all, timeout, poll)
     raise NodeError(f"Node {old} is a leaf: there is nothing to take over")
@@ -78,7 +81,13 @@ def _guess_dead_type(c: Cascade) -> str:
 
 # --- switchover --------------------------------------------------------------------------
 def _switchover_root(
-    c: Cascade, old: NodeView, me: NodeView, move_all: bool, timeout: float, poll: float
+    c: Cascade,
+    old: NodeView,
+    me: NodeView,
+    move_all: bool,
+    buffer: int,
+    timeout: float,
+    poll: float,
 ) -> str:
     new = me.name
     if me.provider != old.name:
@@ -88,6 +97,7 @@ def _switchover_root(
     if me.paused:
         raise NodeError(f"Node {new} is paused: resume it first")
     tables = _check_tables(c, old.name, new)
+    _check_seqs(c, old.name, new)
     tick, was_paused = _freeze_root(c, old.name, tables)
     log.info("Root %s frozen at tick %s", old.name, tick)
     try:
@@ -100,7 +110,7 @@ def _switchover_root(
         raise
     promoted: list[bool] = []
     try:
-        _swap_roles(c, old, me, tables, tick, promoted)
+        _swap_roles(c, old, me, tables, tick, buffer, promoted)
     except PgferryError as exc:
         set_paused(c, new, False)
         if promoted:
@@ -146,6 +156,20 @@ def _check_tables(c: Cascade, old: str, new: str) -> list[str]:
     return old_tables
 
 
+def _check_seqs(c: Cascade, old: str, new: str) -> None:
+    """Every sequence OLD publishes must be replicated on NEW, or NEW would hand out values
+    OLD already did."""
+    with c.on(old, autocommit=True) as conn:
+        old_seqs = [s.seq_name for s in entries.list_seqs(conn, c.queue)]
+    with c.on(new, autocommit=True) as conn:
+        mine = {s.seq_name for s in entries.list_seqs(conn, c.queue)}
+    missing = [name for name in old_seqs if name not in mine]
+    if missing:
+        raise NodeError(
+            f"Sequence {', '.join(missing)} is not replicated on node {new} (add-seq it there)"
+        )
+
+
 def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
     """Pause OLD, deny writes, make the last tick and stop its ticker: (tick, was paused)."""
     with c.on(old) as conn:
@@ -180,14 +204,26 @@ def _unfreeze_root(c: Cascade, old: str, tables: list[str], was_paused: bool) ->
 
 
 def _swap_roles(
-    c: Cascade, old: NodeView, me: NodeView, tables: list[str], tick: int, promoted: list[bool]
+    c: Cascade,
+    old: NodeView,
+    me: NodeView,
+    tables: list[str],
+    tick: int,
+    buffer: int,
+    promoted: list[bool],
 ) -> None:
     """NEW becomes root and OLD its branch at ``tick``; NEW commits first (then
     ``promoted`` gets an entry)."""
     with c.on(old.name) as old_conn:
         tick_time = queue_api.tick_time(old_conn, c.queue, tick)
+        # OLD takes no replicated write since its freeze committed: what its sequences
+        # stand at now (or published, if higher) is the most it can have put in a table.
+        final = seqops.final_values(old_conn, c.queue)
         with c.on(me.name) as new_conn:
-            _promote(new_conn, c.queue, me.worker_name, tables, [me.last_tick or tick, tick])
+            seqops.advance(new_conn, c.queue, final)
+            published = _promote(
+                new_conn, c.queue, me.worker_name, tables, [me.last_tick or tick, tick], buffer
+            )
             queue_api.register_at(new_conn, c.queue, old.worker_name, tick)
             new_conn.execute(
                 """
@@ -212,12 +248,27 @@ def _swap_roles(
             )
             cascade.unregister_subscriber(old_conn, c.queue, me.name, me.worker_name)
         promoted.append(True)  # NEW has committed; OLD commits when its block ends.
+    if final:
+        log.info(
+            "Sequences of %s at %s; %s published %s",
+            old.name,
+            seqops.listing(final),
+            me.name,
+            seqops.listing(published) or "nothing new",
+        )
 
 
 def _promote(
-    conn: psycopg.Connection, queue: str, worker: str, tables: list[str], ticks: list[int]
-) -> None:
-    """Make the node of ``conn`` the root: type, no provider, own ticker, capture."""
+    conn: psycopg.Connection,
+    queue: str,
+    worker: str,
+    tables: list[str],
+    ticks: list[int],
+    buffer: int,
+) -> dict[str, int]:
+    """Make the node of ``conn`` the root: type, no provider, own ticker, capture, and its
+    sequences published ahead at once (not at its worker's next loop, which may be late);
+    returns the values published."""
     conn.execute(
         "update ferry_node.node_info set node_type = 'root' where queue_name = %s", (queue,)
     )
@@ -233,6 +284,7 @@ def _promote(
     queue_api.advance_tick_ids(conn, queue, max(ticks))
     for table in tables:
         capture.attach(conn, queue, table, deny=False)
+    return seqops.publish_ahead(conn, queue, buffer)
 
 
 def _set_paused_in(conn: psycopg.Connection, queue: str, worker: str, paused: bool) -> None:
@@ -246,7 +298,7 @@ def _set_paused_in(conn: psycopg.Connection, queue: str, worker: str, paused: bo
 
 
 # --- failover ----------------------------------------------------------------------------
-def _failover_root(c: Cascade, old: str, timeout: float, poll: float) -> str:
+def _failover_root(c: Cascade, old: str, buffer: int, timeout: float, poll: float) -> str:
     new = c.local.node_name
     views = c.survey()
     me = views[new]
@@ -265,9 +317,20 @@ def _failover_root(c: Cascade, old: str, timeout: float, poll: float) -> str:
         with c.on(new) as conn:
             tables = [t.table_name for t in entries.list_tables(conn, c.queue)]
             top = max([v.last_tick or 0 for v in views.values()] + [me.last_tick or 0])
-            _promote(conn, c.queue, me.worker_name, tables, [top])
+            # The dead root may have handed out values after its last publish that reached
+            # us: it publishes again before it passes that value, so one buffer past it is
+            # beyond anything it used unless more than one publish was lost with it.
+            advanced = seqops.advance_past_published(conn, c.queue, buffer)
+            _promote(conn, c.queue, me.worker_name, tables, [top], buffer)
     finally:
         set_paused(c, new, False)
+    seq_text = ""
+    if advanced:
+        seq_text = (
+            f"sequences advanced past the last published value + seq_buffer {buffer}:"
+            f" {seqops.listing(advanced)}"
+        )
+        log.warning("Node %s: %s", new, seq_text)
     if me.provider is not None and me.provider != old:
         # NEW caught up from a sibling branch: that one must now read from NEW.
         forget_subscriber(c, me.provider, new, me.worker_name)
@@ -287,6 +350,8 @@ def _failover_root(c: Cascade, old: str, timeout: float, poll: float) -> str:
         change_provider(c, v.name, new, timeout, poll)
         moved.append(v.name)
     text = f"Node {new} is now root in place of dead {old} (tick {me.last_tick})"
+    if seq_text:
+        text += f"; {seq_text}"
     if moved:
         text += f"; moved {', '.join(moved)}"
     if skipped:
