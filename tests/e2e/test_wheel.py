@@ -35,19 +35,18 @@ def test_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = dist.glob("pgferry-*.whl")
 
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     fresh = tmp_path / "fresh"
     venv.EnvBuilder(with_pip=True).create(fresh)
     python = fresh / "bin" / "python"
     installed = run(str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel),
-                    cwd=tmp_path)  # fmt: skip
+                    cwd=tmp_path, env=env)  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-2000:]
     purelib = run(str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
-                  cwd=tmp_path).stdout.strip()  # fmt: skip
+                  cwd=tmp_path, env=env).stdout.strip()  # fmt: skip
     Path(purelib, "dependencies.pth").write_text(
         "\n".join(p for p in site.getsitepackages() if "site-packages" in p) + "\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-
     where = run(str(python), "-c", "import pgferry; print(pgferry.__file__)", cwd=tmp_path,
                 env=env)  # fmt: skip
     assert where.stdout.startswith(purelib), where.stdout + where.stderr

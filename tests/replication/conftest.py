@@ -8,6 +8,7 @@ worker until it has applied everything the root has ticked.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ class Pair:
     def worker(self, **settings: str) -> Worker:
         """A fresh leaf worker; earlier ones are disconnected (their process is gone)."""
         for old in self.workers:
+            old.cancel_copies()
             old._disconnect()
         cfg = self.leaf_cfg
         if settings:
@@ -88,13 +90,16 @@ class Pair:
         )
         return rows[0][0] if rows else None
 
-    def catch_up(self, worker: Worker | None = None, rounds: int = 200) -> Worker:
-        """Tick the root, then run the worker until the leaf holds that tick."""
+    def catch_up(self, worker: Worker | None = None, timeout: float = 60) -> Worker:
+        """Tick the root, then run the worker until the leaf holds that tick and every
+        table is ok (copies run beside the loop: wait for them, polling)."""
         worker = worker or self._default or self.worker()
         self._default = worker
         target = self.tick()
-        for _ in range(rounds):
-            worker.work()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not worker.work():
+                time.sleep(0.02)  # a copy runs in the background, or nothing to do
             if self.last_tick() == target:
                 if not self.states_pending():
                     return worker

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from pgferry.apply.worker import Worker
@@ -10,9 +12,12 @@ from pgferry.node import setup, tableops
 DDL = "create table public.t (id int primary key, v text)"
 
 
-def _run(worker: Worker, done, rounds: int = 100) -> None:
-    for _ in range(rounds):
-        worker.work()
+def _run(worker: Worker, done, timeout: float = 120) -> None:
+    """Run the worker until ``done()``; copies run beside its loop, so poll."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not worker.work():
+            time.sleep(0.02)
         if done():
             return
     raise AssertionError("did not converge")
@@ -49,11 +54,15 @@ def test_branch_forwards_to_leaf(db_a, db_b, new_db_b, tmp_path, ini) -> None:
         state = run(dsn, "select last_tick_id from ferry_node.local_state")[0][0]
         return (state or 0) >= tick_id
 
+    def ok(dsn: str) -> bool:
+        return run(dsn, "select merge_state from ferry.table_info") == [("ok",)]
+
     bw, lw = Worker(branch), Worker(leaf)
     try:
         for _ in range(4):
             target = tick()
-            _run(bw, lambda t=target: at(db_b, t))
+            # The copy runs beside replay: wait for the tick and for the copy's hand-over.
+            _run(bw, lambda t=target: at(db_b, t) and ok(db_b))
         assert run(db_b, "select merge_state from ferry.table_info") == [("ok",)]
         run(db_a, "update t set v = 'changed' where id <= 10")
         run(db_a, "delete from t where id > 25")
@@ -61,7 +70,7 @@ def test_branch_forwards_to_leaf(db_a, db_b, new_db_b, tmp_path, ini) -> None:
         for _ in range(4):
             target = tick()
             _run(bw, lambda t=target: at(db_b, t))
-            _run(lw, lambda t=target: at(db_c, t))
+            _run(lw, lambda t=target: at(db_c, t) and ok(db_c))
         assert run(db_c, "select merge_state from ferry.table_info") == [("ok",)]
         expected = run(db_a, "select * from t order by id")
         assert run(db_b, "select * from t order by id") == expected

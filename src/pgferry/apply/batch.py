@@ -133,10 +133,16 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
+        catchup: handover.CatchUp | None = None,
     ) -> ApplyStats:
-        """Apply ``batch`` and record its tick in one committed local transaction."""
+        """Apply ``batch`` and record its tick in one committed local transaction.
+
+        With ``catchup`` the batch is a copied group's own (``routes`` are the group's
+        tables): no script, sequence or forwarding, and the group's position is recorded
+        instead of the node's.
+        """
         try:
-            return self._apply_batch(local, provider, node, batch, routes, seqs)
+            return self._apply_batch(local, provider, node, batch, routes, seqs, catchup)
         except BaseException:
             self.stages.reset()  # stage tables created in the failed transaction are gone
             raise
@@ -149,14 +155,16 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
+        catchup: handover.CatchUp | None,
     ) -> ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
+        main = catchup is None  # the node's own stream (not a copied group's)
         batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
-        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True)
+        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=main)
         summary_seconds = time.monotonic() - summary_at
-        scripts = queue_api.scripts(provider, batch_sql) if count_scripts(summary) else []
+        scripts = queue_api.scripts(provider, batch_sql) if main and count_scripts(summary) else []
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
@@ -190,25 +198,26 @@ class Replayer:
                     self.forget_shapes()
                 after = upto
             stats.apply_seconds = time.monotonic() - staged_at
-            if node.node_type == "branch":
-                forward.forward_events(local, provider, queue, batch_sql)
-            done = handover.promote(local, queue, batch.tick_snapshot)
-            model.record_tick(
-                local,
-                queue,
-                consumer,
-                batch.tick_id,
-                batch.tick_time,
-                batch.prev_tick_id,
-                node.provider_node,
-            )
+            if catchup is not None:
+                handover.record_catchup(local, queue, catchup, batch.tick_id)
+            else:
+                if node.node_type == "branch":
+                    forward.forward_events(local, provider, queue, batch_sql)
+                handover.clear_snapshots(local, queue, batch.tick_snapshot)
+                model.record_tick(
+                    local,
+                    queue,
+                    consumer,
+                    batch.tick_id,
+                    batch.tick_time,
+                    batch.prev_tick_id,
+                    node.provider_node,
+                )
             if scripts:  # only a script can leave a failed event behind
                 skip.clear_failure(local, queue, consumer)
             commit_at = time.monotonic()
         stats.commit_seconds = time.monotonic() - commit_at
         stats.summary_seconds = summary_seconds
-        for table in done:
-            log.info("Table %s is now ok", table)
         stats.spark = use_spark
         return stats
 

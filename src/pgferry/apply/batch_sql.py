@@ -47,8 +47,9 @@ class Segment:
 
 
 def _handover_skip(route: Route) -> sql.Composable | None:
-    """Events already contained in the table's initial copy are skipped (design-notes §4)."""
-    if route.merge_state == "catching-up" and route.copy_snapshot:
+    """Events already contained in the table's copy are skipped: those whose transaction
+    is visible in the copy's snapshot (kept until no such event can come any more)."""
+    if route.copy_snapshot:
         return sql.SQL("not pg_visible_in_snapshot(e.ev_txid::text::xid8, {})").format(
             sql.Literal(route.copy_snapshot)
         )

@@ -14,8 +14,9 @@ from psycopg import sql
 
 from pgferry.errors import TableError
 
-# Table states whose events replay applies (NULL / in-copy tables are copied later).
-APPLY_STATES = ("ok", "catching-up")
+# Table states whose events the main stream applies (NULL / in-copy tables are being
+# copied, catching-up ones replay their copy group's own batches: see apply/handover.py).
+APPLY_STATES = ("ok",)
 
 
 @dataclass(frozen=True)

@@ -59,17 +59,19 @@ class WorkerSpark:
         self._session: SparkSession | None = None
         self._owned = False  # a session that was running before us is not ours to stop
         self._starting: threading.Thread | None = None
+        self._lock = threading.Lock()  # copy threads and the loop may ask at once
 
     def get(self) -> SparkSession:
         """The session, started now if it is not up (a root worker never starts one)."""
-        if self._session is None:
-            if self._starting is not None:
-                self._starting.join()
-                self._starting = None
+        with self._lock:
             if self._session is None:
-                self._start()
-        assert self._session is not None
-        return self._session
+                if self._starting is not None:
+                    self._starting.join()
+                    self._starting = None
+                if self._session is None:
+                    self._start()
+            assert self._session is not None
+            return self._session
 
     def ready(self, start: bool = True) -> bool:
         """True when the session runs; otherwise (with ``start``) start it in the background.

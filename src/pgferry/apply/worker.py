@@ -20,20 +20,22 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 
 from pgferry.apply import forward, handover, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
+from pgferry.apply.copies import Copies
 from pgferry.apply.read import set_text_format
+from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, QueueError
-from pgferry.node import model
+from pgferry.node import model, seqops
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
 from pgferry.queue.api import Batch
@@ -62,6 +64,7 @@ class WorkerSettings:
     parallel_copies: int
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
     warm_spark: bool  # start Spark in the background once caught up
+    seq_buffer: int  # a root publishes its sequences this far ahead
     replay: ReplaySettings
 
     @classmethod
@@ -77,6 +80,7 @@ class WorkerSettings:
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
             ),
             warm_spark=config.getbool("spark_warm", True),
+            seq_buffer=seqops.seq_buffer(config),
             replay=ReplaySettings.from_config(config),
         )
 
@@ -115,6 +119,7 @@ class Worker(Service):
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
         self._last_heartbeat = 0.0
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
+        self._copies = Copies(self)  # copies running beside the loop
         # What metrics and tests read: counts since start, and callbacks per applied batch.
         self.batches_applied = 0
         self.spark_batches = 0
@@ -137,7 +142,17 @@ class Worker(Service):
         self._use_settings()
         self._disconnect()
 
+    def cancel_copies(self) -> None:
+        """Stop the copies running beside the loop; their tables stay ``in-copy`` and are
+        copied again by the next loop (of this worker or the next one)."""
+        self._copies.cancel()
+
+    def copies_running(self) -> int:
+        """Tables being copied beside the loop right now."""
+        return self._copies.running_tables()
+
     def shutdown(self) -> None:
+        self.cancel_copies()
         self.holder.release()
         self._disconnect()
         self._spark.stop()
@@ -245,7 +260,7 @@ class Worker(Service):
         # Nothing waits on the root worker: it keeps the original's 1 s default pace.
         self.loop_delay = self.config.getfloat("loop_delay", 1.0)
         with local.transaction():
-            sent = publish_seqs.publish(local, node.queue_name)
+            sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
         self._heartbeat(local, node.queue_name, node.consumer_name)
         if sent:
             log.debug("published %d sequence values", sent)
@@ -268,25 +283,103 @@ class Worker(Service):
             if request.state == "ready" and request.pause:
                 return False  # repair --apply works on the data as of that tick
 
-        group = handover.pending_group(local, queue, routes)
-        local.rollback()
-        if group:
-            copied = handover.copy_group(
-                spark_factory=self._spark.get,
-                local=local,
-                provider=provider,
-                provider_dsn=self.provider_dsn or "",
-                local_dsn=self.settings.local_dsn,
-                queue=queue,
-                group=group,
-                max_parallel=self.settings.parallel_copies,
-            )
-            if copied:
-                return True
+        self._copies.start_pending(local, node, self.provider_dsn or "")
+        caught_up, hold_at = self._catch_up(local, provider, node, routes)
+        if caught_up is None:
+            return True  # a group joined the main stream: the routes change
+        main = self._main_step(local, provider, node, routes, seqs, request, hold_at)
+        return main or caught_up
 
-        # While compare waits for a tick, single-tick batches so the worker stops exactly there.
+    def _catch_up(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+    ) -> tuple[bool | None, int | None]:
+        """One step of every copied group that replays its own batches (see
+        :mod:`.handover`).  Returns (whether a batch was applied, or None when a group
+        joined the main stream; the tick the main stream must stop at for a group ahead)."""
+        queue = node.queue_name
+        with local.transaction():
+            groups = handover.catching_up(local, queue)
+        applied, hold_at = False, None
+        for group in groups:
+            if group.tick != node.last_tick_id:
+                if node.last_tick_id is not None and group.tick > node.last_tick_id:
+                    # The group went past the main stream (a crash in between): the main
+                    # stream takes one tick per batch until it meets the group there.
+                    hold_at = group.tick if hold_at is None else min(hold_at, group.tick)
+                    continue
+                reached = self._catchup_batch(local, provider, node, routes, group)
+                applied = applied or reached is not None
+                if reached != node.last_tick_id:
+                    continue
+            with local.transaction():
+                handover.join_main(local, queue, group)
+            handover.drop_consumer(provider, queue, group.consumer)
+            for table in group.tables:
+                log.info("Table %s is now ok", table)
+            return None, None
+        return applied, hold_at
+
+    def _catchup_batch(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+        group: handover.CatchUp,
+    ) -> int | None:
+        """Apply the group's next batch; the tick the group has reached (None: nothing)."""
+        queue, consumer = node.queue_name, group.consumer
+        # Large batches, but never past the main stream's tick: the group meets it there.
+        assert node.last_tick_id is not None
+        batch_id = queue_api.next_batch_upto(
+            provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
+        )
+        if batch_id is None:
+            return None
+        batch = queue_api.batch_info(provider, batch_id)
+        if batch.tick_id == group.tick:  # applied before a crash, its finish was lost
+            queue_api.finish_batch(provider, batch_id)
+            return group.tick
+        if batch.prev_tick_id != group.tick:
+            rewind_provider(provider, queue, consumer, group.tick)
+            return None
+        # The group's tables only, applied like the main stream applies 'ok' tables.
+        own = {
+            name: replace(route, merge_state="ok")
+            for name, route in routes.items()
+            if name in group.tables
+        }
+        started = time.monotonic()
+        stats = self._replay.apply(local, provider, node, batch, own, [], catchup=group)
+        queue_api.finish_batch(provider, batch_id)
+        seconds = time.monotonic() - started
+        self.batches_applied += 1
+        self.events_applied += stats.upserts + stats.deletes
+        for observe in self.batch_observers:
+            observe(batch, stats, seconds)
+        _log_batch(batch, stats, seconds, f" ({', '.join(group.tables)})")
+        return batch.tick_id
+
+    def _main_step(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+        seqs: list[str],
+        request: sync.Request | None,
+        hold_at: int | None,
+    ) -> bool:
+        """The node's own stream: the next batch of the provider's queue."""
+        queue, consumer = node.queue_name, node.consumer_name
+        # One tick per batch while compare waits for a tick or a copied group waits for
+        # the main stream at its tick: the worker must stop exactly there.
         min_count = None
-        if request is None:
+        if request is None and hold_at is None:
             ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
@@ -313,7 +406,7 @@ class Worker(Service):
         self.events_applied += stats.upserts + stats.deletes
         for observe in self.batch_observers:
             observe(batch, stats, seconds)
-        _log_batch(batch, stats, seconds)
+        _log_batch(batch, stats, seconds, "")
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
@@ -367,12 +460,13 @@ class Worker(Service):
             self._last_heartbeat = now
 
 
-def _log_batch(batch: Batch, stats: ApplyStats, seconds: float) -> None:
+def _log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> None:
     log.debug(
-        "batch %s tick %s%s: %d upserts, %d deletes, %d truncates in %.3fs"
+        "batch %s tick %s%s%s: %d upserts, %d deletes, %d truncates in %.3fs"
         " (summary %.3fs, apply %.3fs, commit %.3fs)",
         batch.batch_id,
         batch.tick_id,
+        what,
         " (spark)" if stats.spark else "",
         stats.upserts,
         stats.deletes,

@@ -249,6 +249,68 @@ def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tupl
     return (0, 0) if row is None else (max(row[0], 0), row[1])
 
 
+def tick_marks(conn: psycopg.Connection, queue: str) -> dict[int, tuple[datetime, int]]:
+    """Every tick of ``queue``: id -> (time, event position).  A branch copies both from
+    its provider, so equal marks on two nodes are the same tick."""
+    rows = conn.execute(
+        """
+        select t.tick_id, t.tick_time, t.tick_event_seq
+          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s
+        """,
+        (queue,),
+    ).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+# --- holds: positions that keep ticks and events without reading -------------------------
+def tick_usable(conn: psycopg.Connection, queue: str, tick_id: int) -> bool:
+    """Whether a reader may start at ``tick_id``: the queue holds it and every event after."""
+    row = conn.execute("select ferry_queue.tick_usable(%s, %s)", (queue, tick_id)).fetchone()
+    return bool(row and row[0])
+
+
+def usable_ticks(conn: psycopg.Connection, queue: str) -> tuple[int | None, int | None]:
+    """(oldest usable tick, newest tick) of ``queue``."""
+    row = conn.execute("select * from ferry_queue.usable_ticks(%s)", (queue,)).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+def set_hold(conn: psycopg.Connection, queue: str, name: str, tick_id: int) -> int | None:
+    """Keep what a reader at ``tick_id`` needs, under the name ``name``; returns the tick
+    the hold is at (the newest usable one at or before ``tick_id``, else the oldest)."""
+    row = conn.execute("select ferry_queue.set_hold(%s, %s, %s)", (queue, name, tick_id)).fetchone()
+    return None if row is None else row[0]
+
+
+def drop_hold(conn: psycopg.Connection, queue: str, name: str) -> bool:
+    """Remove hold ``name``; False when there was none."""
+    row = conn.execute("select ferry_queue.drop_hold(%s, %s)", (queue, name)).fetchone()
+    return bool(row and row[0])
+
+
+# Columns of the events :func:`cut_after` returns, in this order.
+CUT_COLUMNS = (
+    "ev_id",
+    "ev_time",
+    "ev_txid",
+    "ev_retry",
+    "ev_type",
+    "ev_data",
+    "ev_extra1",
+    "ev_extra2",
+    "ev_extra3",
+    "ev_extra4",
+)
+
+
+def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple]:
+    """Cut ``queue`` back to ``tick_id`` in the caller's transaction: the events after it
+    (ticked or not) and the later ticks are deleted; returns those events (rows of
+    ``CUT_COLUMNS``, first deliveries, by ev_id).  New events wait for the commit."""
+    return conn.execute("select * from ferry_queue.cut_after(%s, %s)", (queue, tick_id)).fetchall()
+
+
 # --- batches -----------------------------------------------------------------------------
 def next_batch(
     conn: psycopg.Connection,
@@ -418,3 +480,22 @@ def attach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
 def detach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
     """Drop the queue's triggers of table ``fq`` (capture or deny), if any."""
     conn.execute("select ferry_queue.detach_capture(%s, %s::regclass)", (queue, fq))
+
+
+def consumers(conn: psycopg.Connection, queue: str) -> list[str]:
+    """Names of the consumers registered on ``queue``."""
+    rows = conn.execute(
+        "select consumer_name from ferry_queue.get_consumer_info(%s)", (queue,)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def next_batch_upto(
+    conn: psycopg.Connection, queue: str, consumer: str, upto: int, min_count: int
+) -> int | None:
+    """Next batch of ``consumer`` ending at the first tick that closes ``min_count`` events
+    or at tick ``upto``, never later (None when no tick after its position is <= upto)."""
+    row = conn.execute(
+        "select ferry_queue.next_batch_upto(%s, %s, %s, %s)", (queue, consumer, upto, min_count)
+    ).fetchone()
+    return None if row is None else row[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pgferry.db import connect, describe
@@ -48,15 +49,20 @@ def copy_tables(
     *,
     max_parallel: int | None = None,
     progress: bool | None = None,
+    copy_id: str | None = None,
+    on_totals: Callable[[dict[str, int | None]], None] | None = None,
 ) -> CopyResult:
     """Copy ``tasks`` from source to destination under ONE exported snapshot.
 
     Returns the snapshot (for the replay hand-over) and the rows copied per dest_table.
+    ``copy_id`` names the job's rows in ``ferry_copy.range_done`` (where progress can be
+    read while it runs); ``on_totals`` receives the estimated rows per dest_table once
+    planned.
     """
     if not tasks:
         raise PgferryError("copy: no tables given")
     started = time.monotonic()
-    copy_id = uuid.uuid4().hex
+    copy_id = copy_id or uuid.uuid4().hex
     with exported_snapshot(src_connstr) as snap:
         with connect(src_connstr, autocommit=True) as conn:
             sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
@@ -71,6 +77,8 @@ def copy_tables(
         prepare_destination(dst_connstr, tasks, dests)
         prepared_at = time.monotonic()
         totals = estimates(tasks, sources)
+        if on_totals is not None:
+            on_totals(dict(totals))
         with TableProgress(
             "copy", totals, lambda: done_rows(dst_connstr, copy_id), enabled=progress
         ):

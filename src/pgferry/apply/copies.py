@@ -1,0 +1,106 @@
+"""The copies a worker runs beside its loop: which groups start, how many at once, retries.
+
+At most ``parallel_copies`` tables copy at the same time (a group larger than that copies
+alone).  A group whose copy failed is tried again after ``exception_sleep`` seconds, one
+whose tables the provider does not hold in state ok yet after a second; its last error is
+kept in ``ferry.table_info.copy_error`` for ``tables`` to show.  Each copy is a
+:class:`~pgferry.apply.handover.CopyRun` thread; this module only decides when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pgferry.apply import handover
+from pgferry.db import connect
+from pgferry.node import model
+
+if TYPE_CHECKING:
+    from pgferry.apply.worker import Worker
+
+log = logging.getLogger(__name__)
+
+WAIT_PROVIDER_RETRY = 1.0  # seconds: the provider's own copy of the table is not done yet
+
+
+class Copies:
+    """The worker's running copies (see the module docstring)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.runs: dict[str, handover.CopyRun] = {}
+        self._retry_at: dict[str, float] = {}
+        self._cleaned = False
+
+    def running_tables(self) -> int:
+        return sum(len(r.group.tables) for r in self.runs.values() if r.running())
+
+    def start_pending(self, local: psycopg.Connection, node: model.NodeInfo, dsn: str) -> int:
+        """Start copies of waiting groups, as many as ``parallel_copies`` allows."""
+        queue = node.queue_name
+        self._reap(queue)
+        with local.transaction():
+            pending = handover.pending_groups(local, queue)
+        if not self._cleaned and self.worker.provider is not None:
+            # Group consumers left by removed or resynced tables hold events back: drop them.
+            stale = handover.forget_stale_consumers(
+                local, self.worker.provider, queue, node.consumer_name
+            )
+            if stale:
+                log.info("Dropped stale copy consumers: %s", ", ".join(stale))
+            self._cleaned = True
+        limit = max(1, self.worker.settings.parallel_copies)
+        busy, started, now = self.running_tables(), 0, time.monotonic()
+        for group in pending:
+            if group.group_id in self.runs or self._retry_at.get(group.group_id, 0) > now:
+                continue
+            if busy and busy + len(group.tables) > limit:
+                break
+            run = handover.CopyRun(
+                group=group,
+                queue=queue,
+                main_consumer=node.consumer_name,
+                local_dsn=self.worker.settings.local_dsn,
+                provider_dsn=dsn,
+                spark_factory=self.worker._spark.get,
+            )
+            run.start()
+            self.runs[group.group_id] = run
+            busy += len(group.tables)
+            started += 1
+        return started
+
+    def _reap(self, queue: str) -> None:
+        """Forget finished runs; schedule the retry of those that did not finish the copy."""
+        now = time.monotonic()
+        for group_id, run in list(self.runs.items()):
+            if run.running():
+                continue
+            del self.runs[group_id]
+            if run.error:
+                self._retry_at[group_id] = now + self.worker.settings.exception_sleep
+                _record_error(self.worker.settings.local_dsn, queue, run.group, run.error)
+            elif run.waiting:
+                self._retry_at[group_id] = now + WAIT_PROVIDER_RETRY
+            else:
+                self._retry_at.pop(group_id, None)
+
+    def cancel(self) -> None:
+        """Stop every running copy (the worker stops); their tables stay ``in-copy``."""
+        for run in self.runs.values():
+            run.cancel()
+        self.runs.clear()
+
+
+def _record_error(dsn: str, queue: str, group: handover.CopyGroup, error: str) -> None:
+    with contextlib.suppress(psycopg.Error), connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "update ferry.table_info set copy_error = %s"
+            " where queue_name = %s and table_name = any(%s)",
+            (error, queue, list(group.tables)),
+        )
