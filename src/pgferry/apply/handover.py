@@ -149,6 +149,7 @@ class CopyRun:
     thread: threading.Thread | None = None
     error: str | None = None
     waiting: bool = False  # the provider does not hold the tables in state ok yet
+    cancelled: threading.Event = field(default_factory=threading.Event)
     _job_group: str = field(default_factory=lambda: f"pgferry-copy-{uuid.uuid4().hex[:12]}")
 
     @property
@@ -167,6 +168,7 @@ class CopyRun:
     def cancel(self, wait: float = 30.0) -> None:
         if not self.running():
             return
+        self.cancelled.set()
         with contextlib.suppress(Exception):  # no session, or already stopped
             self.spark_factory().sparkContext.cancelJobGroup(self._job_group)
         assert self.thread is not None
@@ -178,6 +180,9 @@ class CopyRun:
         except Exception as exc:  # noqa: BLE001 - reported by the loop, retried later
             from pgferry.daemon import exc_message
 
+            if self.cancelled.is_set():
+                log.info("copy of %s stopped", ", ".join(self.group.tables))
+                return
             self.error = exc_message(exc)
             log.error("copy of %s failed: %s", ", ".join(self.group.tables), self.error)
 
@@ -228,7 +233,10 @@ class CopyRun:
                 copy_id=copy_id,
                 on_totals=lambda totals: _record_totals(self.local_dsn, self.queue, totals),
                 progress=False,
+                cancelled=self.cancelled,
             )
+            if self.cancelled.is_set():
+                return  # the worker stops: the tables stay in-copy
             if not result.snapshot:
                 raise TableError(f"copy of {', '.join(names)} returned no snapshot")
             with local.transaction():

@@ -12,6 +12,7 @@ simply run again: finished ranges are skipped, rows are never duplicated nor los
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -51,13 +52,15 @@ def copy_tables(
     progress: bool | None = None,
     copy_id: str | None = None,
     on_totals: Callable[[dict[str, int | None]], None] | None = None,
+    cancelled: threading.Event | None = None,
 ) -> CopyResult:
     """Copy ``tasks`` from source to destination under ONE exported snapshot.
 
     Returns the snapshot (for the replay hand-over) and the rows copied per dest_table.
     ``copy_id`` names the job's rows in ``ferry_copy.range_done`` (where progress can be
     read while it runs); ``on_totals`` receives the estimated rows per dest_table once
-    planned.
+    planned.  ``cancelled`` set (and the job cancelled in Spark) ends the copy with an
+    error instead of a retry.
     """
     if not tasks:
         raise PgferryError("copy: no tables given")
@@ -82,7 +85,7 @@ def copy_tables(
         with TableProgress(
             "copy", totals, lambda: done_rows(dst_connstr, copy_id), enabled=progress
         ):
-            _run_job(spark, job, ranges, max_parallel)
+            _run_job(spark, job, ranges, max_parallel, cancelled)
         copied_at = time.monotonic()
         rows = done_rows(dst_connstr, copy_id)
     finish_destination(dst_connstr, dests, copy_id)
@@ -99,7 +102,13 @@ def copy_tables(
     return result
 
 
-def _run_job(spark, job: CopyJob, ranges: list[BlockRange], max_parallel: int | None) -> None:
+def _run_job(
+    spark,
+    job: CopyJob,
+    ranges: list[BlockRange],
+    max_parallel: int | None,
+    cancelled: threading.Event | None,
+) -> None:
     """Run the Spark job; when it fails, run it again: finished ranges are skipped."""
     sc = spark.sparkContext
     groups = task_groups(ranges, sc.defaultParallelism, max_parallel)
@@ -112,6 +121,8 @@ def _run_job(spark, job: CopyJob, ranges: list[BlockRange], max_parallel: int | 
         except PgferryError:
             raise
         except Exception as exc:
+            if cancelled is not None and cancelled.is_set():
+                raise PgferryError("copy cancelled") from None
             message = job_error(exc)
             if attempt == JOB_RETRIES:
                 raise DatabaseError(f"copy failed: {message}") from None
