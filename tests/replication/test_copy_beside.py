@@ -128,6 +128,41 @@ def test_copy_beside_replay(pair, monkeypatch, kill: str) -> None:
     assert [c for (c,) in consumers if ".copy." in c] == []
 
 
+def test_tables_and_status_show_copy_progress(pair, capsys) -> None:
+    from pgferry.cli.main import main
+    from pgferry.registry import entries
+
+    for side in (pair.root, pair.leaf):
+        side(DDL.format("b"))
+    pair.root(f"insert into b select g, 0, 'b' from generate_series(1, {ROWS}) g")
+    pair.root("analyze b")  # the estimate the progress is measured against
+    pair.add_tables("public.b")
+    worker = pair.worker()
+    _run_until(pair, worker, lambda: worker.copies_running() > 0)
+    seen: list[str] = []
+    shown = False
+    while worker.copies_running():
+        with psycopg.connect(pair.leaf_dsn) as conn:
+            (row,) = entries.copy_progress(conn, pair.queue)
+        seen.append(row.text())
+        if row.rows:
+            capsys.readouterr()
+            assert main([str(pair.leaf_cfg.path), "tables"]) == 0
+            out = capsys.readouterr().out
+            assert out.splitlines()[0].split() == [
+                "table_name", "merge_state", "table_attrs", "copy"
+            ]  # fmt: skip
+            assert "in-copy" in out and " rows (" in out
+            assert main([str(pair.leaf_cfg.path), "status"]) == 0
+            assert "Copy public.b: " in capsys.readouterr().out
+            shown = True
+            break
+        time.sleep(0.05)
+    assert shown and all("rows" in s or s == "waiting for copy" for s in seen), seen
+    pair.catch_up(worker)
+    assert _rows(pair, "leaf", "b") == _rows(pair, "root", "b")
+
+
 def test_resync_of_one_table_does_not_stall_the_others(pair) -> None:
     rng = random.Random(7)
     for side in (pair.root, pair.leaf):

@@ -83,6 +83,7 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
     with local_tx(config) as conn:
         model.require_node(conn, queue)
         tables = entries.list_tables(conn, queue)
+        progress = {p.table_name: p.text() for p in entries.copy_progress(conn, queue)}
     if args.json:
         output.print_json(
             [
@@ -103,10 +104,14 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
         for t in tables:
             print(t.table_name)
     else:
+        headers = ["table_name", "merge_state", "table_attrs"]
+        if progress:  # a copy is waiting, running or catching up: say how far it is
+            headers.append("copy")
         output.print_table(
-            ["table_name", "merge_state", "table_attrs"],
+            headers,
             [
                 (t.table_name, str(t.merge_state), entries.attrs_text(t.display_attrs()))
+                + ((progress.get(t.table_name, ""),) if progress else ())
                 for t in tables
             ],
         )

@@ -20,6 +20,7 @@ from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.node import connect, model
 from pgferry.queue import api as queue_api
+from pgferry.registry import entries
 
 # Other nodes get a short connect timeout: status must not hang on a dead host.
 REMOTE_TIMEOUT = 5
@@ -43,6 +44,7 @@ class NodeStatus:
     error: str | None = None
     last_seen: datetime | None = None
     subscribers: list[str] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)  # "table: progress" of running copies
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -91,6 +93,11 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
         st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
         st.paused, st.error, st.last_seen = state.paused, state.cur_error, state.last_seen
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
+    st.copies = [
+        f"{p.table_name}: {p.text()}"
+        for p in entries.copy_progress(conn, queue)
+        if p.merge_state in ("in-copy", "catching-up") or p.error
+    ]
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
         st.tick, st.tick_time = queue_api.last_tick(conn, queue)
@@ -179,6 +186,7 @@ def _info_lines(n: NodeStatus) -> list[str]:
         )
         if n.paused:
             lines.append("PAUSED")
+        lines += [f"Copy {line}" for line in n.copies]
     if n.error:
         lines.append(f"ERR: {n.error}")
     return lines

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
@@ -231,3 +232,62 @@ def set_seq_last_value(conn: psycopg.Connection, queue: str, seq: str, value: in
 def attrs_text(attrs: dict[str, Any]) -> str:
     """``{'copy_condition': 'userid<1000'}`` as the original's ``tables`` printed it."""
     return repr(attrs) if attrs else ""
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """Where the copy of one table stands: rows copied so far of the source's estimate."""
+
+    table_name: str
+    merge_state: str | None
+    rows: int
+    total: int | None  # the source's estimated rows (None: unknown, e.g. a copy condition)
+    seconds: float  # since the copy started
+    error: str | None  # the last failure, until the copy is tried again
+
+    def text(self) -> str:
+        """``12,000/50,000 rows (24%, ETA 40s)``, or the failure."""
+        if self.error and self.merge_state != "catching-up":
+            return f"copy failed: {self.error}"
+        if self.merge_state == "catching-up":
+            return f"copied {self.rows:,} rows, catching up"
+        if self.merge_state is None:
+            return "waiting for copy"
+        done = f"{self.rows:,}"
+        if not self.total:
+            return f"{done} rows"
+        share = min(self.rows / self.total, 1.0)
+        eta = ""
+        if self.rows and self.seconds > 0 and share < 1.0:
+            left = (self.total - self.rows) / (self.rows / self.seconds)
+            eta = f", ETA {int(left) // 60}m{int(left) % 60:02d}s"
+        return f"{done}/{self.total:,} rows ({share:.0%}{eta})"
+
+
+def copy_progress(conn: psycopg.Connection, queue: str) -> list[CopyProgress]:
+    """Tables of ``queue`` not yet ``ok`` here, with their copy's progress.
+
+    Rows done are counted in ``ferry_copy.range_done`` (each copied range is recorded there
+    when it commits), so the figure moves in steps of one range.
+    """
+    have_bookkeeping = conn.execute(
+        "select to_regclass('ferry_copy.range_done') is not null"
+    ).fetchone()
+    done = (
+        """(select coalesce(sum(r.rows), 0) from ferry_copy.range_done r
+             where r.copy_id = t.copy_id
+               and r.dest_table = coalesce(t.dest_table, t.table_name))"""
+        if have_bookkeeping and have_bookkeeping[0]
+        else "0"
+    )
+    query = sql.SQL(
+        """
+        select t.table_name, t.merge_state, {done}, t.copy_total,
+               coalesce(extract(epoch from now() - t.copy_started), 0), t.copy_error
+          from ferry.table_info t
+         where t.queue_name = %s and t.local and t.merge_state is distinct from 'ok'
+         order by t.table_name
+        """
+    ).format(done=sql.SQL(done))
+    rows = conn.execute(query, (queue,)).fetchall()
+    return [CopyProgress(r[0], r[1], int(r[2]), r[3], float(r[4]), r[5]) for r in rows]
