@@ -1,13 +1,14 @@
 """Cascade commands: pause, resume, tag-dead, tag-alive, drop-node, change-provider,
-takeover, wait-root and wait-provider."""
+takeover, resurrect, wait-root and wait-provider."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from pgferry.cli.nodecommon import start
 from pgferry.cli.registry import Context, command
-from pgferry.node import cascade, provider, takeover, waits
+from pgferry.node import cascade, provider, resurrect, takeover, waits
 
 
 def _load(ctx: Context, args: argparse.Namespace) -> cascade.Cascade:
@@ -138,6 +139,41 @@ def cmd_takeover(ctx: Context, argv: list[str]) -> int:
     dead = args.dead_root or args.dead_branch or args.old in args.dead
     result = takeover.takeover(c, args.old, dead=dead, move_all=args.all, timeout=args.timeout)
     print(result)
+    return 0
+
+
+@command("resurrect", "make an old root that was failed over ready to rejoin the cascade")
+def cmd_resurrect(ctx: Context, argv: list[str]) -> int:
+    parser = ctx.parser("[--dump=PATH] [--keep-tables] [--dead=NODE]...")
+    parser.add_argument(
+        "--dump",
+        default=resurrect.DEFAULT_DUMP,
+        metavar="PATH",
+        help=f"file for the events the cascade never got (default: ./{resurrect.DEFAULT_DUMP})",
+    )
+    parser.add_argument(
+        "--keep-tables",
+        action="store_true",
+        help="leave the tables as they are (the lost changes stay in them) instead of"
+        " copying them again when the node rejoins",
+    )
+    _dead_option(parser)
+    args = parser.parse_args(argv)
+    c = _load(ctx, args)
+    done = resurrect.resurrect(c, Path(args.dump).absolute(), keep_tables=args.keep_tables)
+    me = c.local.node_name
+    print(f"Lost events: {done.events} (after tick {done.lost_after}) written to {done.path}")
+    tables = (
+        f"its {done.copies} tables are copied again when it rejoins"
+        if done.copies
+        else "its tables are left as they are"
+    )
+    print(
+        f"Node {me} is a branch without provider at tick {done.tick}; {tables}."
+        f" Rejoin: change-provider --provider={done.new_root}"
+    )
+    if done.stranded:
+        print(f"Still reading from {me} (not moved by the failover): {', '.join(done.stranded)}")
     return 0
 
 

@@ -20,7 +20,12 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
             "--provider", metavar="CONNSTR", help="connect string of the provider node"
         )
     if node_type == "branch":
-        parser.add_argument("--sync-watermark", help="accepted for compatibility; ignored")
+        parser.add_argument(
+            "--sync-watermark",
+            metavar="NODE[,NODE...]",
+            help="keep this branch's watermark in sync with these nodes (so that they can"
+            " take each other's subscribers)",
+        )
     parser.add_argument("--nocheck", action="store_true", help="skip the public connstr check")
     args = parser.parse_args(argv)
     config = start(ctx)
@@ -31,6 +36,7 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
         args.location,
         getattr(args, "provider", None),
         check_location=not args.nocheck,
+        sync_watermark=getattr(args, "sync_watermark", None),
     )
     setup.create_node(config, req)
     return 0

@@ -20,7 +20,7 @@ from pgferry import db, schema
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
-from pgferry.node import capture, connect, model
+from pgferry.node import capture, connect, model, watermarks
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,9 @@ def drop_node(c: Cascade, name: str) -> None:
                     "delete from ferry_node.node_location where queue_name = %s and node_name = %s",
                     (c.queue, name),
                 )
+                if views[other].node_type != "leaf":
+                    # A hold kept for the node elsewhere (a gravestone on a new root).
+                    watermarks.release_subscriber(conn, c.queue, name)
         except PgferryError as exc:
             log.warning("could not remove %s on node %s: %s", name, other, exc)
     log.info("Node %s dropped", name)
@@ -271,7 +274,8 @@ def _provider_of(views: dict[str, NodeView], name: str) -> tuple[str | None, str
 def unregister_subscriber(
     conn: psycopg.Connection, queue: str, node: str, worker: str | None
 ) -> None:
-    """Forget subscriber ``node`` on a provider: its consumer and its subscriber row."""
+    """Forget subscriber ``node`` on a provider: its consumer, its subscriber row and the
+    watermark held for it (left behind, it would stop rotation there for good)."""
     row = conn.execute(
         "select worker_name from ferry_node.subscriber_info"
         " where queue_name = %s and subscriber_node = %s",
@@ -284,6 +288,7 @@ def unregister_subscriber(
         "delete from ferry_node.subscriber_info where queue_name = %s and subscriber_node = %s",
         (queue, node),
     )
+    watermarks.release_subscriber(conn, queue, node)
 
 
 def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:

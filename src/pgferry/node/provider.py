@@ -5,6 +5,13 @@ The node is paused first; from then on its position (``last_tick_id``) cannot mo
 tick — every root and branch holds the same tick ids, so the next batch there starts where
 the node stopped — then ``local_state.provider_node`` is switched and the node resumed.  The
 old provider forgets the node last; when it is dead that is only a warning.
+
+Watermarks (:mod:`.watermarks`) make every live root and branch keep what any node of the
+cascade needs, so the move works after any amount of rotation.  A new provider that lacks
+the node's tick (rotated away where no watermark protected it, or skipped by a batch that
+spanned several ticks) is refused before anything changes.  The node's watermark moves with
+it, so its own subscribers keep what they need on the new provider's side too.  A node
+without provider (an old root after ``resurrect``) rejoins this way, and is tagged alive.
 """
 
 from __future__ import annotations
@@ -12,9 +19,9 @@ from __future__ import annotations
 import logging
 
 from pgferry.errors import NodeError, PgferryError
-from pgferry.node import model
+from pgferry.node import cascade, model, watermarks
 from pgferry.node.cascade import Cascade, NodeView, set_paused, unregister_subscriber
-from pgferry.node.waits import wait_tick_available
+from pgferry.node.waits import missing_tick, wait_tick_available
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,9 @@ def change_provider(
         log.info("Node %s already reads from %s", name, new)
         return False
     check_new_provider(c, node, new)
+    if node.last_tick is not None:
+        # Refused here, before the pause: the position only moves forward from now on.
+        _check_holds(c, new, name, node.last_tick)
     old = node.provider
 
     paused_here = set_paused(c, name, True)
@@ -62,8 +72,9 @@ def change_provider(
         tick = c.view(name).last_tick  # frozen now that the pause has committed
         if tick is None:
             raise NodeError(f"Node {name} has no position (last_tick_id) yet")
+        _check_holds(c, new, name, tick)
         wait_tick_available(c, new, tick, timeout, poll)
-        subscribe(c, new, name, node.worker_name, tick)
+        subscribe(c, new, name, node.worker_name, tick, _watermark(c, name))
         try:
             with c.on(name) as conn:
                 conn.execute(
@@ -86,11 +97,31 @@ def change_provider(
     log.info("Node %s now reads from %s at tick %s", name, new, tick)
     if old is not None:
         forget_subscriber(c, old, name, node.worker_name)
+    else:
+        # Back in the cascade (an old root after resurrect): alive for everybody again.
+        cascade.tag(c, name, False)
     return True
 
 
-def subscribe(c: Cascade, provider: str, name: str, worker: str, tick: int) -> None:
-    """On ``provider``: location, consumer at ``tick`` and subscriber row of ``name``."""
+def _check_holds(c: Cascade, new: str, name: str, tick: int) -> None:
+    reason = missing_tick(c, new, tick)
+    if reason is not None:
+        raise NodeError(f"Node {new} {reason}: node {name} cannot move under it")
+
+
+def _watermark(c: Cascade, name: str) -> int | None:
+    """What node ``name`` reports upstream (None when its schema predates watermarks)."""
+    with c.on(name, autocommit=True) as conn:
+        if not watermarks.supported(conn):
+            return None
+        return watermarks.upstream_watermark(conn, c.queue)
+
+
+def subscribe(
+    c: Cascade, provider: str, name: str, worker: str, tick: int, watermark: int | None = None
+) -> None:
+    """On ``provider``: location, consumer at ``tick``, subscriber row of ``name`` and the
+    hold of its ``watermark`` (what its own subscribers still need)."""
     with c.on(provider) as conn:
         model.register_location(
             conn, c.queue, name, c.member(name).node_location, c.member(name).dead
@@ -105,6 +136,8 @@ def subscribe(c: Cascade, provider: str, name: str, worker: str, tick: int) -> N
             """,
             (c.queue, name, worker),
         )
+        if watermark is not None and watermarks.supported(conn):
+            watermarks.hold_subscriber(conn, c.queue, name, min(watermark, tick))
 
 
 def forget_subscriber(c: Cascade, provider: str, name: str, worker: str | None) -> None:

@@ -4,7 +4,8 @@ A subscriber is registered on its provider (location, queue consumer named after
 subscriber's job_name, subscriber_info row) and the provider's member list is copied to the
 new node.  The provider's transaction commits just before the local one, so a failure at any
 step before that leaves both databases untouched; the provider steps are idempotent, so
-re-running after a late local failure completes the node.
+re-running after a late local failure completes the node.  A branch created with
+``--sync-watermark`` records its node list in ``node_attrs`` (:mod:`.watermarks`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pgferry import schema
 from pgferry.config import Config
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, NodeError, UsageError
-from pgferry.node import connect, model
+from pgferry.node import connect, model, watermarks
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class NodeRequest:
     public_location: str
     provider_location: str | None = None
     check_location: bool = True
+    sync_watermark: tuple[str, ...] = ()  # branch: nodes whose watermarks it keeps in sync
 
 
 def build_request(
@@ -46,11 +48,21 @@ def build_request(
     public_location: str | None,
     provider_location: str | None,
     check_location: bool = True,
+    sync_watermark: str | None = None,
 ) -> NodeRequest:
     """Fill missing arguments from the ini (node_name, public_node_location,
-    initial_provider_location), as the original does."""
+    initial_provider_location), as the original does.  ``sync_watermark`` is a branch's
+    ``NODE[,NODE...]`` (see :mod:`pgferry.node.watermarks`)."""
     if node_type not in NODE_TYPES:
         raise UsageError(f"unknown node type: {node_type}")
+    sync_nodes: tuple[str, ...] = ()
+    if sync_watermark is not None:
+        if node_type != "branch":
+            raise UsageError(f"create-{node_type}: --sync-watermark is for branch nodes")
+        try:
+            sync_nodes = watermarks.parse_sync_nodes(sync_watermark)
+        except ValueError as exc:
+            raise UsageError(f"create-branch: --sync-watermark: {exc}") from None
     name = node_name or config.getopt("node_name")
     if not name:
         raise UsageError(f"create-{node_type}: NODE name is required")
@@ -62,7 +74,7 @@ def build_request(
         provider = None
     if node_type != "root" and not provider:
         raise UsageError(f"create-{node_type}: --provider=CONNSTR is required")
-    return NodeRequest(node_type, name, location, provider, check_location)
+    return NodeRequest(node_type, name, location, provider, check_location, sync_nodes)
 
 
 def create_node(config: Config, req: NodeRequest) -> bool:
@@ -211,10 +223,11 @@ def _announce(
 def _insert_node(conn: psycopg.Connection, queue: str, req: NodeRequest, worker: str) -> None:
     conn.execute(
         """
-        insert into ferry_node.node_info (queue_name, node_type, node_name, worker_name)
-        values (%s, %s, %s, %s)
+        insert into ferry_node.node_info (queue_name, node_type, node_name, worker_name,
+                                          node_attrs)
+        values (%s, %s, %s, %s, %s)
         """,
-        (queue, req.node_type, req.node_name, worker),
+        (queue, req.node_type, req.node_name, worker, watermarks.attrs_text(req.sync_watermark)),
     )
 
 

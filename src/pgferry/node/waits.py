@@ -50,17 +50,36 @@ def wait_applied(c: Cascade, name: str, tick: int, timeout: float, poll: float) 
         ) from None
 
 
+def missing_tick(c: Cascade, name: str, tick: int) -> str | None:
+    """Why ``name`` cannot serve a reader at ``tick`` ("no longer holds tick ..."): it holds
+    ticks past it but not that tick with every event after it (rotated away, or skipped by
+    a batch spanning several ticks); None when it can, or has not reached ``tick`` yet."""
+    with c.on(name, autocommit=True) as conn:
+        usable, oldest, top = queue_api.tick_standing(conn, c.queue, tick)
+    return _why_missing(usable, oldest, top, tick)
+
+
+def _why_missing(usable: bool, oldest: int | None, top: int | None, tick: int) -> str | None:
+    if usable or top is None or top < tick:
+        return None
+    if oldest is not None and oldest > tick:
+        return f"no longer holds tick {tick} (its oldest usable tick is {oldest})"
+    return f"does not hold tick {tick} (it holds ticks {oldest} to {top})"
+
+
 def wait_tick_available(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> None:
-    """Poll until the queue on ``name`` holds ``tick`` (a branch behind catches up)."""
+    """Poll until the queue on ``name`` holds ``tick`` and every event after it (a branch
+    behind catches up); fail at once when it never will."""
     top: int | None = None  # the queue's newest tick at the last look
 
     def held() -> bool:
         nonlocal top
         with c.on(name, autocommit=True) as conn:
-            found, top = queue_api.has_tick(conn, c.queue, tick)
-        if not found and top is not None and top > tick:
-            raise NodeError(f"Tick {tick} is no longer in the queue of node {name} (at {top})")
-        return found
+            usable, oldest, top = queue_api.tick_standing(conn, c.queue, tick)
+        reason = _why_missing(usable, oldest, top, tick)
+        if reason is not None:
+            raise NodeError(f"Node {name} {reason}")
+        return usable
 
     try:
         wait_until(held, timeout=max(timeout, 0), interval=poll)

@@ -276,6 +276,19 @@ def usable_ticks(conn: psycopg.Connection, queue: str) -> tuple[int | None, int 
     return (None, None) if row is None else (row[0], row[1])
 
 
+def tick_standing(
+    conn: psycopg.Connection, queue: str, tick_id: int
+) -> tuple[bool, int | None, int | None]:
+    """:func:`tick_usable` and :func:`usable_ticks` read at one instant: (usable, oldest
+    usable tick, newest tick); a tick arriving between two reads cannot mislead."""
+    row = conn.execute(
+        "select ferry_queue.tick_usable(%s, %s), u.oldest, u.newest"
+        " from ferry_queue.usable_ticks(%s) u",
+        (queue, tick_id, queue),
+    ).fetchone()
+    return (False, None, None) if row is None else (bool(row[0]), row[1], row[2])
+
+
 def set_hold(conn: psycopg.Connection, queue: str, name: str, tick_id: int) -> int | None:
     """Keep what a reader at ``tick_id`` needs, under the name ``name``; returns the tick
     the hold is at (the newest usable one at or before ``tick_id``, else the oldest)."""
