@@ -15,6 +15,7 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from pgferry import settings
@@ -25,6 +26,14 @@ TICKER_SECTIONS = ("pgqd", "pgferry_ticker")
 PATH_KEYS = ("logfile", "pidfile")
 DEFAULT_SPARK_MASTER = "local[*]"
 
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)?")
+_UNITS = (
+    (("ms", "msec", "millisecond", "milliseconds"), 0.001),
+    (("s", "sec", "secs", "second", "seconds"), 1.0),
+    (("m", "min", "mins", "minute", "minutes"), 60.0),
+    (("h", "hour", "hours"), 3600.0),
+    (("d", "day", "days"), 86400.0),
+)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -67,6 +76,22 @@ class Config:
             raise ConfigError(
                 f"{self.path}: setting '{key}' must be a number, not {raw!r}"
             ) from None
+
+    def getseconds(self, key: str) -> timedelta | None:
+        """A time span: seconds (``30``, ``1.5``) or a number and a unit (``10s``, ``5 min``,
+        ``2 hours``); None when the key is not set or empty."""
+        raw = (self.values.get(key) or "").strip()
+        if not raw:
+            return None
+        match = _SPAN.fullmatch(raw.lower())
+        if match is None:
+            raise ConfigError(
+                f"{self.path}: setting '{key}' must be a time span like 30, 10s, 5 min or"
+                f" 2 hours, not {raw!r}"
+            )
+        unit = match.group(2) or "s"
+        factor = next(f for names, f in _UNITS if unit in names)
+        return timedelta(seconds=float(match.group(1)) * factor)
 
     def getbool(self, key: str, default: bool = False) -> bool:
         raw = self.values.get(key)

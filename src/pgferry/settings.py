@@ -2,16 +2,14 @@
 
 ``pgferry --ini`` prints these with their defaults and comments; :func:`check` runs when a
 config is loaded: a key listed in :data:`REFUSED` (a setting of the original tools that
-pgferry does not do) is one clear error, and a key nobody reads gets a warning naming it, so
-a typo never passes silently.
+pgferry does not take) gets a warning saying why it is ignored, and a key nobody reads gets
+a warning naming it, so a typo never passes silently.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-from pgferry.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +43,8 @@ NODE_SETTINGS: list[Setting] = [
     ("exception_sleep", "20", "seconds to wait after an error before retrying"),
     ("connection_lifetime", "1200", "seconds before a database connection is reopened"),
     ("pgq_batch_collect_events", "200000", "events per multi-tick batch when catching up"),
-    ("pgq_batch_collect_interval", "", "minimum time span per batch (interval text)"),
-    ("pgq_keep_lag", "", "only take batches older than this interval"),
+    ("pgq_batch_collect_interval", "", "minimum time span per batch (10s, 5 min, ...)"),
+    ("pgq_keep_lag", "", "only take batches at least this old: a delayed replica (1 hour)"),
     ("compare_fmt", "%(cnt)d rows, checksum=%(chksum)s", "format of compare's lines"),
     ("replay_local_events", "50000", "larger batches are read by Spark when it is up"),
     ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),
@@ -75,6 +73,7 @@ TICKER_SETTINGS: list[Setting] = [
     ("retry_period", "30", "seconds between moving due retry events back"),
     ("check_period", "60", "seconds between looking for new databases"),
     ("stats_period", "30", "seconds between statistics lines in the log"),
+    ("connection_lifetime", "3600", "seconds before a database connection is reopened"),
     ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
     ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
 ]
@@ -85,9 +84,10 @@ ALIASES = {"replay_batch_events": "pgq_batch_collect_events"}
 # Names every config has (interpolation defaults), never written by hand.
 BUILTINS = {"job_name", "service_name", "config_dir", "config_file", "host_name"}
 
+# Settings of the original that pgferry does not take: a warning says why, once.
 REFUSED = {
-    "compare_sql": "compare hashes key ranges of both sides at one tick; a custom"
-    " compare query cannot take part in that (remove the setting)",
+    "compare_sql": "compare hashes key ranges of both sides at one tick and applies each"
+    " table's copy condition itself; a custom compare query is not used",
 }
 
 
@@ -97,11 +97,11 @@ def known_keys(ticker: bool) -> set[str]:
 
 
 def check(path: Path, section: str, keys: list[str], ticker: bool) -> None:
-    """Refuse settings pgferry does not do; warn about keys it does not know."""
+    """Name the settings pgferry does not take, and the keys it does not know."""
     for key in keys:
         if key in REFUSED and not ticker:
-            raise ConfigError(f"{path}: setting '{key}' is not supported: {REFUSED[key]}")
-    known = known_keys(ticker)
+            log.warning("%s: setting '%s' is ignored: %s", path, key, REFUSED[key])
+    known = known_keys(ticker) | set(REFUSED)
     for key in keys:
         if key not in known and not key.startswith("spark."):
             log.warning("%s: unknown setting '%s' in [%s] (ignored)", path, key, section)

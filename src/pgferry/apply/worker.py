@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import psycopg
 
@@ -65,6 +66,8 @@ class WorkerSettings:
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
     warm_spark: bool  # start Spark in the background once caught up
     seq_buffer: int  # a root publishes its sequences this far ahead
+    keep_lag: timedelta | None  # pgq_keep_lag: take only batches at least this old
+    collect_interval: timedelta | None  # pgq_batch_collect_interval: minimum batch span
     replay: ReplaySettings
 
     @classmethod
@@ -81,6 +84,8 @@ class WorkerSettings:
             ),
             warm_spark=config.getbool("spark_warm", True),
             seq_buffer=seqops.seq_buffer(config),
+            keep_lag=config.getseconds("pgq_keep_lag"),
+            collect_interval=config.getseconds("pgq_batch_collect_interval"),
             replay=ReplaySettings.from_config(config),
         )
 
@@ -378,12 +383,31 @@ class Worker(Service):
         queue, consumer = node.queue_name, node.consumer_name
         # One tick per batch while compare waits for a tick or a copied group waits for
         # the main stream at its tick: the worker must stop exactly there.
-        min_count = None
-        if request is None and hold_at is None:
+        min_count, settings = None, self.settings
+        one_tick = request is not None or hold_at is not None
+        if not one_tick:
             ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
-                min_count = max(1, min(events, self.settings.batch_min_events))
-        batch_id = queue_api.next_batch(provider, queue, consumer, min_count=min_count)
+                min_count = max(1, min(events, settings.batch_min_events))
+        if settings.collect_interval and not one_tick:
+            # pgq_batch_collect_interval: each batch spans at least that much time.
+            batch_id = queue_api.next_batch_custom(
+                provider, queue, consumer, min_lag=settings.keep_lag,
+                min_interval=settings.collect_interval,
+            )  # fmt: skip
+        elif settings.keep_lag:
+            # pgq_keep_lag: a delayed replica takes only batches at least that old.
+            batch_id = None
+            if min_count:  # behind: one large batch, when that many events wait
+                batch_id = queue_api.next_batch_custom(
+                    provider, queue, consumer, min_lag=settings.keep_lag, min_count=min_count
+                )
+            if batch_id is None:
+                batch_id = queue_api.next_batch_custom(
+                    provider, queue, consumer, min_lag=settings.keep_lag
+                )
+        else:
+            batch_id = queue_api.next_batch(provider, queue, consumer, min_count=min_count)
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
             if self.may_warm_spark and self.settings.warm_spark:
