@@ -1,11 +1,13 @@
 """The apply transaction of one batch, and what the worker keeps between batches for it.
 
-One read of the batch's summary on the provider says what it holds, queued scripts
-included.  Then ONE subscriber transaction, committed durably, applies it: the segments
-between queued scripts in ev_id order (each planned by :mod:`.plan`, read by :mod:`.read`,
-applied by :mod:`.stage_apply`), each script at its place (:meth:`Replayer._run_script`),
-the events forwarded into the branch's own queue, the tables whose copy hand-over is done
-promoted, and the batch's tick recorded (design-notes §2, §3).
+One read of the batch's summary on the provider says what it holds, queued scripts and
+removals included.  Then ONE subscriber transaction, committed durably, applies it: the
+segments between queued scripts in ev_id order (each planned by :mod:`.plan`, read by
+:mod:`.read`, applied by :mod:`.stage_apply`), each script at its place
+(:meth:`Replayer._run_script`), the tables and sequences the provider removed detached
+(:meth:`Replayer._apply_removals`), the events forwarded into the branch's own queue, the
+tables whose copy hand-over is done promoted, and the batch's tick recorded (design-notes
+§2, §3).
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
 tables' shapes, the stage tables and the reader connections.
@@ -20,8 +22,14 @@ from dataclasses import dataclass
 import psycopg
 
 from pgferry.apply import forward, handover
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.plan import TableShapes, count_scripts, plan_segment, summarize
+from pgferry.apply.batch_sql import REMOVAL_EVENTS, Segment
+from pgferry.apply.plan import (
+    TableShapes,
+    count_removals,
+    count_scripts,
+    plan_segment,
+    summarize,
+)
 from pgferry.apply.read import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.spark_session import WorkerSpark
@@ -29,7 +37,7 @@ from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.node import model
+from pgferry.node import model, seqops, tableops
 from pgferry.queue import api as queue_api
 from pgferry.queue.api import Batch
 from pgferry.scripts import skip
@@ -138,8 +146,9 @@ class Replayer:
         """Apply ``batch`` and record its tick in one committed local transaction.
 
         With ``catchup`` the batch is a copied group's own (``routes`` are the group's
-        tables): no script, sequence or forwarding, and the group's position is recorded
-        instead of the node's.
+        tables): no script, removal, sequence or forwarding, and the group's position is
+        recorded instead of the node's (removals come with the node's own stream, which
+        also reads every event of the group's tables).
         """
         try:
             return self._apply_batch(local, provider, node, batch, routes, seqs, catchup)
@@ -162,9 +171,14 @@ class Replayer:
         batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
-        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=main)
+        summary = summarize(
+            provider, batch_sql, routes, seqs, Segment(), scripts=main, removals=main
+        )
         summary_seconds = time.monotonic() - summary_at
         scripts = queue_api.scripts(provider, batch_sql) if main and count_scripts(summary) else []
+        removals: list[tuple[int, str, str | None, str | None]] = []
+        if main and count_removals(summary):
+            removals = queue_api.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
@@ -197,6 +211,15 @@ class Replayer:
                     self._route_cache = None
                     self.forget_shapes()
                 after = upto
+            # Removals come after every row of the batch rather than as barriers in ev_id
+            # order.  Nothing is lost: the removal drops the source's capture triggers,
+            # which waits for every writer of the table, so all of its events were
+            # committed first and sit in this batch or an earlier one.  And ev_id order
+            # would mislead: a branch's own removal takes its ev_id from the branch's event
+            # sequence, which only follows the provider's at each mirrored tick, so it can
+            # be lower than forwarded events that came before it.  The batch also stays one
+            # segment (a barrier splits it and costs a summary per segment).
+            stale_consumers = self._apply_removals(local, node, removals) if removals else []
             stats.apply_seconds = time.monotonic() - staged_at
             if catchup is not None:
                 handover.record_catchup(local, queue, catchup, batch.tick_id)
@@ -217,6 +240,10 @@ class Replayer:
                 skip.clear_failure(local, queue, consumer)
             commit_at = time.monotonic()
         stats.commit_seconds = time.monotonic() - commit_at
+        # After the commit: a consumer dropped before it would be missing if it rolled back.
+        # One left by a crash here is dropped when the next worker starts its copies.
+        for consumer_name in stale_consumers:
+            handover.drop_consumer(provider, queue, consumer_name)
         stats.summary_seconds = summary_seconds
         stats.spark = use_spark
         return stats
@@ -255,6 +282,41 @@ class Replayer:
         return apply_segment(
             local, self.stages, plan, batch_sql, segment, provider=provider, readers=readers
         )
+
+    def _apply_removals(
+        self,
+        local: psycopg.Connection,
+        node: model.NodeInfo,
+        removals: list[tuple[int, str, str | None, str | None]],
+    ) -> list[str]:
+        """Detach the tables and sequences the provider (or a node above it) removed, in
+        the applying transaction; their rows and values stay.  Returns the copy consumers
+        on the provider that only removed tables needed (dropped after the commit)."""
+        queue = node.queue_name
+        stale: list[str] = []
+        for _ev_id, ev_type, name, origin in removals:
+            if not name:
+                continue
+            source = origin or node.provider_node or "the provider"
+            if ev_type == seqops.REMOVE_SEQ_EVENT:
+                if seqops.removed_upstream(local, queue, name):
+                    log.info("Sequence %s removed: %s no longer replicates it", name, source)
+                continue
+            unused = _unused_copy_consumers(local, node, name)  # read before the row goes
+            entry = tableops.removed_upstream(local, queue, name)
+            if entry is None:
+                continue  # never added here, or removed here already
+            state = entry.merge_state or "waiting for its copy"
+            log.info(
+                "Table %s removed: %s no longer replicates it (was %s; its rows stay)",
+                name,
+                source,
+                state,
+            )
+            stale += unused
+        self._route_cache = None  # the next batch reads the registry again
+        self.forget_shapes()
+        return stale
 
     def _run_script(
         self,
@@ -307,3 +369,32 @@ class Replayer:
 
 def _major(conn: psycopg.Connection) -> int:
     return conn.info.server_version // 10000
+
+
+def _unused_copy_consumers(
+    local: psycopg.Connection, node: model.NodeInfo, table: str
+) -> list[str]:
+    """The provider consumers a copy of ``table`` may hold that no other table of the node
+    copies or catches up through: the one recorded, and the name
+    :class:`~pgferry.apply.handover.CopyRun` gives its group's (registered before it is
+    recorded).  None for a table in state ok: its copy's consumer went at the hand-over."""
+    rows = local.execute(
+        """
+        select distinct c.name
+          from ferry.table_info t
+         cross join lateral unnest(array[t.copy_consumer,
+                                         %s || coalesce(t.copy_group::text, t.table_name)])
+               as c(name)
+         where t.queue_name = %s and t.table_name = %s and t.merge_state is distinct from 'ok'
+           and c.name is not null
+           and not exists (select 1 from ferry.table_info o
+                            where o.queue_name = t.queue_name and o.local
+                              and o.table_name <> t.table_name
+                              and (o.copy_consumer = c.name
+                                   or (coalesce(o.copy_group::text, o.table_name)
+                                       = coalesce(t.copy_group::text, t.table_name)
+                                       and o.merge_state is distinct from 'ok')))
+        """,
+        (f"{node.consumer_name}.copy.", node.queue_name, table),
+    ).fetchall()
+    return [r[0] for r in rows]

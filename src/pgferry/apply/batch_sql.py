@@ -5,7 +5,8 @@ provider while it reads, so what comes back is small and ready to load:
 
 * :func:`summary_query`: one row per table or sequence of the batch (segment): how many
   row events it has, whether all of them are inserts, the last TRUNCATE (a barrier: only
-  later rows count) and, for a sequence, its highest value.
+  later rows count) and, for a sequence, its highest value; for the node's own stream one
+  more row counts the queued scripts and the removals of tables and sequences.
 * :func:`table_query`: one table's rows, collapsed to the last event per primary key
   (``DISTINCT ON`` over the typed key) and decoded on the provider with the subscriber's
   column types, as ``(op, col1, col2, ...)`` where op is ``I`` (insert), ``U`` (upsert)
@@ -28,6 +29,11 @@ from psycopg import sql
 
 from pgferry import expressions
 from pgferry.apply.routes import Route, split_name
+from pgferry.node.seqops import REMOVE_SEQ_EVENT
+from pgferry.node.tableops import REMOVE_TABLE_EVENT
+
+# Events by which a root or branch says a table or sequence is no longer replicated.
+REMOVAL_EVENTS = (REMOVE_TABLE_EVENT, REMOVE_SEQ_EVENT)
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,12 @@ def summary_query(
     segment: Segment,
     *,
     scripts: bool = False,
+    removals: bool = False,
 ) -> str:
     """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id, scripts)`` of the segment (the ev_ids of the table's row events); with
-    ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events)."""
+    last_ev_id, scripts, removals)`` of the segment (the ev_ids of the table's row
+    events); with ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE
+    events), and with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     row_or_truncate = "(e.ev_type = 'R' or substr(e.ev_type, 2, 1) = ':')"
@@ -93,6 +101,8 @@ def summary_query(
         )
     if scripts:
         terms.append(sql.SQL("(e.ev_type = 'EXECUTE')"))
+    if removals:
+        terms.append(sql.SQL("(e.ev_type = any({}))").format(sql.Literal(list(REMOVAL_EVENTS))))
     if not terms:
         terms.append(sql.SQL("false"))
     where = [sql.SQL("({})").format(sql.SQL(" or ").join(terms)), *segment.filters()]
@@ -104,19 +114,25 @@ def summary_query(
                coalesce(bool_and(ins) filter (where rowev), false),
                max(ev_id) filter (where kind = 'R'), max(seqv),
                min(ev_id) filter (where rowev), max(ev_id) filter (where rowev),
-               count(*) filter (where kind = 'X')
-          from (select case when e.ev_type = 'EXECUTE' then null else e.ev_extra1 end as name,
+               count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G')
+          from (select case when e.ev_type = 'EXECUTE' or e.ev_type = any({removal})
+                            then null else e.ev_extra1 end as name,
                        e.ev_id,
                        substr(e.ev_type, 2, 1) = ':' as rowev,
                        substr(e.ev_type, 1, 2) = 'I:' as ins,
-                       case e.ev_type when 'R' then 'R' when 'EXECUTE' then 'X' end as kind,
+                       case when e.ev_type = 'R' then 'R' when e.ev_type = 'EXECUTE' then 'X'
+                            when e.ev_type = any({removal}) then 'G' end as kind,
                        case when e.ev_type = 'SEQ' then e.ev_data::bigint end as seqv
                   from ({batch}) e
                  where {where}
                 offset 0) x
          group by name
         """
-    ).format(batch=sql.SQL(batch_sql), where=sql.SQL(" and ").join(where))
+    ).format(
+        batch=sql.SQL(batch_sql),
+        where=sql.SQL(" and ").join(where),
+        removal=sql.Literal(list(REMOVAL_EVENTS)),
+    )
     return query.as_string(None)
 
 

@@ -100,13 +100,14 @@ def summarize(
     segment: Segment,
     *,
     scripts: bool = False,
+    removals: bool = False,
 ) -> list[tuple]:
     """The summary rows of the segment (see :func:`summary_query`)."""
     active = [r for r in routes.values() if r.applies]
     seqs = list(sequences)
-    if not active and not seqs and not scripts:
+    if not active and not seqs and not scripts and not removals:
         return []
-    query = summary_query(batch_sql, active, seqs, segment, scripts=scripts)
+    query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
     try:
         with provider.transaction():
             provider.execute("set transaction read only")  # copy conditions run here
@@ -120,6 +121,11 @@ def summarize(
 
 def count_scripts(summary: list[tuple]) -> int:
     return sum(row[7] for row in summary)
+
+
+def count_removals(summary: list[tuple]) -> int:
+    """Removals of tables or sequences in the batch (counted with ``removals=True``)."""
+    return sum(row[8] for row in summary if len(row) > 8)
 
 
 def plan_segment(
@@ -142,9 +148,10 @@ def plan_segment(
     input function on the subscriber, as the initial copy does."""
     seqs = set(sequences)
     plan = SegmentPlan([], [], {})
-    for name, count, inserts_only, barrier, seq_value, first, last, _scripts in summary:
+    for row in summary:
+        name, count, inserts_only, barrier, seq_value, first, last = row[:7]
         if name is None:
-            continue  # the scripts' row
+            continue  # the row of scripts and removals
         if seq_value is not None and name in seqs:
             plan.sequences[name] = seq_value
             continue

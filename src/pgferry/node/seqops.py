@@ -5,6 +5,7 @@ publishes it ahead of what the root hands out (:func:`publish_ahead`).  On a sub
 must be registered on the provider; it is marked local and set to the provider's value,
 never backwards.  Takeover uses :func:`final_values`, :func:`advance` and
 :func:`advance_past_published` so that a new root never hands out a value the old one did.
+remove-seq on a root or branch reaches its subscribers as an event (:func:`removed_upstream`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 # switchover skips up to one buffer of values and a failover up to two, nothing for bigint
 # keys and little for int ones.
 DEFAULT_SEQ_BUFFER = 10000
+
+# Queued by remove-seq on a root or branch: ev_data and ev_extra1 = the sequence
+# (``%I.%I``), ev_extra2 = the node that removed it (docs/events.md).
+REMOVE_SEQ_EVENT = "ferry.remove-seq"
 
 
 def seq_buffer(config: Config) -> int:
@@ -120,18 +125,39 @@ def _provider_value(prov: psycopg.Connection, entry: entries.SeqEntry) -> int | 
 def remove_seqs(
     config: Config, conn: psycopg.Connection, args: list[str], all_: bool = False
 ) -> list[str]:
+    """Detach sequences from the local node; returns the names removed.
+
+    A root or branch also queues a :data:`REMOVE_SEQ_EVENT` per sequence in this same
+    transaction, so that its whole subtree detaches it too (:func:`removed_upstream`).
+    """
     queue = connect.queue_name(config)
-    model.require_node(conn, queue)
+    node = model.require_node(conn, queue)
     names = [s.seq_name for s in entries.list_seqs(conn, queue)]
     if not all_:
         if not args:
             raise UsageError("remove-seq: give SEQUENCE names or --all")
         keys_of = {split_qualified(n): n for n in names}
-        names = [keys_of[k] for k in resolve(map(parse_pattern, args), list(keys_of), "Sequence")]
+        names = []
+        for pattern in map(parse_pattern, args):
+            found = pattern.select(keys_of)
+            if not found and not pattern.is_glob:
+                raise TableError(f"Sequence not registered: {pattern.raw}")
+            if not found:
+                log.warning("no sequence matches %s", pattern.raw)
+            names += [keys_of[k] for k in found if keys_of[k] not in names]
     for name in names:
         entries.unregister_seq(conn, queue, name)
-        log.info("Sequence removed: %s", name)
+        if node.has_queue:
+            insert_event(conn, queue, REMOVE_SEQ_EVENT, name, name, node.node_name)
+        log.info("Sequence removed: %s%s", name, "" if node.has_queue else " (local)")
     return names
+
+
+def removed_upstream(conn: psycopg.Connection, queue: str, seq: str) -> bool:
+    """The provider removed ``seq`` (a :data:`REMOVE_SEQ_EVENT` being applied): forget it
+    here too; the sequence keeps its value.  False when this node did not replicate it."""
+    local = {s.seq_name for s in entries.list_seqs(conn, queue)}
+    return seq in local and entries.unregister_seq(conn, queue, seq)
 
 
 # --- values kept ahead ---------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """add-table, remove-table, resync and missing: registry changes checked against the node.
 
 Every operation runs in one local transaction: a bad name, a missing primary key or an
-unreachable provider leaves the registry and the triggers exactly as they were.
+unreachable provider leaves the registry and the triggers exactly as they were.  A removal
+on a root or branch travels to its subscribers as an event (:func:`removed_upstream` is
+what they do with it).
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from pgferry import expressions
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.node import capture, connect, model
+from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
+
+# Queued by remove-table on a root or branch: ev_data and ev_extra1 = the table
+# (``%I.%I``), ev_extra2 = the node that removed it (docs/events.md).
+REMOVE_TABLE_EVENT = "ferry.remove-table"
 
 
 @dataclass
@@ -246,6 +253,12 @@ def _local_dest(
 def remove_tables(
     config: Config, conn: psycopg.Connection, args: list[str], all_: bool, force: bool
 ) -> list[str]:
+    """Detach tables from the local node; returns the names removed (``%I.%I``).
+
+    A root or branch also queues a :data:`REMOVE_TABLE_EVENT` per table, in this same
+    transaction: its subscribers drop the table when they apply it, and branches pass it
+    on, so the whole subtree stops waiting for events that will never come.
+    """
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
     limit_lock_wait(config, conn)
@@ -264,12 +277,29 @@ def remove_tables(
                 raise TableError(f"Table not registered: {pattern.raw}")
             names += [fq_of[k] for k in found if fq_of[k] not in names]
     for fq in names:
-        entry = registered[fq]
-        if not entry.table_attrs.get("no_triggers"):
-            capture.detach(conn, queue, entry.dest_name)
-        entries.unregister_table(conn, queue, fq)
-        log.info("Table removed: %s%s", fq, "" if node.is_root else " (local)")
+        _detach(conn, queue, registered[fq])
+        if node.has_queue:
+            queue_api.insert_event(conn, queue, REMOVE_TABLE_EVENT, fq, fq, node.node_name)
+        log.info("Table removed: %s%s", fq, "" if node.has_queue else " (local)")
     return names
+
+
+def _detach(conn: psycopg.Connection, queue: str, entry: entries.TableEntry) -> None:
+    """Drop the table's capture or deny triggers and its registry row; its rows stay."""
+    if not entry.table_attrs.get("no_triggers"):
+        capture.detach(conn, queue, entry.dest_name)
+    entries.unregister_table(conn, queue, entry.table_name)
+
+
+def removed_upstream(conn: psycopg.Connection, queue: str, table: str) -> entries.TableEntry | None:
+    """The provider removed ``table`` (a :data:`REMOVE_TABLE_EVENT` being applied): detach
+    it here as remove-table does, whatever its copy state; returns its registry entry as it
+    was, or None when this node did not replicate it."""
+    entry = entries.get_table(conn, queue, table)
+    if entry is None or not entry.local:
+        return None
+    _detach(conn, queue, entry)
+    return entry
 
 
 def resync(config: Config, conn: psycopg.Connection, args: list[str], all_: bool) -> list[str]:

@@ -512,3 +512,17 @@ def next_batch_upto(
         "select ferry_queue.next_batch_upto(%s, %s, %s, %s)", (queue, consumer, upto, min_count)
     ).fetchone()
     return None if row is None else row[0]
+
+
+def events_of_types(
+    conn: psycopg.Connection, batch_sql: str, types: Sequence[str]
+) -> list[tuple[int, str, str | None, str | None]]:
+    """The batch's events of the given ``types`` in ev_id order, as rows
+    ``(ev_id, ev_type, ev_extra1, ev_extra2)`` (rare events, read only when present)."""
+    from psycopg import sql
+
+    query = sql.SQL(
+        "select ev_id, ev_type, ev_extra1, ev_extra2 from ({}) e"
+        " where e.ev_type = any({}) order by e.ev_id"
+    ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
+    return conn.execute(query).fetchall()
