@@ -41,6 +41,7 @@ NODE_SETTINGS: list[Setting] = [
     ("compare_wait", "(lock_timeout)", "seconds compare/repair wait for the worker's tick"),
     ("loop_delay", "0.25", "seconds to sleep when there is no work (a root: 1.0)"),
     ("exception_sleep", "20", "seconds to wait after an error before retrying"),
+    ("watermark_period", "5", "seconds between reports of what this subtree still needs"),
     ("connection_lifetime", "1200", "seconds before a database connection is reopened"),
     ("pgq_batch_collect_events", "200000", "events per multi-tick batch when catching up"),
     ("pgq_batch_collect_interval", "", "minimum time span per batch (10s, 5 min, ...)"),

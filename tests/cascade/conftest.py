@@ -131,6 +131,7 @@ class Tree:
     tmp_path: Path
     runners: dict[str, Runner] = field(default_factory=dict)
     ticker: Ticker | None = None
+    watermark_period: str = "3600"
 
     def add_node(self, node: str, dsn: str, node_type: str, provider: str | None) -> None:
         """Create the table on ``dsn``, make it a node and register the table (in sync)."""
@@ -142,6 +143,8 @@ class Tree:
             queue_name=self.queue,
             loop_delay="0.1",
             exception_sleep="0.2",
+            # The retention tests report watermarks themselves, at chosen moments.
+            watermark_period=self.watermark_period,
         )
         cfg = load_config(self.configs[node])
         self.sql(node, sql.SQL("create table {} (id int primary key, v text)").format(TABLE_ID))

@@ -52,7 +52,8 @@ def _table(pair) -> None:
 def _consumer_tick(pair) -> int:
     rows = pair.root(
         "select sub_last_tick from ferry_queue.subscription s"
-        " join ferry_queue.queue q on q.queue_id = s.sub_queue where q.queue_name = %s",
+        " join ferry_queue.queue q on q.queue_id = s.sub_queue where q.queue_name = %s"
+        " and s.sub_consumer not like '.%%'",  # watermark holds are not the worker's position
         (pair.queue,),
     )
     return rows[0][0]

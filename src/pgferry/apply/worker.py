@@ -36,7 +36,7 @@ from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, QueueError
-from pgferry.node import model, seqops
+from pgferry.node import model, seqops, watermarks
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
 from pgferry.queue.api import Batch
@@ -45,6 +45,10 @@ from pgferry.scripts import skip
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 1.0  # seconds between heartbeat writes while idle
+# Seconds between watermark reports up the cascade (watermark_period): rotation on a
+# provider runs every few minutes at most, so a report every few seconds keeps it exact at
+# a small cost.
+WATERMARK_EVERY = 5.0
 # Subscribers poll the provider this often when idle: the lag goal is measured in seconds.
 SUBSCRIBER_LOOP_DELAY = 0.25
 
@@ -66,6 +70,7 @@ class WorkerSettings:
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
     warm_spark: bool  # start Spark in the background once caught up
     seq_buffer: int  # a root publishes its sequences this far ahead
+    watermark_period: float  # seconds between watermark reports to the provider
     keep_lag: timedelta | None  # pgq_keep_lag: take only batches at least this old
     collect_interval: timedelta | None  # pgq_batch_collect_interval: minimum batch span
     replay: ReplaySettings
@@ -84,6 +89,7 @@ class WorkerSettings:
             ),
             warm_spark=config.getbool("spark_warm", True),
             seq_buffer=seqops.seq_buffer(config),
+            watermark_period=config.getfloat("watermark_period", WATERMARK_EVERY),
             keep_lag=config.getseconds("pgq_keep_lag"),
             collect_interval=config.getseconds("pgq_batch_collect_interval"),
             replay=ReplaySettings.from_config(config),
@@ -123,6 +129,8 @@ class Worker(Service):
         self._replica_conn: psycopg.Connection | None = None
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
         self._last_heartbeat = 0.0
+        self._watermark_at = time.monotonic()
+        self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self._copies = Copies(self)  # copies running beside the loop
         # What metrics and tests read: counts since start, and callbacks per applied batch.
@@ -253,7 +261,16 @@ class Worker(Service):
         self.claim()  # again after a lost connection: another worker may have started
         local = self._local()
         with local.transaction():
-            node = model.worker_node(local, self.settings.queue)
+            node = model.require_node(local, self.settings.queue)
+        if node.node_type != "root" and node.provider_location is None:
+            # A node without a provider (an old root after resurrect) waits for
+            # change-provider; nothing to apply until then.
+            if not self._orphan_logged:
+                log.info("Node %s has no provider: waiting for change-provider", node.node_name)
+                self._orphan_logged = True
+            self._heartbeat(local, node.queue_name, node.consumer_name)
+            return False
+        self._orphan_logged = False
         if node.node_type == "root":
             return self._root_step(local, node)
         if node.paused:
@@ -264,6 +281,7 @@ class Worker(Service):
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         # Nothing waits on the root worker: it keeps the original's 1 s default pace.
         self.loop_delay = self.config.getfloat("loop_delay", 1.0)
+        self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
         self._heartbeat(local, node.queue_name, node.consumer_name)
@@ -280,6 +298,7 @@ class Worker(Service):
             routes = self._replay.routes(local, queue)
             seqs = publish_seqs.local_sequences(local, queue)
             request = sync.pending_request(local, queue, consumer)
+        self._publish_watermark(local, provider, node)
         self.holder.release_if_done(request)
         if request is not None and request.tick_id:
             if request.state == "wait" and node.last_tick_id == request.tick_id:
@@ -474,6 +493,16 @@ class Worker(Service):
             )
             return False
         return True
+
+    def _publish_watermark(
+        self, local: psycopg.Connection, provider: psycopg.Connection | None, node: model.NodeInfo
+    ) -> None:
+        """Tell the provider what this node's subtree still needs (see node/watermarks.py),
+        at most every ``watermark_period`` seconds (the first one a period after start)."""
+        now = time.monotonic()
+        if now - self._watermark_at >= self.settings.watermark_period:
+            self._watermark_at = now
+            watermarks.publish(local, provider, node.queue_name, node.node_name, config=self.config)
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per HEARTBEAT_EVERY seconds while idle."""

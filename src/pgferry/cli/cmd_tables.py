@@ -83,7 +83,11 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
     with local_tx(config) as conn:
         model.require_node(conn, queue)
         tables = entries.list_tables(conn, queue)
-        progress = {p.table_name: p.text() for p in entries.copy_progress(conn, queue)}
+        progress = {
+            p.table_name: p.text()
+            for p in entries.copy_progress(conn, queue)
+            if p.merge_state in ("in-copy", "catching-up") or p.error  # running or failed
+        }
     if args.json:
         output.print_json(
             [
