@@ -46,6 +46,18 @@ class Copies:
         self._reap(queue)
         with local.transaction():
             pending = handover.pending_groups(local, queue)
+            registered = {
+                r[0]
+                for r in local.execute(
+                    "select table_name from ferry.table_info where queue_name = %s and local",
+                    (queue,),
+                ).fetchall()
+            }
+        for run in list(self.runs.values()):
+            if run.running() and not registered.intersection(run.group.tables):
+                # Removed meanwhile (on this node or by its provider): stop copying it.
+                log.info("Tables %s were removed: stopping their copy", ", ".join(run.group.tables))
+                run.cancel()
         if not self._cleaned and self.worker.provider is not None:
             # Group consumers left by removed or resynced tables hold events back: drop them.
             stale = handover.forget_stale_consumers(
