@@ -154,3 +154,9 @@ def test_cascade_15_16_18(new_db, tmp_path, capsys) -> None:
         load(root.get("db"), 1000)
         wait_equal(root.get("db"), [branch.get("db"), leaf.get("db")])
         compare_ok(branch, capsys)
+        compare_ok(leaf, capsys)  # its provider is a branch: compared at the branch's tick
+        sql(leaf.get("db"), f"set session_replication_role = replica;"
+                            f" update {TABLE} set t = 'changed here' where id = 5")  # fmt: skip
+        capsys.readouterr()
+        assert main([str(leaf.path), "compare"]) == 1
+        assert "Results do not match" in capsys.readouterr().out

@@ -1,6 +1,6 @@
 """Reading provider and subscriber at one logical point, for ``compare`` and ``repair``.
 
-Design-notes §6, without locking the source:
+Without locking the source:
 
 1. ``compare`` (run with the subscriber's config) files a request in the subscriber's
    ``ferry.sync_request``, opens a REPEATABLE READ transaction on the provider, exports its
@@ -10,6 +10,10 @@ Design-notes §6, without locking the source:
    It keeps that transaction open until the request is dropped.  With ``pause`` (repair
    --apply) it also applies nothing further, so fixes computed at the tick stay right.
 3. The Spark compare / repair tasks import both snapshots.  No write on the source waits.
+
+When the provider is a branch (its queue mirrors the root's ticks, so no tick can be made
+for a snapshot), the branch's own worker posts a snapshot of the branch at the tick it
+stands at, the same way (:func:`_branch_snapshot`), and the subscriber stops at that tick.
 
 When the worker does not reach the tick within ``compare_wait`` seconds the command fails
 with ``Consumer lagging too much, cannot proceed``.
@@ -30,6 +34,7 @@ from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +139,8 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
                 "compare and repair run on a branch or leaf node (against its provider)"
             )
         provider_dsn = remote_connstr(config, node.provider_location)
+        with connect(provider_dsn, autocommit=True) as prov:
+            branch = queue_api.ticked_by_provider(prov, queue)
         for attempt in range(1, attempts + 1):
             local.execute(
                 """
@@ -145,8 +152,9 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
                 """,
                 (queue, node.consumer_name, pause),
             )
+            source = _branch_snapshot if branch else _source_snapshot
             try:
-                with _source_snapshot(provider_dsn, queue) as (src_snapshot, tick_id):
+                with source(provider_dsn, queue, wait) as (src_snapshot, tick_id):
                     local.execute(
                         "update ferry.sync_request set tick_id = %s"
                         " where queue_name = %s and consumer_name = %s",
@@ -168,8 +176,53 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
 
 
 @contextmanager
-def _source_snapshot(provider_dsn: str, queue: str) -> Iterator[tuple[str, int]]:
-    """An exported provider snapshot and the tick recorded with it."""
+def _branch_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tuple[str, int]]:
+    """A branch's data at one of its ticks: its own worker posts it, as a leaf's does.
+
+    A branch mirrors its provider's ticks, so no tick can be made for the snapshot; instead
+    the branch's worker is asked, through the branch's own ``sync_request``, to post a
+    snapshot right after the tick it stands at.  When it moved on before seeing the request,
+    the request follows it to its new tick.  The leaf then stops at that same tick.
+    """
+    with connect(provider_dsn, autocommit=True, application_name="pgferry-sync") as conn:
+        branch = model.worker_node(conn, queue)
+        consumer = branch.consumer_name
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                tick = model.worker_node(conn, queue).last_tick_id
+                if tick is None:
+                    raise NodeError(f"branch {branch.node_name} has applied no tick yet")
+                conn.execute(
+                    """
+                    insert into ferry.sync_request (queue_name, consumer_name, tick_id)
+                    values (%s, %s, %s)
+                    on conflict (queue_name, consumer_name) do update
+                        set tick_id = excluded.tick_id, state = 'wait', snapshot_id = null,
+                            pause = false, requested_at = now()
+                    """,
+                    (queue, consumer, tick),
+                )
+                try:
+                    snapshot = _wait_ready(conn, queue, consumer, min(2.0, wait))
+                except PgferryError:
+                    snapshot = None  # not posted yet: try again at the branch's new tick
+                if snapshot is not None:
+                    yield snapshot, tick
+                    return
+                if time.monotonic() > deadline:
+                    raise PgferryError(f"{LAGGING} (branch {branch.node_name})")
+        finally:
+            conn.execute(
+                "delete from ferry.sync_request where queue_name = %s and consumer_name = %s",
+                (queue, consumer),
+            )
+
+
+@contextmanager
+def _source_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tuple[str, int]]:
+    """An exported provider snapshot and the tick recorded with it (``wait`` unused: the
+    tick is made here)."""
     for _ in range(5):
         conn = connect(provider_dsn, application_name="pgferry-sync")
         try:

@@ -300,9 +300,21 @@ class Worker(Service):
             request = sync.pending_request(local, queue, consumer)
         self._publish_watermark(local, provider, node)
         self.holder.release_if_done(request)
+        if request is not None and request.state == "wait" and not request.tick_id:
+            # compare is choosing the tick (on a branch provider, one that exists already):
+            # apply nothing meanwhile, or this node could pass it.
+            return False
         if request is not None and request.tick_id:
             if request.state == "wait" and node.last_tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
+                return True
+            if (
+                request.state == "wait"
+                and node.last_tick_id is not None
+                and node.last_tick_id > request.tick_id
+            ):
+                with local.transaction():
+                    sync.mark_missed(local, queue, consumer)  # compare tries another tick
                 return True
             if request.state == "ready" and request.pause:
                 return False  # repair --apply works on the data as of that tick

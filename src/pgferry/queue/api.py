@@ -526,3 +526,11 @@ def events_of_types(
         " where e.ev_type = any({}) order by e.ev_id"
     ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
     return conn.execute(query).fetchall()
+
+
+def ticked_by_provider(conn: psycopg.Connection, queue: str) -> bool:
+    """Whether ``queue`` mirrors its provider's ticks (a branch) instead of ticking itself."""
+    row = conn.execute(
+        "select queue_external_ticker from ferry_queue.queue where queue_name = %s", (queue,)
+    ).fetchone()
+    return bool(row and row[0])
