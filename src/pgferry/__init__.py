@@ -1,13 +1,17 @@
 """pgferry: trigger-based logical replication for PostgreSQL with a Spark data pipeline.
 
-Layers, from the bottom up (imports only point downwards):
+Rooms, from the bottom up (imports only point downwards; docs/architecture.md is the map):
 
-- ``sql/``          versioned SQL schema files installed into each database
-- ``queue/``        the transactional event queue (ticks, batches, consumers, ticker daemon)
-- ``pipeline/``     Spark jobs that move or inspect table data (copy, compare, repair)
-- ``node/``         cascade nodes: root / branch / leaf, locations, subscriber registration
-- ``replication/``  table registry, the worker that replays batches, copy hand-over
-- ``cli/``          the ``pgferry`` command line on top
+- base modules  ``config``, ``settings``, ``db``, ``errors``, ``log``, ``daemon``, ``schema``,
+                ``expressions``, ``copyio``, ``polling``
+- ``sql/``       versioned SQL schema files installed into each database
+- ``queue/``     the queue's Python API (``api.py``), a consumer, the ticker daemon
+- ``registry/``  what a node replicates: table and sequence entries, names, catalog reads
+- ``node/``      cascade nodes: set-up, capture, table commands, takeover, watermarks, status
+- ``pipeline/``  Spark jobs that move or inspect table data (copy, compare, repair)
+- ``scripts/``   queued scripts (execute), their translation per node, skip-event
+- ``apply/``     the worker: batches planned, read, staged and applied; copies beside it
+- ``cli/``       the ``pgferry`` command line on top (with ``metrics``)
 """
 
 __version__ = "0.1.0"

@@ -6,8 +6,8 @@ segments between queued scripts in ev_id order (each planned by :mod:`.plan`, re
 :mod:`.read`, applied by :mod:`.stage_apply`), each script at its place
 (:meth:`Replayer._run_script`), the tables and sequences the provider removed detached
 (:meth:`Replayer._apply_removals`), the events forwarded into the branch's own queue, the
-tables whose copy hand-over is done promoted, and the batch's tick recorded (design-notes
-§2, §3).
+copy filters that can no longer match cleared, and the batch's tick recorded (the tick
+and the rows commit together: that is what makes the apply exactly-once).
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
 tables' shapes, the stage tables and the reader connections.

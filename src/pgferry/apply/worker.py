@@ -3,15 +3,16 @@
 Root: heartbeat and sequence publishing; nothing is read from any queue.
 Branch / leaf: take the next batch from the provider's queue, apply it in one local
 transaction that also records the batch's tick (:mod:`.batch`), commit, and only then
-finish the batch on the provider (design-notes §2).  A batch whose tick is already
+finish the batch on the provider: the node's own tick is the truth.  A batch whose tick is already
 recorded was applied before a crash: it is finished without applying it again; a batch
 that does not start at the node's tick makes the provider's position follow the node's.
 A branch also forwards every event into its own queue in the same transaction and mirrors
 the provider's tick after the commit.
 
-Tables waiting for their initial copy are copied between batches (:mod:`.handover`).
-This module keeps the loop, its connections and the node's positions; the Spark session
-lives in :mod:`.spark_session`.
+Tables waiting for their initial copy are copied beside the loop (:mod:`.copies`,
+:mod:`.handover`): each copied group replays its own consumer's batches until it meets the
+main stream.  This module keeps the loop, its connections and the node's positions; the
+Spark session lives in :mod:`.spark_session`.
 """
 
 from __future__ import annotations

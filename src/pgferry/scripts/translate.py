@@ -13,7 +13,7 @@ parsed with PostgreSQL's own parser (pglast / libpg_query) and planned per node:
   :func:`check_script` before anything runs, so nothing is queued that would jam a node.
 
 Scripts with a ``--*--`` attribute header are not translated: the header decides where the
-script runs and ``@name@`` tags give local names (see :mod:`script_attrs`).
+script runs and ``@name@`` tags give local names (see :mod:`pgferry.scripts.attrs`).
 """
 
 from __future__ import annotations
