@@ -265,7 +265,7 @@ def _document(queue: str, me: str, plan: _Plan, events: list[tuple]) -> dict[str
     other: dict[str, int] = {}
     rows = []
     for event in events:
-        row = dict(zip(queue_api.CUT_COLUMNS, event, strict=True))
+        row = dict(zip(queue_api.EVENT_COLUMNS, event, strict=True))
         ev_type = row["ev_type"] or ""
         op = ev_type.split(":", 1)[0]
         if op in ROW_OPS and row["ev_extra1"]:

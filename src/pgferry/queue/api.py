@@ -302,8 +302,8 @@ def drop_hold(conn: psycopg.Connection, queue: str, name: str) -> bool:
     return bool(row and row[0])
 
 
-# Columns of the events :func:`cut_after` returns, in this order.
-CUT_COLUMNS = (
+# The columns of an event, in table order (also what :func:`cut_after` returns).
+EVENT_COLUMNS = (
     "ev_id",
     "ev_time",
     "ev_txid",
@@ -320,7 +320,7 @@ CUT_COLUMNS = (
 def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple]:
     """Cut ``queue`` back to ``tick_id`` in the caller's transaction: the events after it
     (ticked or not) and the later ticks are deleted; returns those events (rows of
-    ``CUT_COLUMNS``, first deliveries, by ev_id).  New events wait for the commit."""
+    ``EVENT_COLUMNS``, first deliveries, by ev_id).  New events wait for the commit."""
     return conn.execute("select * from ferry_queue.cut_after(%s, %s)", (queue, tick_id)).fetchall()
 
 
@@ -449,18 +449,9 @@ def insert_event(
     )
 
 
-# Columns of a provider's events that forward_events stores, in this order.
-FORWARDED_COLUMNS = (
-    "ev_id",
-    "ev_time",
-    "ev_retry",
-    "ev_type",
-    "ev_data",
-    "ev_extra1",
-    "ev_extra2",
-    "ev_extra3",
-    "ev_extra4",
-)
+# Columns of a provider's events that forward_events stores, in this order (the txid is
+# the forwarding transaction's own).
+FORWARDED_COLUMNS = tuple(c for c in EVENT_COLUMNS if c != "ev_txid")
 # Events per call: each call sends its columns as arrays, one parameter each, which must
 # stay well below the server's limit for one value even for large events.
 _FORWARD_CHUNK = 5000

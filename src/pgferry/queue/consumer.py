@@ -31,19 +31,6 @@ T = TypeVar("T")
 # round trips rare, small enough that a huge batch never sits in memory at once.
 DEFAULT_FETCH_SIZE = 300
 
-EVENT_COLUMNS = (
-    "ev_id",
-    "ev_time",
-    "ev_txid",
-    "ev_retry",
-    "ev_type",
-    "ev_data",
-    "ev_extra1",
-    "ev_extra2",
-    "ev_extra3",
-    "ev_extra4",
-)
-
 
 @dataclass
 class Event:
