@@ -30,3 +30,19 @@ def test_mask_connstr_hides_passwords() -> None:
     assert "s3cret" not in masked and "password=[...]" in masked
     assert "s3cret" not in mask_connstr("postgresql://u:s3cret@h/db")
     assert "s3cret" not in mask_connstr("host=x password='a b s3cret'")
+
+
+def test_missing_server_user_is_one_clear_line(monkeypatch, tmp_path) -> None:
+    import pwd
+
+    import pytest
+
+    from pgferry.errors import PgferryError
+    from pgferry.testing import cluster
+
+    monkeypatch.setattr(cluster, "_is_root", lambda: True)
+    monkeypatch.setattr(cluster, "RUN_AS", "pgferry-no-such-user")
+    with pytest.raises(KeyError):
+        pwd.getpwnam("pgferry-no-such-user")
+    with pytest.raises(PgferryError, match="useradd --system --create-home pgferry-no-such"):
+        cluster.LocalCluster(base_dir=tmp_path / "c").init()

@@ -424,3 +424,25 @@ def test_create_full_brings_indexes_and_constraints(cascade: Cascade, run):
               "--force", 'digoal_01."Wide Table"')  # fmt: skip
     assert res.code == 0, res.err
     assert [k for k, _ in shape(cascade.leaf_db, 'copy."Plain Copy"')] == ["c", "i"]
+
+
+def test_piped_output_is_neither_wrapped_nor_coloured(cascade: Cascade, run):
+    import subprocess
+    import sys
+
+    long_name = "digoal_02.a_destination_table_with_a_name_long_enough_to_pass_eighty_cols"
+    run(cascade.root_ini, "add-table", "digoal_01.user_info")
+    condition = "--copy-condition=userid < 1000 and engname is not null"
+    res = run(cascade.leaf_ini, "add-table", "--create", f"--dest-table={long_name}",
+              condition, "digoal_01.user_info")  # fmt: skip
+    assert res.code == 0, res.err
+    env = {"COLUMNS": "40", "TERM": "xterm-256color", "FORCE_COLOR": "", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgferry", str(cascade.leaf_ini), "tables"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("digoal_01.user_info"))
+    assert long_name in row and "engname is not null" in row  # one row, one line
+    assert len(row) > 80 and "\x1b[" not in proc.stdout

@@ -128,6 +128,20 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+def _require_run_as_user() -> None:
+    """PostgreSQL refuses to run as root: say what to do when its OS user is missing."""
+    import pwd
+
+    try:
+        pwd.getpwnam(RUN_AS)
+    except KeyError:
+        raise PgferryError(
+            f"running as root, the PostgreSQL server must run as the OS user '{RUN_AS}',"
+            f" which does not exist: create it (useradd --system --create-home {RUN_AS})"
+            " or run as an ordinary user"
+        ) from None
+
+
 def _chown_tree(path: Path) -> None:
     shutil.chown(path, user=RUN_AS, group=None)
     for root, dirs, files in os.walk(path):
@@ -165,6 +179,8 @@ class LocalCluster:
         return proc
 
     def init(self) -> LocalCluster:
+        if _is_root():
+            _require_run_as_user()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if _is_root():
             _chown_tree(self.base_dir)
