@@ -59,14 +59,18 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     require_same_columns(src, dst)
 
     from pgferry.pipeline.compare import CompareTask, compare_tables
-    from pgferry.pipeline.spark import get_spark
 
-    spark = get_spark(
-        master=overrides.get("spark_master"),
-        app_name="pgferry-diff",
-        settings={k: v for k, v in overrides.items() if k.startswith("spark.")},
-        verbose=verbose > 1,
-    )
+    def spark():
+        """Spark, started only for work that needs it (small tables are compared without)."""
+        from pgferry.pipeline.spark import get_spark
+
+        return get_spark(
+            master=overrides.get("spark_master"),
+            app_name="pgferry-diff",
+            settings={k: v for k, v in overrides.items() if k.startswith("spark.")},
+            verbose=verbose > 1,
+        )
+
     task = CompareTask(src.display, dst.display, where, where)
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])
     for line in result.lines():
@@ -79,7 +83,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.repair import repair_tables
 
     (fixed,) = repair_tables(
-        spark,
+        spark(),
         args.src_connstr,
         args.dst_connstr,
         [task],

@@ -80,12 +80,11 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.compare import compare_tables
 
     tasks = _tasks(config, args.tables)
-    spark = _spark(config, ctx.verbose)
     differ = 0
     with sync_point(config) as point:
         log.info("Comparing at tick %s", point.tick_id)
         results = compare_tables(
-            spark,
+            lambda: _spark(config, ctx.verbose),  # small tables are compared without Spark
             point.provider_dsn,
             point.local_dsn,
             tasks,

@@ -39,7 +39,6 @@ from pgferry.pipeline.buckets import (
 )
 from pgferry.pipeline.keyranges import KeyRange, merge_buckets
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark import job_error
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,10 @@ log = logging.getLogger(__name__)
 # one table keeps two cores busy; smaller groups would turn one sequential scan into several
 # index range scans, which measured slower.
 GROUP_BUCKETS = 2000
+# Tables of at most this many 8 kB pages on both sides (~8 MB, some 100,000 narrow rows) are
+# summed on the driver with the same queries: a Spark job's start (seconds, a JVM of a few
+# hundred MB) would cost more than the whole comparison.
+LOCAL_PAGES = 1000
 
 
 @dataclass
@@ -92,7 +95,7 @@ class _Job:
 
 
 def compare_tables(
-    spark,
+    spark,  # a SparkSession, or a callable that returns one (started only when needed)
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CompareTask],
@@ -111,17 +114,13 @@ def compare_tables(
         job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
         groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
         units = [(side, g) for g in groups for side in (0, 1)]
-        try:
-            spark.sparkContext.setJobDescription("pgferry compare")
-            results = (
-                spark.sparkContext.parallelize(units, len(units))
-                .map(lambda u: (u[1].table_no, u[0], _sum_group(job, u[1], u[0])))
-                .collect()
-            )
-        except PgferryError:
-            raise
-        except Exception as exc:
-            raise DatabaseError(f"compare failed: {job_error(exc)}") from None
+        if _small(prepared):
+            # The same per-bucket sums, run here: starting Spark would cost more than the
+            # whole comparison.
+            log.debug("compare: %d bucket groups summed on the driver", len(groups))
+            results = [(g.table_no, side, _sum_group(job, g, side)) for side, g in units]
+        else:
+            results = _on_spark(spark() if callable(spark) else spark, job, units)
     out = []
     for table_no, task in enumerate(tasks):
         comparison = TableComparison(
@@ -140,6 +139,31 @@ def compare_tables(
         comparison.ranges = merge_buckets(prepared.boundaries[table_no], differing)
         out.append(comparison)
     return out
+
+
+def _small(prepared) -> bool:
+    """Whether every table pair is small enough to be summed without Spark."""
+    return all(
+        max(src.pages, dst.pages) <= LOCAL_PAGES
+        for src, dst in zip(prepared.sources, prepared.dests, strict=True)
+    )
+
+
+def _on_spark(session, job: _Job, units: list) -> list[tuple]:
+    """One Spark task per side and bucket group (runs ``_sum_group`` on the executors)."""
+    try:
+        session.sparkContext.setJobDescription("pgferry compare")
+        return (
+            session.sparkContext.parallelize(units, len(units))
+            .map(lambda u: (u[1].table_no, u[0], _sum_group(job, u[1], u[0])))
+            .collect()
+        )
+    except PgferryError:
+        raise
+    except Exception as exc:
+        from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
+
+        raise DatabaseError(f"compare failed: {job_error(exc)}") from None
 
 
 def _sum_group(job: _Job, group: BucketGroup, side: int) -> dict[int, tuple[int, int]]:
