@@ -47,6 +47,17 @@ class LocalState:
 
 
 @dataclass
+class Divergence:
+    """What replay found missing here and repaired (sql/node/012_divergence.sql)."""
+
+    rows: int  # rows an update re-created: the key was missing here
+    deletes: int  # deletes whose key was missing here
+    since: datetime | None  # the first counted
+    last: datetime | None  # the last counted
+    tables: str | None  # the tables of the last batch that had any
+
+
+@dataclass
 class NodeInfo:
     """The local node of a queue: its name, type, worker and (for subscribers) provider."""
 
@@ -141,6 +152,30 @@ def local_state(conn: psycopg.Connection, queue: str, consumer: str) -> LocalSta
         return cur.fetchone()
 
 
+def divergence(conn: psycopg.Connection, queue: str, consumer: str) -> Divergence | None:
+    """The node's divergence totals; None on a node whose schema predates them (status
+    reads other members, which may not have been upgraded yet)."""
+    counted = conn.execute(
+        """
+        select exists (select from pg_attribute
+                        where attrelid = 'ferry_node.local_state'::regclass
+                          and attname = 'diverged_rows' and not attisdropped)
+        """
+    ).fetchone()
+    if not counted or not counted[0]:
+        return None
+    with conn.cursor(row_factory=class_row(Divergence)) as cur:
+        cur.execute(
+            """
+            select diverged_rows as rows, diverged_deletes as deletes,
+                   diverged_since as since, diverged_last as last, diverged_tables as tables
+              from ferry_node.local_state where queue_name = %s and consumer_name = %s
+            """,
+            (queue, consumer),
+        )
+        return cur.fetchone()
+
+
 def subscribers(conn: psycopg.Connection, queue: str) -> list[tuple[str, str]]:
     """(subscriber_node, worker_name) of the nodes that read this node's queue."""
     rows = conn.execute(
@@ -211,6 +246,27 @@ def record_tick(
          where queue_name = %s and consumer_name = %s
         """,
         (tick_id, tick_time, queue_name, consumer_name),
+    )
+
+
+def add_divergence(
+    conn: psycopg.Connection,
+    queue_name: str,
+    consumer_name: str,
+    rows: int,
+    deletes: int,
+    tables: str,
+) -> None:
+    """Add to the node's divergence totals, inside the transaction that applied the batch."""
+    conn.execute(
+        """
+        update ferry_node.local_state
+           set diverged_rows = diverged_rows + %s, diverged_deletes = diverged_deletes + %s,
+               diverged_since = coalesce(diverged_since, now()), diverged_last = now(),
+               diverged_tables = %s
+         where queue_name = %s and consumer_name = %s
+        """,
+        (rows, deletes, tables, queue_name, consumer_name),
     )
 
 

@@ -1,9 +1,9 @@
 """Gathering and drawing the cascade tree for ``status``.
 
 Every member listed in the local ``node_location`` is asked for its own view (type, provider,
-tick, error, table states) through its public location, in parallel.  Dead members are not
-contacted and unreachable ones are shown with the connection error, so ``status`` works from
-any node even when parts of the cascade are down.
+tick, error, table states, the divergence its replay repaired) through its public location,
+in parallel.  Dead members are not contacted and unreachable ones are shown with the
+connection error, so ``status`` works from any node even when parts of the cascade are down.
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ class NodeStatus:
     last_seen: datetime | None = None
     subscribers: list[str] = field(default_factory=list)
     copies: list[str] = field(default_factory=list)  # "table: progress" of running copies
+    # Rows replay found missing here (see sql/node/012_divergence.sql): re-created by an
+    # update, or deletes that found nothing; since when, and where last.
+    diverged_rows: int = 0
+    diverged_deletes: int = 0
+    diverged_since: datetime | None = None
+    diverged_last: datetime | None = None
+    diverged_tables: str | None = None
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -62,7 +69,7 @@ class StatusReport:
         for n in self.nodes:
             item = asdict(n)
             item.pop("now")
-            for key in ("tick_time", "last_seen"):
+            for key in ("tick_time", "last_seen", "diverged_since", "diverged_last"):
                 if item[key] is not None:
                     item[key] = item[key].isoformat()
             nodes.append(item)
@@ -92,6 +99,11 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
     if state is not None:
         st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
         st.paused, st.error, st.last_seen = state.paused, state.cur_error, state.last_seen
+    diverged = model.divergence(conn, queue, node.worker_name)
+    if diverged is not None:
+        st.diverged_rows, st.diverged_deletes = diverged.rows, diverged.deletes
+        st.diverged_since, st.diverged_last = diverged.since, diverged.last
+        st.diverged_tables = diverged.tables
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     st.copies = [
         f"{p.table_name}: {p.text()}"
@@ -187,9 +199,27 @@ def _info_lines(n: NodeStatus) -> list[str]:
         if n.paused:
             lines.append("PAUSED")
         lines += [f"Copy {line}" for line in n.copies]
+        if n.diverged_rows or n.diverged_deletes:
+            lines.append(divergence_line(n))
     if n.error:
         lines.append(f"ERR: {n.error}")
     return lines
+
+
+def divergence_line(n: NodeStatus) -> str:
+    """'Diverged: 3 rows re-created, 1 delete of a missing row (since ..., last in ...)'."""
+    parts = []
+    if n.diverged_rows:
+        parts.append(f"{n.diverged_rows} row{'s' if n.diverged_rows != 1 else ''} re-created")
+    if n.diverged_deletes:
+        what = "delete of a missing row" if n.diverged_deletes == 1 else "deletes of missing rows"
+        parts.append(f"{n.diverged_deletes} {what}")
+    when = []
+    if n.diverged_since is not None:
+        when.append(f"since {n.diverged_since.isoformat(sep=' ', timespec='seconds')}")
+    if n.diverged_tables:
+        when.append(f"last in {n.diverged_tables}")
+    return f"Diverged: {', '.join(parts)}" + (f" ({', '.join(when)})" if when else "")
 
 
 def render_tree(report: StatusReport) -> str:
