@@ -33,7 +33,7 @@ from pgferry.apply.plan import (
 from pgferry.apply.read import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment
+from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -221,6 +221,8 @@ class Replayer:
             # segment (a barrier splits it and costs a summary per segment).
             stale_consumers = self._apply_removals(local, node, removals) if removals else []
             stats.apply_seconds = time.monotonic() - staged_at
+            # Rows this batch found missing here (changed behind replication's back).
+            record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
             if catchup is not None:
                 handover.record_catchup(local, queue, catchup, batch.tick_id)
             else:

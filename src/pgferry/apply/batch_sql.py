@@ -114,7 +114,8 @@ def summary_query(
                coalesce(bool_and(ins) filter (where rowev), false),
                max(ev_id) filter (where kind = 'R'), max(seqv),
                min(ev_id) filter (where rowev), max(ev_id) filter (where rowev),
-               count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G')
+               count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G'),
+               coalesce(bool_or(ins) filter (where rowev), false)
           from (select case when e.ev_type = 'EXECUTE' or e.ev_type = any({removal})
                             then null else e.ev_extra1 end as name,
                        e.ev_id,

@@ -146,10 +146,12 @@ def _apply_rows(
     stage = stages.get(conn, route, cols)
     # One COPY per part: a binary COPY stream has a header and an end marker of its own.
     staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
-    if staged and (work.inserts_only or route.copy_condition):
-        # Nothing to count.  Only inserts: no update or delete can miss a row.  A copy
-        # condition: its 'U' and 'D' stand for images entering and leaving the condition,
-        # which the subscriber need not have had.
+    if staged and (work.inserts_only or work.some_inserts or route.copy_condition):
+        # Nothing to count.  Only inserts: no update or delete can miss a row.  Some
+        # inserts: a key inserted in the batch arrives collapsed as 'U' or 'D', which
+        # cannot be told from a row missing here, so only batches without inserts of the
+        # table are counted.  A copy condition: its 'U' and 'D' stand for images entering
+        # and leaving the condition, which the subscriber need not have had.
         stats.deletes = conn.execute(_delete(route, stage)).rowcount
         if stats.deletes < staged:
             stats.upserts = _insert(conn, route, cols, stage, work.inserts_only)
