@@ -145,12 +145,16 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
 
 
 class LagSampler(threading.Thread):
-    """The leaf consumer's lag on the root, once a second, on its own connection."""
+    """The leaf consumer's lag on the root, once a second, on its own connection.
+
+    ``times`` holds the ``time.monotonic()`` of each sample, to split them by period.
+    """
 
     def __init__(self, rig: Rig) -> None:
         super().__init__(daemon=True)
         self.rig = rig
         self.samples: list[float] = []
+        self.times: list[float] = []
         self.errors: list[str] = []
         self._halt = threading.Event()
 
@@ -165,6 +169,7 @@ class LagSampler(threading.Thread):
                     row = conn.execute(query, (QUEUE, self.rig.consumer)).fetchone()
                     if row and row[0] is not None:
                         self.samples.append(round(float(row[0]), 3))
+                        self.times.append(time.monotonic())
                 except Exception as exc:  # keep sampling; report what went wrong
                     self.errors.append(str(exc).splitlines()[0])
                 next_at += 1.0
