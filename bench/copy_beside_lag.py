@@ -62,7 +62,7 @@ from repl_phases import (  # noqa: E402
     percentile,
     steady_lag,
 )
-from repl_systems import RIGS, LondisteRig, Rig  # noqa: E402
+from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
 from replication_vs_londiste import RESULTS_DIR, _one_line, machine  # noqa: E402
 
 BIG = "big_history"
@@ -309,14 +309,7 @@ def print_report(systems: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    systems = [
-        s
-        for s, skip in (("pgferry", args.skip_pgferry), ("londiste", args.skip_londiste))
-        if not skip
-    ]
-    if "londiste" in systems and not LondisteRig.available():
-        print("Londiste not installed (/usr/bin/londiste, /usr/bin/pgqd): skipping it")
-        systems.remove("londiste")
+    systems = chosen_systems(args.skip_pgferry, args.skip_londiste)
     started = dt.datetime.now(dt.UTC)
     doc: dict = {
         "benchmark": "copy_beside_lag",

@@ -469,3 +469,15 @@ class LondisteRig(Rig):
 
 
 RIGS = {"pgferry": PgferryRig, "londiste": LondisteRig}
+
+
+def chosen_systems(skip_pgferry: bool, skip_londiste: bool) -> list[str]:
+    """The systems a benchmark run measures: both unless skipped, Londiste only when its
+    Debian packages are installed."""
+    systems = [
+        s for s, skip in (("pgferry", skip_pgferry), ("londiste", skip_londiste)) if not skip
+    ]
+    if "londiste" in systems and not LondisteRig.available():
+        print("Londiste not installed (/usr/bin/londiste, /usr/bin/pgqd): skipping it")
+        systems.remove("londiste")
+    return systems

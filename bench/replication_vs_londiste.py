@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repl_env import BenchError, compare_sides, load_seed, make_pair  # noqa: E402
 from repl_phases import Durations, catch_up, copy_tables, steady_lag  # noqa: E402
 from repl_report import print_report  # noqa: E402
-from repl_systems import RIGS, LondisteRig, Rig  # noqa: E402
+from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
 
 from pgferry.errors import PgferryError  # noqa: E402
 
@@ -198,14 +198,7 @@ def _short(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    systems = [
-        s
-        for s, skip in (("pgferry", args.skip_pgferry), ("londiste", args.skip_londiste))
-        if not skip
-    ]
-    if "londiste" in systems and not LondisteRig.available():
-        print("Londiste not installed (/usr/bin/londiste, /usr/bin/pgqd): skipping it")
-        systems.remove("londiste")
+    systems = chosen_systems(args.skip_pgferry, args.skip_londiste)
     started = dt.datetime.now(dt.UTC)
     doc: dict = {
         "benchmark": "replication_vs_londiste",
