@@ -78,3 +78,24 @@ def test_compare_needs_a_running_worker(pair) -> None:
     ):
         pass
     assert pair.leaf("select count(*) from ferry.sync_request") == [(0,)]
+
+
+def test_a_request_left_by_a_killed_compare_does_not_stall_the_worker(pair) -> None:
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    worker = pair.catch_up(pair.worker())
+    # compare was killed while choosing its tick: the request has none.
+    pair.leaf(
+        "insert into ferry.sync_request (queue_name, consumer_name, tick_id, requested_at)"
+        " select queue_name, consumer_name, 0, now() - interval '10 seconds'"
+        "   from ferry_node.local_state",
+    )
+    pair.root("insert into t values (1, 1)")
+    pair.tick()
+    assert worker.work() is False  # a fresh request: compare may still be choosing
+    assert pair.leaf("select count(*) from t") == [(0,)]
+    pair.leaf("update ferry.sync_request set requested_at = now() - interval '2 minutes'")
+    pair.catch_up(worker)
+    assert pair.leaf("select count(*) from ferry.sync_request") == [(0,)]
+    pair.same("t")

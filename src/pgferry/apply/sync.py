@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 LAGGING = "Consumer lagging too much, cannot proceed"
 HOLD_LIMIT = 3600.0  # a snapshot is never held longer, whatever happened to the requester
+# A request still without its tick after this many seconds was left by a command that died
+# while choosing it (choosing takes a second or two): the worker drops it and goes on.
+CHOOSE_LIMIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Request:
     tick_id: int
     state: str
     pause: bool
+    stale: bool = False  # still without a tick after CHOOSE_LIMIT: its command is gone
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,22 @@ class SyncPoint:
 def pending_request(conn: psycopg.Connection, queue: str, consumer: str) -> Request | None:
     row = conn.execute(
         """
-        select tick_id, state, pause from ferry.sync_request
+        select tick_id, state, pause, now() - requested_at > make_interval(secs => %s)
+          from ferry.sync_request
          where queue_name = %s and consumer_name = %s
         """,
-        (queue, consumer),
+        (CHOOSE_LIMIT, queue, consumer),
     ).fetchone()
-    return None if row is None else Request(row[0], row[1], row[2])
+    return None if row is None else Request(row[0], row[1], row[2], bool(row[3]))
+
+
+def drop_request(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    """Forget a request whose command is gone (killed before it chose its tick)."""
+    conn.execute(
+        "delete from ferry.sync_request where queue_name = %s and consumer_name = %s"
+        " and tick_id = 0",
+        (queue, consumer),
+    )
 
 
 class SnapshotHolder:

@@ -302,9 +302,14 @@ class Worker(Service):
         self._publish_watermark(local, provider, node)
         self.holder.release_if_done(request)
         if request is not None and request.state == "wait" and not request.tick_id:
-            # compare is choosing the tick (on a branch provider, one that exists already):
-            # apply nothing meanwhile, or this node could pass it.
-            return False
+            if not request.stale:
+                # compare is choosing the tick (on a branch provider, one that exists
+                # already): apply nothing meanwhile, or this node could pass it.
+                return False
+            log.warning("Dropping a compare request left without a tick by a stopped command")
+            with local.transaction():
+                sync.drop_request(local, queue, consumer)
+            request = None
         if request is not None and request.tick_id:
             if request.state == "wait" and node.last_tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
