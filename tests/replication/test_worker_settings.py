@@ -50,3 +50,31 @@ def test_collect_interval_gathers_ticks(pair) -> None:
     spans = [(b.tick_time - b.prev_tick_time).total_seconds() for b in applied]
     assert all(span >= 1.0 for span in spans), spans
     assert all(b.tick_id - (b.prev_tick_id or 0) >= 2 for b in applied)
+
+
+def test_idle_worker_wakes_on_a_tick(pair) -> None:
+    import threading
+
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key)")
+    pair.add_tables("public.t")
+    worker = pair.catch_up()
+    worker.sleep(0.1)  # the ticks of the catch-up announced themselves: forgotten here
+    started = time.monotonic()
+    worker.sleep(0.5)  # nothing happens: the whole delay
+    assert time.monotonic() - started >= 0.45
+
+    def tick_soon() -> None:
+        time.sleep(0.3)
+        pair.root("insert into t values (1)")
+        pair.tick()
+
+    thread = threading.Thread(target=tick_soon)
+    started = time.monotonic()
+    thread.start()
+    worker.sleep(20)  # woken by the tick's notification, long before the delay is over
+    woke = time.monotonic() - started
+    thread.join()
+    assert 0.25 <= woke < 5, woke
+    assert worker.work() is True
+    assert pair.leaf("select id from t") == [(1,)]

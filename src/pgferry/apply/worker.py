@@ -225,6 +225,7 @@ class Worker(Service):
         if self.provider is None:
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             set_text_format(self.provider)
+            queue_api.listen_for_ticks(self.provider)
             self.provider_dsn = dsn
             self._replay.use_provider(dsn)
         return self.provider
@@ -521,6 +522,24 @@ class Worker(Service):
         if now - self._watermark_at >= self.settings.watermark_period:
             self._watermark_at = now
             watermarks.publish(local, provider, node.queue_name, node.node_name, config=self.config)
+
+    def sleep(self, seconds: float) -> None:
+        """Idle until the provider's next tick (a batch to take) or ``seconds``, in steps
+        short enough to notice stop and reload requests."""
+        provider = self.provider
+        if provider is None or provider.closed:
+            super().sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            while not self.stopping and not self._reload_requested:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                if queue_api.wait_for_tick(provider, self.settings.queue, min(left, 0.1)):
+                    return
+        except psycopg.Error:
+            return  # the connection broke: the next loop reconnects
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per HEARTBEAT_EVERY seconds while idle."""

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgferry.errors import QueueError
@@ -525,3 +526,23 @@ def ticked_by_provider(conn: psycopg.Connection, queue: str) -> bool:
         "select queue_external_ticker from ferry_queue.queue where queue_name = %s", (queue,)
     ).fetchone()
     return bool(row and row[0])
+
+
+TICK_CHANNEL = "ferry_queue_tick"  # notified with the queue's name at every tick
+
+
+def listen_for_ticks(conn: psycopg.Connection) -> None:
+    """Have ``conn`` (autocommit) receive a notification at every tick of its database."""
+    conn.execute(sql.SQL("listen {}").format(sql.Identifier(TICK_CHANNEL)))
+
+
+def wait_for_tick(conn: psycopg.Connection, queue: str, timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds for a tick of ``queue`` on a listening ``conn``;
+    True when one came (or had come since the last wait)."""
+    if not any(notify.payload == queue for notify in conn.notifies(timeout=timeout)):
+        return False
+    # Ticks announced meanwhile are covered by the batch about to be taken: forget them, or
+    # each would wake the next wait for nothing.
+    for _ in conn.notifies(timeout=0):
+        pass
+    return True
