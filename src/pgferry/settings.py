@@ -39,7 +39,7 @@ NODE_SETTINGS: list[Setting] = [
     ),
     ("lock_timeout", "10", "seconds: statement timeout of admin locks, compare wait limit"),
     ("compare_wait", "(lock_timeout)", "seconds compare/repair wait for the worker's tick"),
-    ("loop_delay", "0.25", "seconds to sleep when there is no work (a root: 1.0)"),
+    ("loop_delay", "0.25", "longest idle wait; a new tick wakes a subscriber (root: 1.0)"),
     ("exception_sleep", "20", "seconds to wait after an error before retrying"),
     ("watermark_period", "5", "seconds between reports of what this subtree still needs"),
     ("connection_lifetime", "1200", "seconds before a database connection is reopened"),
