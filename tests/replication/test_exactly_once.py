@@ -52,7 +52,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
 
 
 def test_reset_skips_to_the_newest_tick(pair) -> None:
-    from pgferry.apply.worker import reposition
+    from pgferry.apply.positions import reposition
 
     pair.root("create table public.t (id int primary key, v int)")
     pair.leaf("create table public.t (id int primary key, v int)")

@@ -26,7 +26,7 @@ from datetime import timedelta
 
 import psycopg
 
-from pgferry.apply import forward, handover, publish_seqs, sync
+from pgferry.apply import forward, handover, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
 from pgferry.apply.copies import Copies
 from pgferry.apply.read import set_text_format
@@ -36,7 +36,7 @@ from pgferry.apply.stage_apply import ApplyStats
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
-from pgferry.errors import DatabaseError, NodeError, QueueError
+from pgferry.errors import DatabaseError
 from pgferry.node import model, seqops, watermarks
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
@@ -112,7 +112,7 @@ class Worker(Service):
         """``warm_spark``: the worker process may start Spark once caught up (the daemon
         does; library users and tests that share one process get it only on demand).
         ``reposition``: "rewind" or "reset" the provider's position once the node's lock
-        is held (see :func:`reposition`)."""
+        is held (see :func:`positions.reposition`)."""
         super().__init__()
         self._reposition = reposition
         self.may_warm_spark = warm_spark
@@ -255,7 +255,7 @@ class Worker(Service):
             raise
         self._lock_conn = conn
         if self._reposition:
-            reposition(self.config, reset=self._reposition == "reset")
+            positions.reposition(self.config, reset=self._reposition == "reset")
             self._reposition = None
 
     # --- the loop ------------------------------------------------------------------------
@@ -384,12 +384,8 @@ class Worker(Service):
         if batch_id is None:
             return None
         batch = queue_api.batch_info(provider, batch_id)
-        if batch.tick_id == group.tick:  # applied before a crash, its finish was lost
-            queue_api.finish_batch(provider, batch_id)
-            return group.tick
-        if batch.prev_tick_id != group.tick:
-            rewind_provider(provider, queue, consumer, group.tick)
-            return None
+        if not positions.follows(provider, queue, consumer, group.tick, batch):
+            return group.tick if batch.tick_id == group.tick else None
         # The group's tables only, applied like the main stream applies 'ok' tables.
         own = {
             name: replace(route, merge_state="ok")
@@ -399,12 +395,7 @@ class Worker(Service):
         started = time.monotonic()
         stats = self._replay.apply(local, provider, node, batch, own, [], catchup=group)
         queue_api.finish_batch(provider, batch_id)
-        seconds = time.monotonic() - started
-        self.batches_applied += 1
-        self.events_applied += stats.upserts + stats.deletes
-        for observe in self.batch_observers:
-            observe(batch, stats, seconds)
-        _log_batch(batch, stats, seconds, f" ({', '.join(group.tables)})")
+        self._applied(batch, stats, started, f" ({', '.join(group.tables)})")
         return batch.tick_id
 
     def _main_step(
@@ -421,31 +412,21 @@ class Worker(Service):
         queue, consumer = node.queue_name, node.consumer_name
         # One tick per batch while compare waits for a tick or a copied group waits for
         # the main stream at its tick: the worker must stop exactly there.
-        min_count, settings = None, self.settings
+        min_count = None
         one_tick = request is not None or hold_at is not None
         if not one_tick:
             ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
-                min_count = max(1, min(events, settings.batch_min_events))
-        if settings.collect_interval and not one_tick:
-            # pgq_batch_collect_interval: each batch spans at least that much time.
-            batch_id = queue_api.next_batch_custom(
-                provider, queue, consumer, min_lag=settings.keep_lag,
-                min_interval=settings.collect_interval,
-            )  # fmt: skip
-        elif settings.keep_lag:
-            # pgq_keep_lag: a delayed replica takes only batches at least that old.
-            batch_id = None
-            if min_count:  # behind: one large batch, when that many events wait
-                batch_id = queue_api.next_batch_custom(
-                    provider, queue, consumer, min_lag=settings.keep_lag, min_count=min_count
-                )
-            if batch_id is None:
-                batch_id = queue_api.next_batch_custom(
-                    provider, queue, consumer, min_lag=settings.keep_lag
-                )
-        else:
-            batch_id = queue_api.next_batch(provider, queue, consumer, min_count=min_count)
+                min_count = max(1, min(events, self.settings.batch_min_events))
+        batch_id = positions.take_batch(
+            provider,
+            queue,
+            consumer,
+            min_count=min_count,
+            one_tick=one_tick,
+            keep_lag=self.settings.keep_lag,
+            collect_interval=self.settings.collect_interval,
+        )
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
             if self.may_warm_spark and self.settings.warm_spark:
@@ -454,21 +435,23 @@ class Worker(Service):
                 self._spark.ready()
             return False
         batch = queue_api.batch_info(provider, batch_id)
-        if not self._in_step(local, provider, node, batch):
+        mirror = None
+        if node.node_type == "branch":  # a branch makes the provider's tick in its queue
+
+            def mirror() -> None:
+                forward.ensure_tick(local, queue, batch)
+
+        if not positions.follows(
+            provider, queue, consumer, node.last_tick_id, batch, already_applied=mirror
+        ):
             return True
 
         started = time.monotonic()
         stats = self._replay.apply(local, provider, node, batch, routes, seqs)
-        if node.node_type == "branch":
-            forward.ensure_tick(local, queue, batch)
+        if mirror is not None:
+            mirror()
         queue_api.finish_batch(provider, batch_id)
-        seconds = time.monotonic() - started
-        self.batches_applied += 1
-        self.spark_batches += stats.spark
-        self.events_applied += stats.upserts + stats.deletes
-        for observe in self.batch_observers:
-            observe(batch, stats, seconds)
-        _log_batch(batch, stats, seconds, "")
+        self._applied(batch, stats, started, "")
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
@@ -480,38 +463,16 @@ class Worker(Service):
                     sync.mark_missed(local, queue, consumer)
         return True
 
-    def _in_step(
-        self,
-        local: psycopg.Connection,
-        provider: psycopg.Connection,
-        node: model.NodeInfo,
-        batch: Batch,
-    ) -> bool:
-        """True when ``batch`` follows the node's last tick; otherwise put the positions
-        back in step (this node's recorded tick is the truth) and apply nothing."""
-        queue, consumer = node.queue_name, node.consumer_name
-        if node.last_tick_id == batch.tick_id:
-            # Applied before a crash, finish was lost: finish now, apply nothing.
-            log.info(
-                "Batch %s (tick %s) already applied, finishing it", batch.batch_id, batch.tick_id
-            )
-            if node.node_type == "branch":
-                forward.ensure_tick(local, queue, batch)
-            queue_api.finish_batch(provider, batch.batch_id)
-            return False
-        if node.last_tick_id is not None and node.last_tick_id != batch.prev_tick_id:
-            # The provider's position moved on without this node (a commit lost here) or
-            # fell back (a finish lost there).
-            previous = rewind_provider(provider, queue, consumer, node.last_tick_id)
-            log.warning(
-                "Provider position of %s was tick %s, this node applied up to tick %s:"
-                " repositioned",
-                consumer,
-                previous,
-                node.last_tick_id,
-            )
-            return False
-        return True
+    def _applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
+        """Count a batch applied (main stream or a copied group's) for metrics and tests,
+        and log it."""
+        seconds = time.monotonic() - started
+        self.batches_applied += 1
+        self.spark_batches += stats.spark
+        self.events_applied += stats.upserts + stats.deletes
+        for observe in self.batch_observers:
+            observe(batch, stats, seconds)
+        _log_batch(batch, stats, seconds, what)
 
     def _publish_watermark(
         self, local: psycopg.Connection, provider: psycopg.Connection | None, node: model.NodeInfo
@@ -566,39 +527,3 @@ def _log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> No
         stats.apply_seconds,
         stats.commit_seconds,
     )
-
-
-def reposition(config: Config, *, reset: bool) -> None:
-    """Put this node's consumer position on its provider back in line with the node.
-
-    Rewind: to the tick last applied here (after a restore of the provider).  Reset: to the
-    provider's newest tick, recorded here too: everything in between is skipped, so the
-    tables must be resynced afterwards.
-    """
-    queue = queue_name(config)
-    with connect(local_connstr(config)) as local:
-        node = model.worker_node(local, queue)
-        if node.node_type == "root" or node.provider_location is None:
-            raise NodeError("--rewind / --reset are for branch and leaf nodes")
-        with connect(remote_connstr(config, node.provider_location), autocommit=True) as prov:
-            tick = queue_api.last_tick(prov, queue)[0] if reset else node.last_tick_id
-            if tick is None:
-                raise NodeError("no tick to reposition to")
-            if reset:
-                queue_api.register_at(prov, queue, node.consumer_name, tick)
-            else:
-                rewind_provider(prov, queue, node.consumer_name, tick)
-        if reset:
-            model.set_position(local, queue, node.consumer_name, tick)
-    log.info("Consumer %s positioned at tick %s", node.consumer_name, tick)
-
-
-def rewind_provider(provider: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
-    """This node's recorded tick is the truth: move the provider's position to it."""
-    try:
-        return queue_api.rewind(provider, queue, consumer, tick)
-    except QueueError as exc:
-        raise NodeError(
-            f"Lost position: this node applied up to tick {tick}, but {exc}; reposition with"
-            " 'worker --reset', then resync this node's tables (resync --all)"
-        ) from None

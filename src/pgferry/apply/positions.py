@@ -1,0 +1,132 @@
+"""Where a node stands on its provider's queue: taking a batch, and keeping positions in step.
+
+The node's own recorded tick is the truth (the apply transaction records it with the rows).
+:func:`follows` checks that a batch handed out by the provider starts there, and puts the
+provider's position back in step when it does not; it serves the main stream and the
+copied groups' own consumers alike.  :func:`take_batch` chooses how large a batch the main
+stream asks for (multi-tick when behind, ``pgq_keep_lag``, ``pgq_batch_collect_interval``),
+and :func:`reposition` is ``worker --rewind`` / ``--reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+
+from pgferry.config import Config
+from pgferry.db import connect
+from pgferry.errors import NodeError, QueueError
+from pgferry.node import model
+from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.queue import api as queue_api
+from pgferry.queue.api import Batch
+
+log = logging.getLogger(__name__)
+
+
+def take_batch(
+    provider: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    *,
+    min_count: int | None,
+    one_tick: bool,
+    keep_lag: timedelta | None,
+    collect_interval: timedelta | None,
+) -> int | None:
+    """The main stream's next batch id (None: none is due).
+
+    ``min_count``: one batch spanning ticks up to that many events (the node is behind).
+    ``one_tick``: a batch must end at the next tick (compare, or a copied group, waits
+    for the node at a given tick).
+    """
+    if collect_interval and not one_tick:
+        # pgq_batch_collect_interval: each batch spans at least that much time.
+        return queue_api.next_batch_custom(
+            provider, queue, consumer, min_lag=keep_lag, min_interval=collect_interval
+        )
+    if keep_lag:
+        # pgq_keep_lag: a delayed replica takes only batches at least that old.
+        batch_id = None
+        if min_count:  # behind: one large batch, when that many events wait
+            batch_id = queue_api.next_batch_custom(
+                provider, queue, consumer, min_lag=keep_lag, min_count=min_count
+            )
+        if batch_id is None:
+            batch_id = queue_api.next_batch_custom(provider, queue, consumer, min_lag=keep_lag)
+        return batch_id
+    return queue_api.next_batch(provider, queue, consumer, min_count=min_count)
+
+
+def follows(
+    provider: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    recorded: int | None,
+    batch: Batch,
+    *,
+    already_applied: Callable[[], None] | None = None,
+) -> bool:
+    """True when ``batch`` starts at ``recorded``, the tick applied here; otherwise bring
+    the provider in step and apply nothing.
+
+    A batch ending at ``recorded`` was applied before a crash that lost its finish: it is
+    finished now (after ``already_applied``, e.g. a branch making its mirrored tick).  A
+    batch starting anywhere else means the provider's position moved on without this node
+    (a commit lost here) or fell back (a finish lost there): it is moved to ``recorded``.
+    """
+    if recorded == batch.tick_id:
+        log.info("Batch %s (tick %s) already applied, finishing it", batch.batch_id, batch.tick_id)
+        if already_applied is not None:
+            already_applied()
+        queue_api.finish_batch(provider, batch.batch_id)
+        return False
+    if recorded is not None and recorded != batch.prev_tick_id:
+        previous = rewind_provider(provider, queue, consumer, recorded)
+        log.warning(
+            "Provider position of %s was tick %s, this node applied up to tick %s: repositioned",
+            consumer,
+            previous,
+            recorded,
+        )
+        return False
+    return True
+
+
+def rewind_provider(provider: psycopg.Connection, queue: str, consumer: str, tick: int) -> int:
+    """This node's recorded tick is the truth: move the provider's position to it."""
+    try:
+        return queue_api.rewind(provider, queue, consumer, tick)
+    except QueueError as exc:
+        raise NodeError(
+            f"Lost position: this node applied up to tick {tick}, but {exc}; reposition with"
+            " 'worker --reset', then resync this node's tables (resync --all)"
+        ) from None
+
+
+def reposition(config: Config, *, reset: bool) -> None:
+    """Put this node's consumer position on its provider back in line with the node.
+
+    Rewind: to the tick last applied here (after a restore of the provider).  Reset: to the
+    provider's newest tick, recorded here too: everything in between is skipped, so the
+    tables must be resynced afterwards.
+    """
+    queue = queue_name(config)
+    with connect(local_connstr(config)) as local:
+        node = model.worker_node(local, queue)
+        if node.node_type == "root" or node.provider_location is None:
+            raise NodeError("--rewind / --reset are for branch and leaf nodes")
+        with connect(remote_connstr(config, node.provider_location), autocommit=True) as prov:
+            tick = queue_api.last_tick(prov, queue)[0] if reset else node.last_tick_id
+            if tick is None:
+                raise NodeError("no tick to reposition to")
+            if reset:
+                queue_api.register_at(prov, queue, node.consumer_name, tick)
+            else:
+                rewind_provider(prov, queue, node.consumer_name, tick)
+        if reset:
+            model.set_position(local, queue, node.consumer_name, tick)
+    log.info("Consumer %s positioned at tick %s", node.consumer_name, tick)
