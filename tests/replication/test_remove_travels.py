@@ -228,7 +228,7 @@ def test_removed_while_copying(pair, monkeypatch, state: str | None) -> None:
     """The leaf's copy of t never finishes before the root removes t: t ends removed, its
     rows are left alone and the copy's consumer on the root is gone."""
     import pgferry.pipeline.copy as copy_mod
-    from pgferry.apply import copies, spark_session, worker
+    from pgferry.apply import copies, spark_session
 
     for side in (pair.root, pair.leaf):
         side(DDL.format("t"))
@@ -247,7 +247,7 @@ def test_removed_while_copying(pair, monkeypatch, state: str | None) -> None:
     if state is None:  # the copy never starts
         monkeypatch.setattr(copies.Copies, "start_pending", lambda *a, **k: 0)
     # The group never catches up, so it stays in the state under test.
-    monkeypatch.setattr(worker.Worker, "_catch_up", lambda *a, **k: (False, None))
+    monkeypatch.setattr(copies.Copies, "catch_up", lambda *a, **k: (False, None))
     pair.add_tables("public.t")
     w = pair.worker()
     pair.tick()

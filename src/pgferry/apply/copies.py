@@ -1,10 +1,13 @@
-"""The copies a worker runs beside its loop: which groups start, how many at once, retries.
+"""The copies a worker runs beside its loop: which groups start, how many at once, retries,
+and each copied group's catch-up until it joins the main stream.
 
 At most ``parallel_copies`` tables copy at the same time (a group larger than that copies
 alone).  A group whose copy failed is tried again after ``exception_sleep`` seconds, one
 whose tables the provider does not hold in state ok yet after a second; its last error is
 kept in ``ferry.table_info.copy_error`` for ``tables`` to show.  Each copy is a
-:class:`~pgferry.apply.handover.CopyRun` thread; this module only decides when.
+:class:`~pgferry.apply.handover.CopyRun` thread; this module decides when.  Once copied, a
+group replays its own consumer's batches in the worker's loop (:meth:`Copies.catch_up`),
+never past the main stream's tick, and joins it there (see :mod:`.handover`).
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import psycopg
 
-from pgferry.apply import handover
+from pgferry.apply import handover, positions
+from pgferry.apply.routes import Route
 from pgferry.db import connect
 from pgferry.node import model
+from pgferry.queue import api as queue_api
 
 if TYPE_CHECKING:
     from pgferry.apply.worker import Worker
@@ -107,6 +113,72 @@ class Copies:
         for run in self.runs.values():
             run.cancel()
         self.runs.clear()
+
+    # --- catching up, in the loop ----------------------------------------------------
+    def catch_up(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+    ) -> tuple[bool | None, int | None]:
+        """One step of every copied group that replays its own batches (see
+        :mod:`.handover`).  Returns (whether a batch was applied, or None when a group
+        joined the main stream; the tick the main stream must stop at for a group ahead)."""
+        queue = node.queue_name
+        with local.transaction():
+            groups = handover.catching_up(local, queue)
+        applied, hold_at = False, None
+        for group in groups:
+            if group.tick != node.last_tick_id:
+                if node.last_tick_id is not None and group.tick > node.last_tick_id:
+                    # The group went past the main stream (a crash in between): the main
+                    # stream takes one tick per batch until it meets the group there.
+                    hold_at = group.tick if hold_at is None else min(hold_at, group.tick)
+                    continue
+                reached = self._catchup_batch(local, provider, node, routes, group)
+                applied = applied or reached is not None
+                if reached != node.last_tick_id:
+                    continue
+            with local.transaction():
+                handover.join_main(local, queue, group)
+            handover.drop_consumer(provider, queue, group.consumer)
+            for table in group.tables:
+                log.info("Table %s is now ok", table)
+            return None, None
+        return applied, hold_at
+
+    def _catchup_batch(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+        group: handover.CatchUp,
+    ) -> int | None:
+        """Apply the group's next batch; the tick the group has reached (None: nothing)."""
+        queue, consumer = node.queue_name, group.consumer
+        # Large batches, but never past the main stream's tick: the group meets it there.
+        assert node.last_tick_id is not None
+        batch_id = queue_api.next_batch_upto(
+            provider, queue, consumer, node.last_tick_id, self.worker.settings.batch_min_events
+        )
+        if batch_id is None:
+            return None
+        batch = queue_api.batch_info(provider, batch_id)
+        if not positions.follows(provider, queue, consumer, group.tick, batch):
+            return group.tick if batch.tick_id == group.tick else None
+        # The group's tables only, applied like the main stream applies 'ok' tables.
+        own = {
+            name: replace(route, merge_state="ok")
+            for name, route in routes.items()
+            if name in group.tables
+        }
+        started = time.monotonic()
+        stats = self.worker.replay.apply(local, provider, node, batch, own, [], catchup=group)
+        queue_api.finish_batch(provider, batch_id)
+        self.worker.count_applied(batch, stats, started, f" ({', '.join(group.tables)})")
+        return batch.tick_id
 
 
 def _record_error(dsn: str, queue: str, group: handover.CopyGroup, error: str) -> None:

@@ -11,8 +11,10 @@ the provider's tick after the commit.
 
 Tables waiting for their initial copy are copied beside the loop (:mod:`.copies`,
 :mod:`.handover`): each copied group replays its own consumer's batches until it meets the
-main stream.  This module keeps the loop, its connections and the node's positions; the
-Spark session lives in :mod:`.spark_session`.
+main stream.  This module keeps the loop, its connections and the node's lock; checking
+and moving positions is :mod:`.positions`, the Spark session :mod:`.spark_session`.  It is
+over 400 lines because the loop's steps share its connections and per-batch state; each
+step that could stand alone (positions, copies, replay, snapshots for compare) already does.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
 
-from pgferry.apply import forward, handover, positions, publish_seqs, sync
+from pgferry.apply import forward, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
 from pgferry.apply.copies import Copies
 from pgferry.apply.read import set_text_format
@@ -121,7 +123,7 @@ class Worker(Service):
         self.verbose = verbose
         self.settings = WorkerSettings.from_config(config)
         self._spark = WorkerSpark(config, verbose)
-        self._replay = Replayer(self.settings.replay, self._spark)
+        self.replay = Replayer(self.settings.replay, self._spark)
         self._use_settings()
         self.local: psycopg.Connection | None = None
         self.provider: psycopg.Connection | None = None
@@ -145,7 +147,7 @@ class Worker(Service):
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
         self._spark.config = self.config
-        self._replay.settings = self.settings.replay
+        self.replay.settings = self.settings.replay
 
     # --- Service hooks -------------------------------------------------------------------
     def reload(self) -> None:
@@ -201,7 +203,7 @@ class Worker(Service):
             with contextlib.suppress(Exception):
                 self._lock_conn.close()
             self._lock_conn = None
-        self._replay.close()
+        self.replay.close()
 
     def _local(self) -> psycopg.Connection:
         lifetime = self.settings.connection_lifetime
@@ -227,7 +229,7 @@ class Worker(Service):
             set_text_format(self.provider)
             queue_api.listen_for_ticks(self.provider)
             self.provider_dsn = dsn
-            self._replay.use_provider(dsn)
+            self.replay.use_provider(dsn)
         return self.provider
 
     def _set_replica_role(self, conn: psycopg.Connection) -> None:
@@ -297,7 +299,7 @@ class Worker(Service):
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         with local.transaction():
-            routes = self._replay.routes(local, queue)
+            routes = self.replay.routes(local, queue)
             seqs = publish_seqs.local_sequences(local, queue)
             request = sync.pending_request(local, queue, consumer)
         self._publish_watermark(local, provider, node)
@@ -327,76 +329,11 @@ class Worker(Service):
                 return False  # repair --apply works on the data as of that tick
 
         self._copies.start_pending(local, node, self.provider_dsn or "")
-        caught_up, hold_at = self._catch_up(local, provider, node, routes)
+        caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
         if caught_up is None:
             return True  # a group joined the main stream: the routes change
         main = self._main_step(local, provider, node, routes, seqs, request, hold_at)
         return main or caught_up
-
-    def _catch_up(
-        self,
-        local: psycopg.Connection,
-        provider: psycopg.Connection,
-        node: model.NodeInfo,
-        routes: dict[str, Route],
-    ) -> tuple[bool | None, int | None]:
-        """One step of every copied group that replays its own batches (see
-        :mod:`.handover`).  Returns (whether a batch was applied, or None when a group
-        joined the main stream; the tick the main stream must stop at for a group ahead)."""
-        queue = node.queue_name
-        with local.transaction():
-            groups = handover.catching_up(local, queue)
-        applied, hold_at = False, None
-        for group in groups:
-            if group.tick != node.last_tick_id:
-                if node.last_tick_id is not None and group.tick > node.last_tick_id:
-                    # The group went past the main stream (a crash in between): the main
-                    # stream takes one tick per batch until it meets the group there.
-                    hold_at = group.tick if hold_at is None else min(hold_at, group.tick)
-                    continue
-                reached = self._catchup_batch(local, provider, node, routes, group)
-                applied = applied or reached is not None
-                if reached != node.last_tick_id:
-                    continue
-            with local.transaction():
-                handover.join_main(local, queue, group)
-            handover.drop_consumer(provider, queue, group.consumer)
-            for table in group.tables:
-                log.info("Table %s is now ok", table)
-            return None, None
-        return applied, hold_at
-
-    def _catchup_batch(
-        self,
-        local: psycopg.Connection,
-        provider: psycopg.Connection,
-        node: model.NodeInfo,
-        routes: dict[str, Route],
-        group: handover.CatchUp,
-    ) -> int | None:
-        """Apply the group's next batch; the tick the group has reached (None: nothing)."""
-        queue, consumer = node.queue_name, group.consumer
-        # Large batches, but never past the main stream's tick: the group meets it there.
-        assert node.last_tick_id is not None
-        batch_id = queue_api.next_batch_upto(
-            provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
-        )
-        if batch_id is None:
-            return None
-        batch = queue_api.batch_info(provider, batch_id)
-        if not positions.follows(provider, queue, consumer, group.tick, batch):
-            return group.tick if batch.tick_id == group.tick else None
-        # The group's tables only, applied like the main stream applies 'ok' tables.
-        own = {
-            name: replace(route, merge_state="ok")
-            for name, route in routes.items()
-            if name in group.tables
-        }
-        started = time.monotonic()
-        stats = self._replay.apply(local, provider, node, batch, own, [], catchup=group)
-        queue_api.finish_batch(provider, batch_id)
-        self._applied(batch, stats, started, f" ({', '.join(group.tables)})")
-        return batch.tick_id
 
     def _main_step(
         self,
@@ -447,11 +384,11 @@ class Worker(Service):
             return True
 
         started = time.monotonic()
-        stats = self._replay.apply(local, provider, node, batch, routes, seqs)
+        stats = self.replay.apply(local, provider, node, batch, routes, seqs)
         if mirror is not None:
             mirror()
         queue_api.finish_batch(provider, batch_id)
-        self._applied(batch, stats, started, "")
+        self.count_applied(batch, stats, started, "")
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
@@ -463,7 +400,7 @@ class Worker(Service):
                     sync.mark_missed(local, queue, consumer)
         return True
 
-    def _applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
+    def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
         """Count a batch applied (main stream or a copied group's) for metrics and tests,
         and log it."""
         seconds = time.monotonic() - started

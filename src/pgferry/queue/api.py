@@ -3,7 +3,8 @@
 Named functions over the SQL API (queues, consumers, ticks, batches, events, capture), so
 the node, apply, script and command code speak to the queue in Python and a change of the
 queue's SQL surface or tables touches only this file.  :class:`Batch` is the one
-description of an open batch.
+description of an open batch.  It is long because it is the whole seam: each function is a
+thin wrapper, and splitting them across files would blur where the queue's API is.
 """
 
 from __future__ import annotations
