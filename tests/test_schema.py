@@ -201,6 +201,26 @@ def test_a_database_at_version_1_gets_only_newer_files(
     assert catalog(upgraded, "ferry_queue") == catalog(fresh, "ferry_queue")
 
 
+def test_capture_triggers_made_before_version_9_keep_working(db_a: str) -> None:
+    """Version 9 rewrites the capture functions' bookkeeping: a trigger attached before it
+    still queues, also after the next rotation."""
+    run_versions(db_a, "queue", 8)
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        conn.execute("select ferry_queue.create_queue('q')")
+        conn.execute("select ferry_queue.set_queue_config('q', 'rotation_period', '0')")
+        conn.execute("create table t (id int primary key)")
+        conn.execute("select ferry_queue.attach_capture('q', 't')")
+        conn.execute("insert into t values (1)")
+        schema.install(conn, ("queue",))
+        conn.execute("insert into t values (2)")
+        conn.execute("select ferry_queue.maint_rotate_tables_step1('q')")
+        conn.execute("insert into t values (3)")
+        rows = conn.execute(
+            "select ev_part % 10, ev_data from ferry_queue.event order by ev_id"
+        ).fetchall()
+    assert rows == [(0, '{"id":1}'), (0, '{"id":2}'), (1, '{"id":3}')]
+
+
 # --- components and their requirements ------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from pgferry.errors import QueueError
 
@@ -481,6 +482,16 @@ def forward_events(conn: psycopg.Connection, queue: str, rows: Sequence[Sequence
 def attach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
     """(Re)create the triggers that queue every row change and TRUNCATE of table ``fq``."""
     conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, false)", (queue, fq))
+
+
+def attach_capture_spec(conn: psycopg.Connection, queue: str, fq: str, spec: dict) -> str:
+    """(Re)create the capture triggers of table ``fq`` as the capture ``spec`` says (the
+    jsonb of :mod:`pgferry.node.capture_spec`); returns the row trigger's function."""
+    row = conn.execute(
+        "select ferry_queue.attach_capture_spec(%s, %s::regclass, %s)", (queue, fq, Jsonb(spec))
+    ).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def detach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
