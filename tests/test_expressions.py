@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pgferry import expressions
 from pgferry.errors import UsageError
 from pgferry.expressions import as_sql, boolean_expression
 
@@ -50,3 +51,12 @@ def test_one_expression_is_rendered(text: str, rendered: str) -> None:
 def test_anything_else_is_refused(text: str) -> None:
     with pytest.raises(UsageError, match="--where"):
         boolean_expression(text, "--where")
+
+
+def test_column_names_and_conjunction():
+    assert expressions.column_names('(hashtext(("Id")::text) & 3) = 1 and a > 2') == {"Id", "a"}
+    assert expressions.column_names("exists (select 1 from t)") is None  # cannot tell
+    assert expressions.column_names("t.a = 1") is None
+    assert expressions.conjunction(None, " ") is None
+    assert expressions.conjunction("a > 1", None) == "a > 1"
+    assert expressions.conjunction("a > 1", "b or c") == "(a > 1) and (b OR c)"

@@ -81,3 +81,38 @@ def check_on_table(conn: psycopg.Connection, schema: str, table: str, text: str,
     except psycopg.Error as exc:
         raise TableError(f"bad {what}: {error_text(exc)}") from None
     return expr
+
+
+def conjunction(*texts: str | None) -> str | None:
+    """``(a) and (b)`` of the expressions given (None and empty ones left out)."""
+    parts = [t.strip() for t in texts if t and t.strip()]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return " and ".join(f"({boolean_expression(p)})" for p in parts)
+
+
+def column_names(text: str, what: str = "condition") -> set[str] | None:
+    """The column names ``text`` refers to, or None when that cannot be told for sure
+    (a sub-query, a qualified or whole-row reference)."""
+    expr = parse_sql("select " + boolean_expression(text, what))[0].stmt.targetList[0].val
+    names: set[str] = set()
+    for node in _walk(expr):
+        if isinstance(node, ast.SubLink):
+            return None
+        if isinstance(node, ast.ColumnRef):
+            fields = node.fields or ()
+            if len(fields) != 1 or not isinstance(fields[0], ast.String):
+                return None
+            names.add(fields[0].sval)
+    return names
+
+
+def _walk(node: object):
+    """Every AST node under ``node`` (itself included)."""
+    if isinstance(node, ast.Node):
+        yield node
+        for name in node:
+            yield from _walk(getattr(node, name))
+    elif isinstance(node, tuple | list):
+        for item in node:
+            yield from _walk(item)

@@ -54,6 +54,7 @@ NODE_SETTINGS: list[Setting] = [
     ("replay_read_parts", "0", "Spark tasks reading one batch at once (0: Spark's slots)"),
     ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
     ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
+    ("handler_modules", "", "comma-separated Python modules with more table handlers"),
     ("spark_warm", "true", "start Spark in the background once caught up"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),

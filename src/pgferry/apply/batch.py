@@ -74,6 +74,7 @@ class _Reading:
     """How the segments of one batch are read."""
 
     batch_id: int
+    tick_id: int
     batch_sql: str
     seqs: list[str]
     use_spark: bool  # by Spark tasks (the session is up and the batch is large)
@@ -189,7 +190,9 @@ class Replayer:
         # catch-up needs.  The session comes up once caught up, or for an initial copy.
         use_spark = applies and not scripts and big and self.spark.ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
-        reading = _Reading(batch.batch_id, batch_sql, list(seqs), use_spark, read_ahead)
+        reading = _Reading(
+            batch.batch_id, batch.tick_id, batch_sql, list(seqs), use_spark, read_ahead
+        )
         with local.transaction():
             # The provider forgets the batch once it is finished: the transaction that
             # records it must be on disk first, whatever the server's default.
@@ -228,7 +231,7 @@ class Replayer:
                 handover.record_catchup(local, queue, catchup, batch.tick_id)
             else:
                 if node.node_type == "branch":
-                    forward.forward_events(local, provider, queue, batch_sql)
+                    forward.forward_events(local, provider, queue, batch_sql, routes)
                 handover.clear_snapshots(local, queue, batch.tick_snapshot)
                 model.record_tick(
                     local,
@@ -282,9 +285,8 @@ class Replayer:
             )
         elif read_ahead and len(plan.tables) > 1:
             readers = self._reader_pool()
-        return apply_segment(
-            local, self.stages, plan, batch_sql, segment, provider=provider, readers=readers
-        )
+        return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
+                             readers=readers, tick_id=reading.tick_id)  # fmt: skip
 
     def _apply_removals(
         self,

@@ -29,6 +29,7 @@ from psycopg import sql
 
 from pgferry import expressions
 from pgferry.apply.routes import Route, split_name
+from pgferry.handlers import EVENT_COLUMNS
 from pgferry.node.seqops import REMOVE_SEQ_EVENT
 from pgferry.node.tableops import REMOVE_TABLE_EVENT
 
@@ -137,16 +138,18 @@ def summary_query(
     return query.as_string(None)
 
 
-def _cond_expr(route: Route) -> sql.Composable:
-    # Evaluated against the source row type on the provider: the condition is written in
-    # terms of the source table's columns.
+def _on_source(route: Route, expr: str) -> sql.Composable:
+    """``expr`` evaluated on the event's row image as the SOURCE table's row type (copy
+    conditions and handlers' filters and column expressions are written in its terms)."""
     schema, name = split_name(route.table_name)
     return sql.SQL(
-        "(select case when ({cond}) then 'U' else 'D' end"
-        " from json_populate_record(null::{src}, e.ev_data::json) as _r)"
-    ).format(
-        cond=expressions.as_sql(route.copy_condition or "true"), src=sql.Identifier(schema, name)
-    )
+        "(select {expr} from json_populate_record(null::{src}, e.ev_data::json) as _r)"
+    ).format(expr=expressions.as_sql(expr), src=sql.Identifier(schema, name))
+
+
+def _cond_expr(route: Route) -> sql.Composable:
+    cond = route.image_condition or "true"
+    return sql.SQL("case when {} then 'U' else 'D' end").format(_on_source(route, cond))
 
 
 def table_query(
@@ -168,20 +171,22 @@ def table_query(
         for c, t in zip(columns, types, strict=True)
     )
     pk = [sql.SQL("r.{}").format(sql.Identifier(c)) for c in route.pk]
-    if route.copy_condition:
+    if route.image_condition:
         upsert: sql.Composable = _cond_expr(route)
     else:
         upsert = sql.SQL("case when e.ev_type like 'I:%' then 'I' else 'U' end")
-    where = [
-        sql.SQL("e.ev_extra1 = {}").format(sql.Literal(route.table_name)),
-        sql.SQL("e.ev_type like '_:%'"),
-        *segment.filters(),
-    ]
-    skip = _handover_skip(route)
-    if skip is not None:
-        where.append(skip)
+    where = _table_events(route, segment, "e.ev_type like '_:%'")
+    if route.key_filter:
+        where.append(_on_source(route, route.key_filter))
     if barrier is not None:
         where.append(sql.SQL("e.ev_id > {}").format(sql.Literal(barrier)))
+    exprs = route.handler.column_exprs()
+    values = [
+        sql.SQL("{}::{}").format(_on_source(route, exprs[c]), sql.SQL(t))
+        if c in exprs
+        else sql.SQL("r.{}").format(sql.Identifier(c))
+        for c, t in zip(columns, types, strict=True)
+    ]
     query = sql.SQL(
         """
         select distinct on ({pk})
@@ -194,9 +199,41 @@ def table_query(
     ).format(
         pk=sql.SQL(", ").join(pk),
         upsert=upsert,
-        cols=sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in columns),
+        cols=sql.SQL(", ").join(values),
         batch=sql.SQL(batch_sql),
         coldef=coldef,
         where=sql.SQL(" and ").join(where),
+    )
+    return query.as_string(None)
+
+
+def _table_events(route: Route, segment: Segment, kinds: str) -> list[sql.Composable]:
+    """Conditions choosing the table's events of ``kinds`` in the segment."""
+    where = [
+        sql.SQL("e.ev_extra1 = {}").format(sql.Literal(route.table_name)),
+        sql.SQL(kinds),
+        *segment.filters(),
+    ]
+    skip = _handover_skip(route)
+    if skip is not None:
+        where.append(skip)
+    return where
+
+
+def events_query(batch_sql: str, route: Route, segment: Segment) -> str:
+    """SQL text of one table's events, uncollapsed, in ev_id order, as the columns of
+    :data:`pgferry.handlers.EVENT_COLUMNS` (row events and TRUNCATEs), for a handler that
+    works on events.  A key filter of the handler skips row events failing it."""
+    where = _table_events(route, segment, "(e.ev_type like '_:%' or e.ev_type = 'R')")
+    if route.key_filter:
+        where.append(sql.SQL("(e.ev_type = 'R' or {})").format(_on_source(route, route.key_filter)))
+    cols = sql.SQL(", ").join(
+        sql.SQL("e.{}::text::{}").format(sql.Identifier(c), sql.SQL(t))
+        if c == "ev_txid"
+        else sql.SQL("e.{}::{}").format(sql.Identifier(c), sql.SQL(t))
+        for c, t in EVENT_COLUMNS
+    )
+    query = sql.SQL("select {cols} from ({batch}) e where {where} order by e.ev_id").format(
+        cols=cols, batch=sql.SQL(batch_sql), where=sql.SQL(" and ").join(where)
     )
     return query.as_string(None)

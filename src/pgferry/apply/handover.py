@@ -39,6 +39,8 @@ from psycopg import conninfo
 
 from pgferry.db import connect
 from pgferry.errors import PgferryError, QueueError, TableError
+from pgferry.expressions import conjunction
+from pgferry.handlers import registry as handler_registry
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ class CopyGroup:
     conditions: tuple[str | None, ...]
     skip_truncate: tuple[bool, ...]
     max_parallel: int | None  # --max-parallel-copy: Spark tasks copying at once
+    # Per table, its handler's column expressions (conditions include its row filter).
+    column_exprs: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
         """
         select coalesce(copy_group::text, table_name), table_name,
                coalesce(dest_table, table_name), copy_condition, skip_truncate,
-               max_parallel_copy
+               max_parallel_copy, table_attrs
           from ferry.table_info
          where queue_name = %s and local and (merge_state is null or merge_state = 'in-copy')
          order by copy_group nulls last, table_name
@@ -85,14 +89,17 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
     result = []
     for group_id, members in groups.items():
         caps = [m[5] for m in members if m[5]]
+        hs = [handler_registry.from_attrs(m[6]) for m in members]  # the tables' handlers
+        filters = [conjunction(m[3], h.row_filter()) for m, h in zip(members, hs, strict=True)]
         result.append(
             CopyGroup(
                 group_id,
                 tuple(m[1] for m in members),
                 tuple(m[2] for m in members),
-                tuple(m[3] for m in members),
+                tuple(filters),
                 tuple(bool(m[4]) for m in members),
                 min(caps) if caps else None,
+                tuple(tuple(h.column_exprs().items()) for h in hs),
             )
         )
     return result
@@ -211,16 +218,13 @@ class CopyRun:
             with local.transaction():
                 _set(local, self.queue, names, "in-copy", consumer=self.consumer,
                      tick=start_tick, copy_id=copy_id)  # fmt: skip
+            exprs = self.group.column_exprs or ((),) * len(names)
             tasks = [
-                CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k)
-                for s, d, c, k in zip(
-                    names,
-                    self.group.dest_tables,
-                    self.group.conditions,
-                    self.group.skip_truncate,
-                    strict=True,
-                )
-            ]
+                CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
+                         column_exprs=x)
+                for s, d, c, k, x in zip(names, self.group.dest_tables, self.group.conditions,
+                                         self.group.skip_truncate, exprs, strict=True)
+            ]  # fmt: skip
             log.info("Copying %s", ", ".join(names))
             spark = self.spark_factory()
             spark.sparkContext.setJobGroup(self._job_group, "pgferry copy", True)

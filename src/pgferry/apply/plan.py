@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgferry.apply.batch_sql import Segment, summary_query, table_query
+from pgferry.apply.batch_sql import Segment, events_query, summary_query, table_query
 from pgferry.apply.routes import Route, source_columns, types_present
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -41,7 +41,14 @@ class TableWork:
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
     decode: tuple[str, ...] = ()  # the columns' types as the provider decodes them
 
+    @property
+    def events(self) -> bool:
+        """The table's handler takes its events uncollapsed (see pgferry.handlers)."""
+        return self.route.handler.mode == "events"
+
     def query(self, batch_sql: str, segment: Segment) -> str:
+        if self.events:
+            return events_query(batch_sql, self.route, self.span or segment)
         return table_query(
             batch_sql,
             self.route,
@@ -55,7 +62,9 @@ class TableWork:
 @dataclass
 class SegmentPlan:
     tables: list[TableWork]
-    truncate: list[Route]  # tables whose TRUNCATE replays (skip_truncate ones excluded)
+    # Tables whose TRUNCATE replays (skip_truncate ones and those of handlers that do not
+    # truncate excluded; an events handler sees its TRUNCATEs among the events).
+    truncate: list[Route]
     sequences: dict[str, int]
 
 
@@ -92,7 +101,8 @@ def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
     """Local columns that the source also has (a column only on one side keeps its own)."""
     if src is None:
         return route.columns
-    return tuple(c for c in route.columns if c in src or c in route.pk)
+    exprs = route.handler.column_exprs()  # computed from other columns of the source
+    return tuple(c for c in route.columns if c in src or c in route.pk or c in exprs)
 
 
 def summarize(
@@ -161,7 +171,15 @@ def plan_segment(
         route = routes.get(name)
         if route is None or not route.applies:
             continue
-        if barrier is not None and not route.skip_truncate:
+        events = route.handler.mode == "events"
+        if events:  # every event, TRUNCATEs included, goes to the handler
+            if count or barrier is not None:
+                work = TableWork(route, (), count, False, None, binary=binary)
+                # Ranges of row events would leave out TRUNCATEs outside them: one read.
+                split = range_events if barrier is None else None
+                plan.tables.extend(_split(work, first, last, split))
+            continue
+        if barrier is not None and not route.skip_truncate and route.handler.truncates:
             plan.truncate.append(route)
         if count:
             cols = apply_columns(route, source_columns.get(name))

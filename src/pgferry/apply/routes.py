@@ -7,12 +7,15 @@ statement with :mod:`psycopg.sql` without guessing at quoting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
+from pgferry import expressions
 from pgferry.errors import TableError
+from pgferry.handlers import Handler, HandlerError, Target
+from pgferry.handlers import registry as handler_registry
 
 # Table states whose events the main stream applies (NULL / in-copy tables are being
 # copied, catching-up ones replay their copy group's own batches: see apply/handover.py).
@@ -33,10 +36,31 @@ class Route:
     skip_truncate: bool
     dest_fq: str  # the destination as format('%I.%I') writes it
     builtin_types: bool = False  # every column type is a pg_catalog one (binary COPY safe)
+    handler: Handler = field(default_factory=handler_registry.build_default)
+    # The handler's row filter, when it names key columns only: events failing it skip.
+    key_filter: str | None = None
+    # The handler's row filter otherwise: an image failing it becomes a delete.
+    row_filter: str | None = None
 
     @property
     def dest(self) -> sql.Composable:
         return sql.Identifier(self.dest_schema, self.dest_name)
+
+    @property
+    def image_condition(self) -> str | None:
+        """What each row image must pass, else it turns into a delete of its key."""
+        return expressions.conjunction(self.copy_condition, self.row_filter)
+
+    @property
+    def source_filter(self) -> str | None:
+        """Every row filter of the table: what the copy and compare take of the source."""
+        return expressions.conjunction(self.copy_condition, self.row_filter, self.key_filter)
+
+    def target(self, columns: tuple[str, ...]) -> Target:
+        """The handler's view of the table, with the columns staged."""
+        return Target(
+            self.table_name, self.dest_schema, self.dest_name, self.dest_fq, self.pk, columns
+        )
 
     @property
     def dest_text(self) -> str:
@@ -44,7 +68,7 @@ class Route:
 
     @property
     def applies(self) -> bool:
-        return self.merge_state in APPLY_STATES
+        return self.merge_state in APPLY_STATES and self.handler.replays
 
 
 def resolve_table(conn: psycopg.Connection, name: str) -> tuple[int, str, str, str]:
@@ -103,7 +127,7 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
     rows = conn.execute(
         """
         select table_name, coalesce(dest_table, table_name), merge_state, copy_condition,
-               copy_snapshot::text, skip_truncate
+               copy_snapshot::text, skip_truncate, table_attrs
           from ferry.table_info
          where queue_name = %s and local
          order by table_name
@@ -111,9 +135,21 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
         (queue_name,),
     ).fetchall()
     routes: dict[str, Route] = {}
-    for table_name, dest, state, cond, snap, skip_truncate in rows:
+    for table_name, dest, state, cond, snap, skip_truncate, attrs in rows:
+        try:
+            handler = handler_registry.from_attrs(attrs or {})
+        except HandlerError as exc:
+            raise TableError(f"table {table_name}: {exc}") from None
+        if not handler.needs_table:  # no local table to look at
+            schema, name = split_name(dest)
+            routes[table_name] = Route(
+                table_name, schema, name, (), (), (), state, None, snap, skip_truncate, dest,
+                handler=handler,
+            )  # fmt: skip
+            continue
         oid, schema, name, fq = resolve_table(conn, dest)
         pk, columns, types, (builtin,) = table_shape(conn, oid, dest)
+        key_filter, row_filter = _split_filter(handler, pk)
         routes[table_name] = Route(
             table_name,
             schema,
@@ -127,8 +163,23 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
             skip_truncate,
             fq,
             builtin,
+            handler,
+            key_filter,
+            row_filter,
         )
     return routes
+
+
+def _split_filter(handler: Handler, pk: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(key filter, row filter): the handler's row filter goes to the first when every
+    column it names is a key column (see :attr:`Route.key_filter`)."""
+    text = handler.row_filter()
+    if not text:
+        return None, None
+    names = expressions.column_names(text, f"row filter of handler {handler.name}")
+    if names is not None and names <= set(pk):
+        return text, None
+    return None, text
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -182,6 +233,7 @@ def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
         """
         select md5(coalesce(string_agg(concat_ws('|', t.table_name, t.merge_state,
                    t.dest_table, t.copy_condition, t.copy_snapshot::text, t.skip_truncate,
+                   t.table_attrs::text,
                    (select count(*) from pg_attribute a
                      where a.attrelid = to_regclass(coalesce(t.dest_table, t.table_name))
                        and a.attnum > 0 and not a.attisdropped)),

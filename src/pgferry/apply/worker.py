@@ -39,6 +39,7 @@ from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError
+from pgferry.handlers import registry as handler_registry
 from pgferry.node import model, seqops, watermarks
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
@@ -144,6 +145,7 @@ class Worker(Service):
         self.batch_observers: list[Callable[[Batch, ApplyStats, float], None]] = []
 
     def _use_settings(self) -> None:
+        handler_registry.use_config(self.config)
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
         self._spark.config = self.config

@@ -24,12 +24,15 @@ DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
 def _tasks(config: Config, names: list[str]):
     from pgferry.apply.routes import load_routes
     from pgferry.db import connection
+    from pgferry.handlers import registry as handler_registry
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
 
+    handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
         routes = load_routes(conn, queue_name(config))
+    routes = {t: r for t, r in routes.items() if r.handler.needs_table}  # holding rows here
     chosen = list(routes)
     if names:
         patterns = [parse_pattern(n) for n in names]
@@ -43,7 +46,7 @@ def _tasks(config: Config, names: list[str]):
         raise TableError(f"Table not in sync yet: {', '.join(not_ok)}")
     return [
         CompareTask(
-            source_table=t, dest_table=routes[t].dest_fq, copy_condition=routes[t].copy_condition
+            source_table=t, dest_table=routes[t].dest_fq, copy_condition=routes[t].source_filter
         )
         for t in chosen
     ]

@@ -34,6 +34,10 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("--expect-sync", action="store_true", help="no copy: state ok at once")
     parser.add_argument("--force", action="store_true", help="re-add an already added table")
     parser.add_argument("--wait-sync", action="store_true", help="then wait until all ok")
+    parser.add_argument("--handler", metavar="NAME", help="table handler (see show-handlers)")
+    parser.add_argument(
+        "--handler-arg", action="append", default=[], metavar="K=V", help="handler argument"
+    )
     args = parser.parse_args(argv)
     if args.max_parallel_copy is not None and args.max_parallel_copy < 1:
         raise UsageError("add-table: --max-parallel-copy must be at least 1")
@@ -49,6 +53,8 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         skip_truncate=args.skip_truncate,
         expect_sync=args.expect_sync,
         force=args.force,
+        handler=args.handler,
+        handler_args=args.handler_arg,
     )
     with local_tx(config) as conn:
         added = tableops.add_tables(config, conn, args.tables, opts)

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "pgferry.cli.cmd_diff",
     "pgferry.cli.cmd_node",
     "pgferry.cli.cmd_tables",
+    "pgferry.cli.cmd_handlers",
     "pgferry.cli.cmd_worker",
     "pgferry.cli.cmd_sync",
     "pgferry.cli.cmd_execute",

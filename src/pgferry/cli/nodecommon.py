@@ -11,6 +11,7 @@ from pgferry import db
 from pgferry.cli.registry import Context
 from pgferry.config import Config
 from pgferry.errors import DatabaseError
+from pgferry.handlers import registry as handler_registry
 from pgferry.log import setup_logging
 from pgferry.node import connect
 
@@ -21,6 +22,7 @@ def start(ctx: Context) -> Config:
     config.get("db")
     config.get("queue_name")
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
+    handler_registry.use_config(config)  # the handlers a table may name
     return config
 
 

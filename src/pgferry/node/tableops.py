@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 
 from pgferry import expressions
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
-from pgferry.node import capture, connect, model
+from pgferry.handlers import Handler
+from pgferry.handlers.api import Configured
+from pgferry.node import capture, connect, handlerops, model
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
@@ -41,6 +43,8 @@ class AddTableOptions:
     skip_truncate: bool = False
     expect_sync: bool = False
     force: bool = False
+    handler: str | None = None  # --handler (None: the default, not stored)
+    handler_args: list[str] = field(default_factory=list)  # --handler-arg K=V texts
 
 
 def resolve(
@@ -80,6 +84,9 @@ def add_tables(
     limit_lock_wait(config, conn)
     if not args and not opts.all:
         raise UsageError("add-table: give TABLE names or --all")
+    chosen = handlerops.choose(
+        config, opts.handler, opts.handler_args, root=node.is_root, command="add-table"
+    )
     if node.is_root:
         for flag, value in (
             ("--dest-table", opts.dest_table),
@@ -88,9 +95,17 @@ def add_tables(
         ):
             if value:
                 raise UsageError(f"add-table: {flag} is for branch and leaf nodes only")
-        return _add_on_root(conn, queue, args, opts)
+        return _add_on_root(conn, node, args, opts, chosen)
+    if not chosen[1].needs_table:
+        for flag, value in (
+            ("--dest-table", opts.dest_table),
+            ("--copy-condition", opts.copy_condition),
+            ("--create", opts.create),
+        ):
+            if value:
+                raise UsageError(f"add-table: handler {chosen[1].name} keeps no table: no {flag}")
     with provider_conn(config, node) as prov:
-        return _add_on_subscriber(conn, prov, queue, args, opts)
+        return _add_on_subscriber(conn, prov, node, args, opts, chosen)
 
 
 def _split_all(names: Iterable[str]) -> list[tuple[str, str]]:
@@ -98,20 +113,30 @@ def _split_all(names: Iterable[str]) -> list[tuple[str, str]]:
 
 
 def _add_on_root(
-    conn: psycopg.Connection, queue: str, args: list[str], opts: AddTableOptions
+    conn: psycopg.Connection,
+    node: model.NodeInfo,
+    args: list[str],
+    opts: AddTableOptions,
+    chosen: tuple[Configured, Handler],
 ) -> list[str]:
-    tables = catalog.list_relations(conn, "r")
-    by_key = {t.key: t for t in tables}
+    queue, (configured, handler) = node.queue_name, chosen
+    fq_of = {t.key: t.fq for t in catalog.list_relations(conn, "r")}
     if opts.all:
         wanted = _missing_names(conn, queue, "r")
-        keys = [t.key for t in tables if t.fq in wanted]
+        keys = [k for k, fq in fq_of.items() if fq in wanted]
     else:
-        keys = resolve(map(parse_pattern, args), list(by_key), "Table")
+        patterns = list(map(parse_pattern, args))
+        if not handler.captures:  # nothing captured: the table need not exist
+            for p in patterns:
+                if not p.is_glob and not p.select(fq_of):
+                    key = (p.schema.spellings()[0], p.name.spellings()[0])
+                    fq_of[key] = catalog.fq_name(conn, *key)
+        keys = resolve(patterns, list(fq_of), "Table")
     group = entries.next_copy_group(conn)
     added: list[str] = []
     for key in keys:
-        fq = by_key[key].fq
-        if not catalog.primary_key(conn, fq):
+        fq = fq_of[key]
+        if handler.captures and not catalog.primary_key(conn, fq):
             if opts.all:
                 # --all means "whatever can be added": named tables fail instead.
                 log.warning("Primary key missing on table: %s (skipped)", fq)
@@ -121,7 +146,10 @@ def _add_on_root(
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", fq)
             continue
-        attrs = {"no_triggers": True} if opts.no_triggers else {}
+        handlerops.check(handler, conn, None, node, fq)
+        no_triggers = opts.no_triggers or not handler.captures
+        attrs = {"no_triggers": True} if no_triggers else {}
+        attrs = handlerops.with_handler(attrs, configured, opts.handler is not None)
         entries.register_table(
             conn,
             entries.TableEntry(
@@ -138,7 +166,7 @@ def _add_on_root(
                 max_parallel_copy=opts.max_parallel_copy,
             ),
         )
-        if not opts.no_triggers:
+        if not no_triggers:
             capture.attach(conn, queue, fq, deny=False)
         added.append(fq)
     return added
@@ -152,11 +180,14 @@ def _missing_names(conn: psycopg.Connection, queue: str, kind: str) -> set[str]:
 def _add_on_subscriber(
     conn: psycopg.Connection,
     prov: psycopg.Connection,
-    queue: str,
+    node: model.NodeInfo,
     args: list[str],
     opts: AddTableOptions,
+    chosen: tuple[Configured, Handler],
 ) -> list[str]:
-    provider_tables = [t.table_name for t in entries.list_tables(prov, queue)]
+    queue, (configured, handler) = node.queue_name, chosen
+    prov_entries = {t.table_name: t for t in entries.list_tables(prov, queue)}
+    provider_tables = list(prov_entries)
     keys = _split_all(provider_tables)
     fq_of = dict(zip(keys, provider_tables, strict=True))
     if opts.all:
@@ -179,6 +210,15 @@ def _add_on_subscriber(
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", src)
             continue
+        handlerops.check(handler, conn, prov, node, src)
+        if not handler.needs_table:
+            cap = opts.max_parallel_copy
+            handlerops.register_tableless(conn, queue, src, group, cap, configured)
+            added.append(src)
+            continue
+        copied = handler.copies and not opts.expect_sync
+        if copied:
+            handlerops.check_source(prov_entries.get(src), src, f"provider {node.provider_node}")
         condition = None
         if opts.copy_condition:
             schema, name = split_qualified(src)
@@ -198,13 +238,14 @@ def _add_on_subscriber(
             attrs["no_triggers"] = True
         if opts.max_parallel_copy:
             attrs["max_parallel_copy"] = opts.max_parallel_copy
+        attrs = handlerops.with_handler(attrs, configured, opts.handler is not None)
         entries.register_table(
             conn,
             entries.TableEntry(
                 queue_name=queue,
                 table_name=src,
                 local=True,
-                merge_state="ok" if opts.expect_sync else None,
+                merge_state=None if copied else "ok",
                 dest_table=dest if dest != src else None,
                 copy_condition=condition,
                 copy_snapshot=None,

@@ -122,6 +122,16 @@ def register_table(conn: psycopg.Connection, entry: TableEntry) -> None:
     )
 
 
+def set_table_attrs(
+    conn: psycopg.Connection, queue: str, table: str, attrs: dict[str, Any]
+) -> None:
+    """Replace a table's table_attrs, nothing else of its row."""
+    conn.execute(
+        "update ferry.table_info set table_attrs = %s where queue_name = %s and table_name = %s",
+        (Jsonb(attrs), queue, table),
+    )
+
+
 def unregister_table(conn: psycopg.Connection, queue: str, table: str) -> bool:
     cur = conn.execute(
         "delete from ferry.table_info where queue_name = %s and table_name = %s", (queue, table)

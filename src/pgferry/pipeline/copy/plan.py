@@ -35,6 +35,9 @@ class CopyTask:
     dest_table: str  # local name, may differ (other schema/table)
     copy_condition: str | None = None  # WHERE expression evaluated on the source table
     skip_truncate: bool = False
+    # (destination column, SQL expression over the source's columns) computed on the
+    # source instead of the column's own value (a table handler's column expressions).
+    column_exprs: tuple[tuple[str, str], ...] = ()
 
 
 def plan_tables(
@@ -48,7 +51,9 @@ def plan_tables(
     plans: list[TablePlan] = []
     ranges: list[tuple[int, BlockRange]] = []
     for plan_no, (task, src, dst) in enumerate(zip(tasks, sources, dests, strict=True)):
+        exprs = dict(task.column_exprs)
         columns = common_columns(src, dst)
+        columns += tuple(c for c in exprs if c in dst.column_names and c not in columns)
         if not columns:
             raise TableError(f"{src.display} and {dst.display} have no column in common")
         skipped = sorted(set(src.column_names) - set(columns))
@@ -65,7 +70,8 @@ def plan_tables(
                 columns,
                 task.copy_condition,
                 tid,
-                binary and binary_compatible(src, dst, columns),
+                binary and not exprs and binary_compatible(src, dst, columns),
+                tuple((c, e) for c, e in task.column_exprs if c in columns),
             )
         )
         for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, parallelism)):

@@ -45,6 +45,7 @@ class TablePlan:
     condition: str | None
     tid_ranges: bool  # False for partitioned sources (no heap of their own)
     binary: bool = False  # COPY in binary format: same built-in types on both sides
+    exprs: tuple[tuple[str, str], ...] = ()  # (column, expression on the source) instead
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,11 @@ def _copy(
     dst: psycopg.Connection,
 ) -> int:
     cols = sql.SQL(", ").join(map(sql.Identifier, plan.columns))
+    exprs = dict(plan.exprs)
+    values = sql.SQL(", ").join(
+        expressions.as_sql(exprs[c], f"expression of {c}") if c in exprs else sql.Identifier(c)
+        for c in plan.columns
+    )
     where: list[sql.Composable] = []
     if plan.tid_ranges and rng.lo_block is not None:
         where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({rng.lo_block},0)")))
@@ -122,7 +128,7 @@ def _copy(
     if plan.condition:
         where.append(expressions.as_sql(plan.condition))
     select = sql.SQL("select {} from {}").format(
-        cols, relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
+        values, relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )
     if where:
         select = sql.SQL("{} where {}").format(select, sql.SQL(" and ").join(where))

@@ -1,0 +1,310 @@
+"""The handler plugin API: what a table's handler declares and what replay hands it.
+
+A handler decides what one table's events do on one node (``add-table --handler=NAME``):
+how the rows of a batch are applied, which rows the initial copy takes and whether there is
+a copy at all, whether the node needs a local table, and what a branch passes on.  It fits
+the set-based replay: a handler never sees events one by one from Python.  Replay stages
+the table's part of a batch in a temporary table of the apply transaction and calls
+:meth:`Handler.apply` once with it (:class:`Staged`); the handler applies it with SQL of its
+own, in that transaction.  ``docs/handlers.md`` is the guide; this module is the contract.
+
+Two stage forms (:attr:`Handler.mode`):
+
+* ``"rows"``: the table's rows collapsed per primary key (the last event of each key), as
+  ``(op, col1, col2, ...)`` with the destination's column types; op is ``I`` (insert),
+  ``U`` (upsert) or ``D`` (delete by key), ``d`` (delete of a key inserted in the same
+  rows).  A TRUNCATE of the source truncates the destination first (:attr:`truncates`).
+* ``"events"``: every event of the table, uncollapsed, in ev_id order, with the columns of
+  :data:`EVENT_COLUMNS` (TRUNCATE events included as ``ev_type = 'R'``).
+
+Everything here runs on the driver (the worker's process); nothing is sent to Spark.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import psycopg
+from psycopg import sql
+
+from pgferry.errors import UsageError
+
+Mode = Literal["rows", "events"]
+
+# Columns of an "events" stage, in order, with their types.
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ev_id", "bigint"),
+    ("ev_time", "timestamptz"),
+    ("ev_txid", "bigint"),
+    ("ev_retry", "integer"),
+    ("ev_type", "text"),
+    ("ev_data", "text"),
+    ("ev_extra1", "text"),
+    ("ev_extra2", "text"),
+    ("ev_extra3", "text"),
+    ("ev_extra4", "text"),
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class HandlerError(UsageError):
+    """A handler or its arguments are wrong (unknown name or argument, bad value)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared handler argument (``--handler-arg NAME=VALUE``).
+
+    ``kind`` is ``str``, ``int`` or ``bool`` (0/1, true/false, yes/no, on/off);
+    ``choices`` limits a text value; ``aliases`` are other names accepted for it (stored
+    under ``name``).  An argument without a default and not ``required`` is None when
+    not given.
+    """
+
+    name: str
+    doc: str
+    kind: type = str
+    default: Any = None
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def parse(self, text: str, handler: str) -> Any:
+        """The typed value of ``text``; HandlerError naming the argument otherwise."""
+        what = f"handler {handler}: argument {self.name}"
+        if self.kind is bool:
+            low = text.strip().lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise HandlerError(f"{what} must be 0 or 1 (true/false), not {text!r}")
+        if self.kind is int:
+            try:
+                return int(text.strip())
+            except ValueError:
+                raise HandlerError(f"{what} must be an integer, not {text!r}") from None
+        if self.choices and text not in self.choices:
+            raise HandlerError(f"{what} must be one of {', '.join(self.choices)}, not {text!r}")
+        if self.required and not text.strip():
+            raise HandlerError(f"{what} must not be empty")
+        return text
+
+    def usage(self) -> str:
+        """``name``, ``name=default`` or ``[name]`` as show-handlers lists it."""
+        if self.required:
+            return self.name
+        if self.default is None:
+            return f"[{self.name}]"
+        default = int(self.default) if self.kind is bool else self.default
+        return f"{self.name}={default}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The table a handler works on, on this node."""
+
+    table_name: str  # the queue-visible name (ev_extra1), ``%I.%I``
+    dest_schema: str  # the local table (for a handler without a table: the same name)
+    dest_name: str
+    dest_fq: str  # the local table as format('%I.%I') writes it
+    pk: tuple[str, ...]  # its primary key (empty without a local table)
+    columns: tuple[str, ...]  # the columns staged: the destination's the source also has
+
+    @property
+    def dest(self) -> sql.Identifier:
+        return sql.Identifier(self.dest_schema, self.dest_name)
+
+    @property
+    def dest_text(self) -> str:
+        return f"{self.dest_schema}.{self.dest_name}"
+
+
+@dataclass
+class Staged:
+    """One table's part of a batch, staged for :meth:`Handler.apply`.
+
+    ``relation`` is a temporary table (``pg_temp.ferry_stage_N``) of ``conn``, inside the
+    transaction that applies the whole batch and records its tick: read it, never drop or
+    alter it (it is emptied after the call and reused), never commit or roll back
+    ``conn`` (savepoints, ``with conn.transaction()``, are fine).  An error raised here
+    rolls the batch back and the worker retries it.
+    """
+
+    conn: psycopg.Connection
+    relation: sql.Composable
+    rows: int  # rows in the stage
+    target: Target
+    mode: Mode
+    tick_id: int  # the tick this batch ends at (the node records it in the same transaction)
+    inserts_only: bool = False  # rows mode: every event of the table was an insert
+    # Rows mode: some events were inserts (a key new in the batch then arrives collapsed as
+    # 'U' or 'D', so a row missing here cannot be told from one inserted in the batch).
+    some_inserts: bool = True
+    filtered: bool = False  # rows mode: a row filter turned images that fail it into 'D'
+
+
+@dataclass
+class Applied:
+    """What :meth:`Handler.apply` did, for the worker's log and metrics."""
+
+    upserts: int = 0  # rows written (or events handled, for an events handler)
+    deletes: int = 0  # rows removed
+    recreated: int = 0  # updates that found no row here and inserted it (divergence)
+    missing_deletes: int = 0  # deletes that found no row here (divergence)
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """What :meth:`Handler.check` may look at when ``add-table`` or ``change-handler``
+    attaches the table (inside that command's transaction: change nothing)."""
+
+    conn: psycopg.Connection  # the local database
+    provider: psycopg.Connection | None  # the provider (None on a root)
+    table_name: str  # queue-visible name, ``%I.%I``
+    columns: tuple[str, ...] | None  # the source table's columns (None: unknown)
+    pk: tuple[str, ...]  # the source table's primary key (empty when unknown)
+    node_type: str  # root, branch or leaf
+    queue: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event a branch forwards, for :meth:`Handler.forward_event`: the columns it
+    passes on (no ev_txid: events take the branch's own writing transaction's)."""
+
+    ev_id: int
+    ev_time: Any
+    ev_retry: int | None
+    ev_type: str | None
+    ev_data: str | None
+    ev_extra1: str | None
+    ev_extra2: str | None
+    ev_extra3: str | None
+    ev_extra4: str | None
+
+
+class Handler:
+    """Base class of every handler; the default behaviour of each hook is that of ``bulk``.
+
+    A subclass sets :attr:`name`, documents itself in its docstring (the first line is
+    the summary ``show-handlers`` lists) and declares its arguments in :attr:`params`.  It
+    is built once per table and node from the stored arguments, typed and checked
+    (:meth:`__init__` then :meth:`validate`), whenever the registry is read: keep
+    construction cheap and free of I/O.
+    """
+
+    name: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    mode: ClassVar[Mode] = "rows"
+    # False: no local table is needed (none is looked up, no copy, state ok at once) and
+    # the node holds no rows of the table, so it is never a copy source for it.
+    needs_table: ClassVar[bool] = True
+    # May be used on a root (where nothing is replayed: only capture options count).
+    on_root: ClassVar[bool] = False
+    # On a root: the table's changes are captured (it must exist; triggers attached).
+    captures: ClassVar[bool] = True
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        self.args: dict[str, Any] = dict(args)
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of the docstring."""
+        doc = inspect.getdoc(cls) or ""
+        return doc.splitlines()[0] if doc else ""
+
+    @classmethod
+    def param(cls, name: str) -> Param | None:
+        for p in cls.params:
+            if name == p.name or name in p.aliases:
+                return p
+        return None
+
+    # --- checks -----------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Checks across arguments (raise HandlerError); no database at hand."""
+
+    def check(self, table: TableCheck) -> None:
+        """Checks against the databases at ``add-table``/``change-handler`` (raise
+        HandlerError or TableError): a column that must exist, a function, a queue."""
+
+    # --- the copy -----------------------------------------------------------------------
+    @property
+    def copies(self) -> bool:
+        """Whether the table gets an initial copy; False: state ok at once (as with
+        ``--expect-sync``)."""
+        return self.needs_table
+
+    def row_filter(self) -> str | None:
+        """A boolean SQL expression over the SOURCE table's columns, or None.
+
+        The copy takes only rows passing it; replay evaluates it on each event's row image
+        (decoded as the source's row type, on the provider).  When it names primary-key
+        columns only, events failing it are skipped (their key can never be here);
+        otherwise an image failing it becomes a delete of its key (a row that left it).
+        ``compare`` applies it to the source side.
+        """
+        return None
+
+    def column_exprs(self) -> Mapping[str, str]:
+        """Destination column -> SQL expression over the SOURCE table's columns, computed
+        on the source instead of the column's own value, by the copy and by replay.  An
+        expression on a key column must be deterministic and one-to-one."""
+        return {}
+
+    # --- replay -------------------------------------------------------------------------
+    @property
+    def replays(self) -> bool:
+        """False: the table's events are not read at all (still forwarded by a branch)."""
+        return True
+
+    @property
+    def truncates(self) -> bool:
+        """Rows mode: a TRUNCATE of the source truncates the destination."""
+        return True
+
+    def apply(self, staged: Staged) -> Applied:
+        """Apply the staged rows or events (see :class:`Staged`)."""
+        from pgferry.handlers import upsert
+
+        return upsert.apply_rows(staged)
+
+    # --- forwarding on a branch ---------------------------------------------------------
+    # True: a branch passes on the table's row events through row_filter (skipped, or
+    # turned into deletes, as replay treats them): its subscribers see only its rows.
+    forward_filtered: ClassVar[bool] = False
+
+    def forward_event(self, event: Event) -> Event | None:
+        """Rewrite (return another Event) or drop (None) one forwarded event of the table.
+
+        Called only when a subclass overrides it, once per event of the table in ev_id
+        order, after ``forward_filtered``; keep ev_id unchanged.
+        """
+        return event
+
+    def rewrites_forwarded(self) -> bool:
+        return type(self).forward_event is not Handler.forward_event
+
+    # --- capture on a root --------------------------------------------------------------
+    def capture_options(self) -> tuple[str | None, Sequence[str]]:
+        """(trigger flags, trigger args) this handler adds to the root's capture, as
+        ``--trigger-flags`` / ``--trigger-arg`` would."""
+        return None, ()
+
+
+@dataclass(frozen=True)
+class Configured:
+    """A handler chosen for a table: its class, and its arguments as stored."""
+
+    cls: type[Handler]
+    args: dict[str, str] = field(default_factory=dict)  # canonical name -> text
+
+    @property
+    def name(self) -> str:
+        return self.cls.name

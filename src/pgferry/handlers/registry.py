@@ -1,0 +1,204 @@
+"""Which handlers exist, and turning ``--handler`` / stored table_attrs into handler objects.
+
+Handlers come from three places: the built-ins (:data:`BUILTINS`), the Python entry points
+of group ``pgferry.handlers`` of any installed distribution, and the modules named by the
+ini setting ``handler_modules``.  An entry point names a Handler subclass or a module; a
+module lists its handlers in a ``pgferry_handlers`` attribute.  The registry is per
+process: the commands and the worker call :func:`use_config` with their config, and
+imports happen at the first lookup.
+
+A table's handler is stored in its ``ferry.table_info.table_attrs`` as ``"handler"``
+(absent: ``bulk``) and ``"handler_args"`` (argument name -> text as given, checked).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+from pgferry.config import Config
+from pgferry.errors import ConfigError
+from pgferry.handlers.api import Configured, Handler, HandlerError
+
+log = logging.getLogger(__name__)
+
+DEFAULT = "bulk"
+ENTRY_POINT_GROUP = "pgferry.handlers"
+MODULE_ATTRIBUTE = "pgferry_handlers"
+
+BUILTINS = (
+    "pgferry.handlers.builtin:Bulk",
+    "pgferry.handlers.builtin:VTable",
+)
+# Other names the original accepted for the same handler.
+ALIASES = {"fake_local": "vtable"}
+
+
+@dataclass(frozen=True)
+class Known:
+    cls: type[Handler]
+    origin: str  # "built-in", "entry point NAME (DIST)", "module NAME"
+
+
+_modules: tuple[str, ...] = ()
+_known: dict[str, Known] | None = None
+
+
+def use_config(config: Config) -> None:
+    """Take ``handler_modules`` from ``config`` (the modules load at the next lookup)."""
+    use_modules(config.getlist("handler_modules"))
+
+
+def use_modules(names: Iterable[str]) -> None:
+    global _modules, _known
+    wanted = tuple(names)
+    if wanted != _modules:
+        _modules, _known = wanted, None
+
+
+def available() -> dict[str, Known]:
+    """Every handler by name, built-ins first."""
+    global _known
+    if _known is None:
+        known: dict[str, Known] = {}
+        for ref in BUILTINS:
+            module, attr = ref.split(":")
+            _add(known, getattr(importlib.import_module(module), attr), "built-in")
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            origin = f"entry point {ep.name} ({dist})"
+            try:
+                _add_all(known, ep.load(), origin)
+            except Exception as exc:  # noqa: BLE001 - someone else's package: say, go on
+                log.warning("handlers: %s not loaded: %s", origin, exc)
+        for name in _modules:
+            try:
+                module = importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - any import failure is the same to us
+                raise ConfigError(f"handler_modules: cannot import {name}: {exc}") from None
+            if not hasattr(module, MODULE_ATTRIBUTE):
+                raise ConfigError(f"handler_modules: module {name} has no {MODULE_ATTRIBUTE} list")
+            _add_all(known, module, f"module {name}", strict=True)
+        _known = known
+    return _known
+
+
+def _add_all(known: dict[str, Known], obj: Any, origin: str, strict: bool = False) -> None:
+    items = getattr(obj, MODULE_ATTRIBUTE, ()) if isinstance(obj, ModuleType) else [obj]
+    for cls in items:
+        _add(known, cls, origin, strict)
+
+
+def _add(known: dict[str, Known], cls: Any, origin: str, strict: bool = True) -> None:
+    problem = None
+    if not (isinstance(cls, type) and issubclass(cls, Handler)):
+        problem = f"{cls!r} is not a pgferry.handlers.Handler subclass"
+    elif not cls.name:
+        problem = f"{cls.__name__} has no name"
+    elif cls.name in known or cls.name in ALIASES:
+        taken = known[cls.name].origin if cls.name in known else "an alias"
+        problem = f"handler name {cls.name} is taken ({taken})"
+    if problem is None:
+        known[cls.name] = Known(cls, origin)
+    elif strict:
+        raise ConfigError(f"handlers: {origin}: {problem}")
+    else:
+        log.warning("handlers: %s: %s (ignored)", origin, problem)
+
+
+def lookup(name: str) -> type[Handler]:
+    known = available()
+    found = known.get(ALIASES.get(name, name))
+    if found is None:
+        raise HandlerError(
+            f"unknown handler: {name} (known: {', '.join(sorted(known))}; "
+            "others load through handler_modules or an installed package)"
+        )
+    return found.cls
+
+
+def configure(name: str | None, arg_texts: Sequence[str]) -> Configured:
+    """The handler named on a command line with its ``K=V`` arguments, checked; one
+    HandlerError for an unknown handler, an unknown, repeated or missing argument or a
+    bad value."""
+    if name is None:
+        if arg_texts:
+            raise HandlerError("--handler-arg needs --handler")
+        name = DEFAULT
+    cls = lookup(name)
+    given: dict[str, str] = {}
+    for text in arg_texts:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise HandlerError(f"--handler-arg: expected NAME=VALUE, got {text!r}")
+        param = cls.param(key)
+        if param is None:
+            names = ", ".join(p.name for p in cls.params) or "none"
+            raise HandlerError(f"handler {cls.name} has no argument {key} (arguments: {names})")
+        if param.name in given:
+            raise HandlerError(f"handler {cls.name}: argument {param.name} given twice")
+        given[param.name] = value
+    configured = Configured(cls, given)
+    build(configured)  # types, required arguments and the handler's own checks
+    return configured
+
+
+def build(configured: Configured) -> Handler:
+    """A handler object from checked or stored arguments (HandlerError when wrong)."""
+    cls = configured.cls
+    typed: dict[str, Any] = {}
+    for param in cls.params:
+        text = configured.args.get(param.name)
+        if text is None:
+            if param.required:
+                raise HandlerError(f"handler {cls.name} needs argument {param.name}")
+            typed[param.name] = param.default
+        else:
+            typed[param.name] = param.parse(text, cls.name)
+    handler = cls(typed)
+    try:
+        handler.validate()
+    except (ValueError, TypeError) as exc:
+        raise HandlerError(f"handler {cls.name}: {exc}") from None
+    return handler
+
+
+def stored(attrs: Mapping[str, Any]) -> Configured:
+    """The handler a registry row's table_attrs name (absent: the default)."""
+    args = attrs.get("handler_args") or {}
+    if not isinstance(args, Mapping):
+        raise HandlerError(f"handler_args must be an object, not {args!r}")
+    return Configured(lookup(attrs.get("handler") or DEFAULT), {k: str(v) for k, v in args.items()})
+
+
+def from_attrs(attrs: Mapping[str, Any]) -> Handler:
+    """The handler object of a registry row's table_attrs."""
+    return build(stored(attrs))
+
+
+def build_default() -> Handler:
+    """The handler of a table whose table_attrs name none."""
+    return build(Configured(lookup(DEFAULT)))
+
+
+def to_attrs(configured: Configured) -> dict[str, Any]:
+    """The table_attrs keys that store ``configured``."""
+    attrs: dict[str, Any] = {"handler": configured.name}
+    if configured.args:
+        attrs["handler_args"] = dict(configured.args)
+    return attrs
+
+
+def stores_rows(attrs: Mapping[str, Any]) -> bool:
+    """Whether a node whose registry row has these table_attrs holds the table's rows
+    (may serve as a copy source).  A handler unknown here counts as storing them."""
+    try:
+        return lookup(attrs.get("handler") or DEFAULT).needs_table
+    except HandlerError:
+        return True

@@ -1,0 +1,154 @@
+"""A table's handler on this node: chosen by add-table, replaced by change-handler.
+
+``--handler NAME --handler-arg K=V ...`` is checked in full before anything is looked up
+(:func:`choose`): an unknown handler, an unknown, repeated or missing argument or a bad
+value is one error and nothing is registered.  Then, per table, the handler's own checks
+against the databases (:func:`check`) run inside the command's transaction.  The choice is
+stored in the table's ``table_attrs`` (``handler``, ``handler_args``) of this node only: a
+subscriber's handler is its own add-table's, never inherited from its provider.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from pgferry.config import Config
+from pgferry.errors import NodeError, TableError, UsageError
+from pgferry.handlers import Handler, TableCheck
+from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import Configured
+from pgferry.node import connect, model
+from pgferry.registry import catalog, entries
+from pgferry.registry.names import parse_pattern, split_qualified
+
+log = logging.getLogger(__name__)
+
+HANDLER_KEYS = ("handler", "handler_args")
+
+
+def choose(
+    config: Config, name: str | None, args: list[str] | None, *, root: bool, command: str
+) -> tuple[Configured, Handler]:
+    """The handler of a command line, checked (UsageError / HandlerError otherwise)."""
+    handler_registry.use_config(config)
+    configured = handler_registry.configure(name, list(args or ()))
+    handler = handler_registry.build(configured)
+    if root and not handler.on_root:
+        raise UsageError(
+            f"{command}: handler {handler.name} is for branch and leaf nodes only"
+            " (a root replays nothing)"
+        )
+    return configured, handler
+
+
+def check(
+    handler: Handler,
+    conn: psycopg.Connection,
+    prov: psycopg.Connection | None,
+    node: model.NodeInfo,
+    table: str,
+) -> None:
+    """The handler's checks of ``table`` (its source: the provider's, or the root's own)."""
+    source = prov if prov is not None else conn
+    found = source.execute("select to_regclass(%s) is not null", (table,)).fetchone()
+    columns: tuple[str, ...] | None = None
+    pk: tuple[str, ...] = ()
+    if found and found[0]:
+        columns = tuple(c.name for c in catalog.columns(source, table))
+        pk = tuple(catalog.primary_key(source, table))
+    handler.check(TableCheck(conn, prov, table, columns, pk, node.node_type, node.queue_name))
+
+
+def with_handler(attrs: dict[str, Any], configured: Configured, given: bool) -> dict[str, Any]:
+    """``attrs`` storing ``configured`` (nothing stored for the default when not named)."""
+    out = {k: v for k, v in attrs.items() if k not in HANDLER_KEYS}
+    if given:
+        out.update(handler_registry.to_attrs(configured))
+    return out
+
+
+def check_source(prov_entry: entries.TableEntry | None, table: str, provider: str) -> None:
+    """A table to be copied needs a provider holding its rows."""
+    if prov_entry is not None and not handler_registry.stores_rows(prov_entry.table_attrs):
+        held = prov_entry.table_attrs.get("handler")
+        raise TableError(
+            f"Table {table}: {provider} keeps no rows of it (handler {held}), so it cannot"
+            " be copied from there; add it with --expect-sync (or a handler without a table)"
+        )
+
+
+def register_tableless(
+    conn: psycopg.Connection,
+    queue: str,
+    src: str,
+    group: int,
+    max_parallel_copy: int | None,
+    configured: Configured,
+) -> None:
+    """A table whose handler keeps no local table: no table, no trigger, no copy."""
+    attrs = with_handler({"no_triggers": True}, configured, True)
+    entries.register_table(
+        conn,
+        entries.TableEntry(
+            queue_name=queue, table_name=src, local=True, merge_state="ok", dest_table=None,
+            copy_condition=None, copy_snapshot=None, skip_truncate=False, table_attrs=attrs,
+            copy_group=group, max_parallel_copy=max_parallel_copy,
+        ),
+    )  # fmt: skip
+
+
+def change_handler(
+    config: Config, conn: psycopg.Connection, table: str, name: str, args: list[str]
+) -> bool:
+    """Replace a table's handler on this node; False when nothing changed."""
+    queue = connect.queue_name(config)
+    node = model.require_node(conn, queue)
+    registered = {t.table_name: t for t in entries.list_tables(conn, queue)}
+    keys = [split_qualified(n) for n in registered]
+    pattern = parse_pattern(table)
+    found = [] if pattern.is_glob else pattern.select(keys)
+    if not found:
+        raise TableError(f"Table not added on this node: {table}")
+    entry = registered[dict(zip(keys, registered, strict=True))[found[0]]]
+    configured, handler = choose(config, name, args, root=node.is_root, command="change-handler")
+    old = handler_registry.stored(entry.table_attrs)
+    if old == configured:
+        log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
+        return False
+    before = handler_registry.build(old)
+    if before.needs_table != handler.needs_table:
+        raise TableError(
+            f"change-handler: {entry.table_name}: handler {handler.name} "
+            f"{'needs' if handler.needs_table else 'keeps no'} local table and "
+            f"{before.name} {'does' if before.needs_table else 'does not'}: "
+            "remove-table and add-table it again"
+        )
+    prov = None
+    if not node.is_root:
+        if node.provider_location is None:
+            raise NodeError(f"Node {node.node_name} has no provider location")
+        prov = connect.connect_remote(config, node.provider_location)
+    try:
+        check(handler, conn, prov, node, entry.table_name)
+    finally:
+        if prov is not None:
+            prov.close()
+    entries.set_table_attrs(
+        conn, queue, entry.table_name, with_handler(entry.table_attrs, configured, True)
+    )
+    if handler.needs_table and _filters(before) != _filters(handler):
+        log.warning(
+            "Table %s: the rows here were chosen by the previous handler; "
+            "'resync %s' copies them again",
+            entry.table_name,
+            entry.table_name,
+        )
+    log.info("Table %s: handler %s", entry.table_name, configured.name)
+    return True
+
+
+def _filters(handler: Handler) -> tuple:
+    return handler.row_filter(), tuple(sorted(handler.column_exprs().items()))

@@ -1,0 +1,151 @@
+"""A root and any subscribers under it, each in a fresh database, driven in-process.
+
+``cascade`` builds the nodes with the real admin code; each node's worker runs in this
+process (so handler modules on ``sys.path`` serve it), and :meth:`Cascade.catch_up` ticks
+the root and polls until every named node holds that tick with all tables ok.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgferry.apply.worker import Worker
+from pgferry.cli.main import main
+from pgferry.config import Config, load_config
+from pgferry.node import setup, tableops
+
+_queues = itertools.count(1)
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Cascade:
+    queue: str
+    tmp_path: Path
+    capsys: pytest.CaptureFixture[str]
+    settings: dict[str, str]
+    dsns: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    root: str = ""
+
+    def node(self, name: str, dsn: str, node_type: str, provider: str | None = None) -> None:
+        path = self.tmp_path / f"{self.queue}_{name}.ini"
+        values = {
+            "job_name": f"{self.queue}_{name}",
+            "db": dsn,
+            "queue_name": self.queue,
+            "loop_delay": "0.1",
+            "exception_sleep": "0.1",
+            "spark_master": "local[2]",
+            **self.settings,
+        }
+        path.write_text("[pgferry]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+        self.dsns[name], self.paths[name] = dsn, path
+        cfg = self.config(name)
+        provider_dsn = self.dsns[provider] if provider else None
+        setup.create_node(cfg, setup.build_request(cfg, node_type, name, None, provider_dsn))
+        if node_type == "root":
+            self.root = name
+
+    def config(self, name: str) -> Config:
+        return load_config(self.paths[name])
+
+    def sql(self, name: str, query, params=None) -> list[tuple]:
+        with psycopg.connect(self.dsns[name], autocommit=True) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def add(self, name: str, *tables: str, **opts) -> list[str]:
+        with psycopg.connect(self.dsns[name]) as conn:
+            return tableops.add_tables(
+                self.config(name), conn, list(tables), tableops.AddTableOptions(**opts)
+            )
+
+    def cli(self, name: str, *args: object) -> Result:
+        self.capsys.readouterr()
+        code = main([str(self.paths[name]), *map(str, args)])
+        out = self.capsys.readouterr()
+        return Result(code, out.out, out.err)
+
+    def tick(self) -> int:
+        with psycopg.connect(self.dsns[self.root], autocommit=True) as conn:
+            conn.execute("select ferry_queue.force_tick(%s)", (self.queue,))
+            conn.execute("select ferry_queue.ticker(%s)", (self.queue,))
+            row = conn.execute(
+                "select last_tick_id from ferry_queue.get_queue_info(%s)", (self.queue,)
+            ).fetchone()
+        assert row and row[0] is not None
+        return row[0]
+
+    def worker(self, name: str) -> Worker:
+        if name not in self.workers:
+            self.workers[name] = Worker(self.config(name))
+        return self.workers[name]
+
+    def _done(self, name: str, target: int) -> bool:
+        rows = self.sql(
+            name,
+            "select last_tick_id, (select count(*) from ferry.table_info where queue_name = %s"
+            " and local and merge_state is distinct from 'ok')"
+            " from ferry_node.local_state where queue_name = %s",
+            (self.queue, self.queue),
+        )
+        return bool(rows) and rows[0][0] == target and rows[0][1] == 0
+
+    def catch_up(self, *names: str, timeout: float = 120) -> None:
+        """Tick the root and run the named workers until each holds that tick with every
+        table ok (copies run beside the loop: a new tick after they finish)."""
+        target = self.tick()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name in names:
+                self.worker(name).work()
+            if all(self._done(n, target) for n in names):
+                return
+            if all(self._at(n) == target for n in names):
+                target = self.tick()  # a copy still runs: its hand-over needs a later tick
+            time.sleep(0.05)
+        raise AssertionError(f"{names} did not reach tick {target}")
+
+    def _at(self, name: str) -> int | None:
+        rows = self.sql(
+            name,
+            "select last_tick_id from ferry_node.local_state where queue_name = %s",
+            (self.queue,),
+        )
+        return rows[0][0] if rows else None
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.cancel_copies()
+            w._disconnect()
+
+
+@pytest.fixture
+def make_cascade(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[..., Cascade]]:
+    made: list[Cascade] = []
+
+    def build(**settings: str) -> Cascade:
+        cascade = Cascade(f"hq{next(_queues)}", tmp_path, capsys, settings)
+        made.append(cascade)
+        return cascade
+
+    yield build
+    for cascade in made:
+        cascade.close()
