@@ -43,3 +43,8 @@ class AlreadyRunning(PgferryError):
 
 class WaitTimeout(PgferryError):
     """A condition polled for did not come true before its deadline."""
+
+
+class SparkUnavailable(PgferryError):
+    """Spark cannot be used: its master cannot be reached, gives no cores in time, or is of
+    a kind pgferry does not support."""

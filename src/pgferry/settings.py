@@ -55,8 +55,12 @@ NODE_SETTINGS: list[Setting] = [
     ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
     ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
     ("handler_modules", "", "comma-separated Python modules with more table handlers"),
-    ("spark_warm", "true", "start Spark in the background once caught up"),
+    ("spark_warm", "true", "start Spark once caught up after batches too large for the driver"),
+    ("spark_idle_timeout", "60", "seconds an unused worker Spark session stays up (0: always)"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
+    ("spark_wait", "120", "seconds a job waits for its first executor on a cluster"),
+    ("spark_master_ui", "(master host):8080", "standalone master's web UI: who holds the cores"),
+    ("spark_remote", "", "Spark Connect (sc://...): not supported, refused with a message"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
 ]
 

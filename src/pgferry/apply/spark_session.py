@@ -1,11 +1,23 @@
 """The worker's Spark session, and replay's read path through Spark tasks.
 
-The session's life: a worker that is caught up starts it in the background
-(:meth:`WorkerSpark.ready`) and runs a warm-up job, so that the next large batch or initial
-copy finds it up; a copy that needs it at once starts it in the foreground
-(:meth:`WorkerSpark.get`).  A batch never starts it: a JVM starting during a catch-up takes
-the CPU the catch-up needs.  :meth:`WorkerSpark.stop` stops it at shutdown, unless it ran
-before this worker (another user's session in the same process is not ours to stop).
+The session's life.  Spark costs a caught-up worker some 400 MB (the JVM and Spark's Python
+workers) and, on a shared cluster, cores that the node's own ``compare`` then waits for, so
+it runs only while there is work for it:
+
+* an initial copy starts it at once (:meth:`WorkerSpark.get`, from the copy's thread);
+* a batch never starts it (a JVM starting during a catch-up takes the CPU the catch-up
+  needs); a batch large enough for Spark that found it down is remembered, and once the
+  worker is caught up it starts the session in the background (:meth:`WorkerSpark.ready`)
+  with a warm-up job, for the next large batch (``spark_warm``);
+* the loop calls :meth:`WorkerSpark.idle` on every pass: a session unused for
+  ``spark_idle_timeout`` seconds (no job, no ``get``, no Spark read) is stopped with its JVM
+  (:func:`pgferry.pipeline.spark.stop_spark`), in a thread of its own.
+
+Spark that cannot be used (master unreachable, no executor within ``spark_wait``, Spark
+Connect) is one warning line; replay goes on on the driver and the start is tried again
+after ``spark_idle_timeout``.  A copy that needs it fails with that line and is retried as
+any failed copy is.  A session that ran before this worker (another user's in the same
+process) is used but never stopped.
 
 Where the read path runs:
 
@@ -26,7 +38,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pgferry.apply import read
@@ -39,6 +52,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Seconds an unused session stays up (spark_idle_timeout): a copy's job or a large batch
+# that follows within a minute finds it up; a caught-up worker drops ~400 MB after it.
+IDLE_TIMEOUT = 60.0
+
 
 def _read_task(provider_dsn: str) -> Callable[[tuple[str, bool]], list[bytes]]:
     """The function each Spark task runs on an executor (see the module docstring)."""
@@ -50,8 +67,8 @@ def _read_task(provider_dsn: str) -> Callable[[tuple[str, bool]], list[bytes]]:
 
 
 class WorkerSpark:
-    """The Spark session of one worker: started on demand or in the background, warmed up,
-    stopped at shutdown if it is ours."""
+    """The Spark session of one worker: started for work that needs it, stopped when
+    unused (see the module docstring)."""
 
     def __init__(self, config: Config, verbose: int = 0) -> None:
         self.config = config  # replaced on reload; read when the session starts
@@ -59,72 +76,174 @@ class WorkerSpark:
         self._session: SparkSession | None = None
         self._owned = False  # a session that was running before us is not ours to stop
         self._starting: threading.Thread | None = None
-        self._lock = threading.Lock()  # copy threads and the loop may ask at once
+        self._stopping: threading.Thread | None = None
+        self._lock = threading.Lock()  # copy threads, readers and the loop may ask at once
+        self._used_at = 0.0  # monotonic time of the last use
+        self._reads = 0  # Spark reads of a batch under way
+        self._wanted_at: float | None = None  # a large batch found the session down
+        self._failed_at: float | None = None  # the last start failed: wait before the next
 
+    @property
+    def idle_timeout(self) -> float:
+        return self.config.getfloat("spark_idle_timeout", IDLE_TIMEOUT)
+
+    def running(self) -> bool:
+        """Whether a session is up (for metrics, tests and the benchmark)."""
+        return self._session is not None
+
+    # --- starting ------------------------------------------------------------------------
     def get(self) -> SparkSession:
-        """The session, started now if it is not up (a root worker never starts one)."""
+        """The session, started now if it is not up; raises
+        :class:`~pgferry.errors.SparkUnavailable` when Spark cannot be used."""
+        # A start or stop under way in another thread holds the lock: this waits for it.
         with self._lock:
             if self._session is None:
-                if self._starting is not None:
-                    self._starting.join()
-                    self._starting = None
-                if self._session is None:
-                    self._start()
+                self._start()
             assert self._session is not None
+            self._used_at = time.monotonic()
             return self._session
 
     def ready(self, start: bool = True) -> bool:
-        """True when the session runs; otherwise (with ``start``) start it in the background.
+        """True when the session runs.
 
-        Starting Spark takes from seconds to half a minute on a busy machine: replay never
-        waits for it (the driver path handles the batch meanwhile).
+        ``start=False`` is a large batch asking: when the session is down it is remembered,
+        so that the worker starts it once caught up.  ``start=True`` (the worker is caught
+        up) starts it in the background if a large batch asked within
+        ``spark_idle_timeout`` and no start failed within it.  Starting Spark takes from
+        seconds to half a minute on a busy machine: replay never waits for it.
         """
-        if self._session is not None:
+        now = time.monotonic()
+        session = self._session
+        if session is not None and self._stopping is None and self._usable(session):
             return True
         if not start:
+            self._wanted_at = now
             return False
-        if self._starting is None:
+        if session is not None:
+            return False  # up without an executor, or being stopped
+        if self._starting is not None and not self._starting.is_alive():
+            self._starting = None
+        recent = self._wanted_at is not None and now - self._wanted_at < self._keep_for()
+        failed = self._failed_at is not None and now - self._failed_at < self._keep_for()
+        if recent and not failed and self._starting is None and self._stopping is None:
             self._starting = threading.Thread(
                 target=self._start_quietly, name="spark-start", daemon=True
             )
             self._starting.start()
-        elif not self._starting.is_alive():
-            self._starting = None
-        return self._session is not None
+        return False
 
-    def stop(self) -> None:
-        """Wait for a start under way, then stop the session if this worker started it."""
-        if self._starting is not None:
-            self._starting.join()
-        if self._session is not None and self._owned:
-            with contextlib.suppress(Exception):  # best effort at exit
-                self._session.stop()
-        self._session = None
+    def _usable(self, session: SparkSession) -> bool:
+        """A session is usable while its context runs and, on a cluster, holds an
+        executor: a batch must not wait for cores (a lost cluster shows up here too)."""
+        from pgferry.pipeline import spark_cluster
+
+        try:
+            context = session.sparkContext._jsc.sc()
+            if context.isStopped():
+                return False
+            return spark_cluster.is_local(context.master()) or spark_cluster.executors(session) > 0
+        except Exception:  # noqa: BLE001 - a broken gateway: the driver path goes on
+            return False
+
+    def _keep_for(self) -> float:
+        timeout = self.idle_timeout
+        return timeout if timeout > 0 else IDLE_TIMEOUT
 
     def _start(self) -> None:
         from pyspark.sql import SparkSession
 
-        from pgferry.pipeline.spark import get_spark
+        from pgferry.errors import SparkUnavailable
+        from pgferry.pipeline.spark import SparkOptions, spark_for
 
         owned = SparkSession.getActiveSession() is None
-        session = get_spark(
-            master=self.config.spark_master,
-            app_name=f"pgferry-{self.config.job_name}",
-            settings=self.config.spark_settings(),
-            verbose=self.verbose > 1,
+        options = SparkOptions.from_values(
+            self.config.values, f"pgferry-{self.config.job_name}", self.verbose > 1
         )
+        try:
+            session = spark_for(options)
+        except SparkUnavailable:
+            self._failed_at = time.monotonic()
+            raise
         self._owned, self._session = owned, session
+        self._used_at = time.monotonic()
+        self._failed_at = None
 
     def _start_quietly(self) -> None:
         try:
-            self._start()
+            with self._lock:
+                if self._session is None:
+                    self._start()
             # One tiny task per slot starts the Python workers, the slow part of a first job.
             assert self._session is not None
-            slots = max(1, self._session.sparkContext.defaultParallelism)
-            self._session.sparkContext.parallelize(range(slots), slots).count()
+            with self._in_use():
+                slots = max(1, self._session.sparkContext.defaultParallelism)
+                self._session.sparkContext.parallelize(range(slots), slots).count()
             log.debug("Spark warm-up done")
         except Exception as exc:  # noqa: BLE001 - the driver path goes on; logged once
+            self._failed_at = time.monotonic()
             log.warning("Spark did not start, replaying on the driver: %s", exc_message(exc))
+
+    # --- stopping ------------------------------------------------------------------------
+    def idle(self) -> None:
+        """Called by the loop on every pass: stop a session unused for
+        ``spark_idle_timeout`` seconds (0: keep it until the worker stops)."""
+        session, timeout = self._session, self.idle_timeout
+        if session is None or not self._owned or timeout <= 0 or self._stopping is not None:
+            return
+        now = time.monotonic()
+        if self._reads or (self._starting is not None and self._starting.is_alive()):
+            self._used_at = now
+            return
+        if now - self._used_at < timeout:
+            return
+        try:
+            busy = bool(session.sparkContext.statusTracker().getActiveJobsIds())
+        except Exception:  # noqa: BLE001 - a context Spark stopped itself: stop the rest
+            busy = False
+        if busy:
+            self._used_at = now  # a copy's job runs
+            return
+        log.info("Spark unused for %g s: stopping it", timeout)
+        self._stopping = threading.Thread(target=self._stop_now, name="spark-stop", daemon=True)
+        self._stopping.start()
+
+    def _stop_now(self) -> None:
+        from pgferry.pipeline.spark import stop_spark
+
+        try:
+            with self._lock:
+                # Used again since idle() decided (a copy's get, a read): keep it.
+                if self._reads or time.monotonic() - self._used_at < self.idle_timeout:
+                    return
+                session, self._session = self._session, None
+                if session is not None:
+                    stop_spark(session)
+        finally:
+            self._stopping = None
+
+    def stop(self) -> None:
+        """Wait for a start under way, then stop the session if this worker started it."""
+        for thread in (self._starting, self._stopping):
+            if thread is not None:
+                thread.join()
+        if self._session is not None and self._owned:
+            from pgferry.pipeline.spark import stop_spark
+
+            with contextlib.suppress(Exception):  # best effort at exit
+                stop_spark(self._session)
+        self._session = None
+
+    # --- replay's reads ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        with self._lock:
+            self._reads += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reads -= 1
+                self._used_at = time.monotonic()
 
     def readers(self, batch_id: int, provider_dsn: str, parts: int) -> read.ReaderPool:
         """Readers whose every query is one Spark task (a job each, submitted by as many
@@ -134,8 +253,9 @@ class WorkerSpark:
 
         def read_remote(query: str, binary: bool) -> list[bytes]:
             try:
-                sc.setJobDescription(f"pgferry replay batch {batch_id}")
-                return sc.parallelize([(query, binary)], 1).map(task).collect()[0]
+                with self._in_use():
+                    sc.setJobDescription(f"pgferry replay batch {batch_id}")
+                    return sc.parallelize([(query, binary)], 1).map(task).collect()[0]
             except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
                 from pgferry.pipeline.spark import job_error  # slow to import: only here
 

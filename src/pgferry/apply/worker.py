@@ -265,6 +265,7 @@ class Worker(Service):
     # --- the loop ------------------------------------------------------------------------
     def _work(self) -> bool:
         self.claim()  # again after a lost connection: another worker may have started
+        self._spark.idle()  # an unused session goes (spark_idle_timeout)
         local = self._local()
         with local.transaction():
             node = model.require_node(local, self.settings.queue)

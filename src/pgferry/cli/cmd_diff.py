@@ -2,6 +2,7 @@
 
     pgferry diff SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND]
                  [--repair FILE] [--apply] [--set spark_master=...] [--set spark.x=...]
+                 [--set spark_wait=SECONDS]
 
 Exit status: 0 when the tables match (or the fix was applied), 1 when they differ.
 """
@@ -62,14 +63,9 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
 
     def spark():
         """Spark, started only for work that needs it (small tables are compared without)."""
-        from pgferry.pipeline.spark import get_spark
+        from pgferry.pipeline.spark import SparkOptions, spark_for
 
-        return get_spark(
-            master=overrides.get("spark_master"),
-            app_name="pgferry-diff",
-            settings={k: v for k, v in overrides.items() if k.startswith("spark.")},
-            verbose=verbose > 1,
-        )
+        return spark_for(SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1))
 
     task = CompareTask(src.display, dst.display, where, where)
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])

