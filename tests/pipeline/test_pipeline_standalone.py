@@ -1,31 +1,43 @@
-"""Copy, compare and `pgferry diff` on a real Spark standalone cluster (master + worker).
+"""Copy, compare and `pgferry diff` on a real Spark standalone cluster (master + worker), and
+a node's worker sharing the cluster with the node's own commands.
 
-The cluster is started from the pyspark package on 127.0.0.1.  Spark allows one SparkContext
-per process and this one already holds the shared local session, so the jobs run in a child
-process whose session points at ``spark://127.0.0.1:PORT``.
+The cluster (one Spark worker, 2 cores) is started from the pyspark package on 127.0.0.1.
+Spark allows one SparkContext per process and this one may hold the shared local session,
+so the jobs run in child processes whose sessions point at ``spark://127.0.0.1:PORT``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 from pipeline_sql import fetch, run_sql
 
+from pgferry.pipeline import compare
+from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
 
 pytestmark = pytest.mark.cluster
 
 SCRIPT = r"""
 import json, sys
+from pipeline_sql import run_sql
+from test_pipeline_standalone import figures
 from pgferry.cli.main import main
+from pgferry.pipeline import compare
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.pipeline.copy import CopyTask, copy_tables
 from pgferry.pipeline.spark import get_spark
@@ -38,11 +50,28 @@ copied = copy_tables(spark, src, dst, [CopyTask("events", "events"), CopyTask("u
                      progress=False)
 compared = compare_tables(spark, src, dst, [CompareTask("events", "events"),
                                             CompareTask("users", "users")])
-print(json.dumps({"rows": copied.rows, "match": [c.matches for c in compared],
-                  "counts": [c.dst_rows for c in compared]}), flush=True)
 # The CLI in the same process reuses the session on the cluster.
-sys.exit(main(["diff", src, "events", dst, "events", "--set", "spark_master=" + master]))
+code = main(["diff", src, "events", dst, "events", "--set", "spark_master=" + master])
+run_sql(dst, "update events set payload = '{}' where id in (7, 19999)")
+compare.LOCAL_PAGES = 0  # the cluster's figures of a changed table, for the driver's
+cond = "id % 5 <> 1"
+(changed,) = compare_tables(spark, src, dst, [CompareTask("events", "events", cond, cond)])
+print(json.dumps({"rows": copied.rows, "match": [c.matches for c in compared],
+                  "counts": [c.dst_rows for c in compared],
+                  "changed": figures(changed)}), flush=True)
+sys.exit(code)
 """
+
+
+def figures(result) -> list:
+    """What a compare found, in a form that crosses a process boundary as JSON."""
+    return [
+        result.src_rows,
+        str(result.src_checksum),
+        result.dst_rows,
+        str(result.dst_checksum),
+        [r.describe(result.pkey) for r in result.ranges],
+    ]
 
 
 def _spark_home() -> Path:
@@ -51,8 +80,21 @@ def _spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+@dataclass(frozen=True)
+class Standalone:
+    url: str  # spark://127.0.0.1:PORT
+    ui: str  # the master's web UI (its JSON page lists applications and their cores)
+
+    def apps(self) -> list[dict]:
+        with urllib.request.urlopen(f"{self.ui}/json/", timeout=5) as resp:
+            return json.load(resp)["activeapps"]
+
+    def cores_of(self, name: str) -> int:
+        return sum(int(a["cores"]) for a in self.apps() if a["name"] == name)
+
+
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory) -> Iterator[str]:
+def standalone(tmp_path_factory) -> Iterator[Standalone]:
     home = _spark_home()
     work = tmp_path_factory.mktemp("spark-standalone")
     env = {
@@ -107,7 +149,7 @@ def standalone(tmp_path_factory) -> Iterator[str]:
             )
         )
         _wait_for_worker(ui, procs, work)
-        yield url
+        yield Standalone(url, f"http://127.0.0.1:{ui}")
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -117,6 +159,12 @@ def standalone(tmp_path_factory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _pythonpath() -> str:
+    """The child finds this directory's helpers and the package the tests import."""
+    here = str(Path(__file__).parent)
+    return os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
 
 
 def _wait_for_worker(ui_port: int, procs: list[subprocess.Popen], work: Path) -> None:
@@ -136,7 +184,9 @@ def _wait_for_worker(ui_port: int, procs: list[subprocess.Popen], work: Path) ->
     pytest.fail("Spark worker did not register with the master in time")
 
 
-def test_copy_and_compare_on_standalone_cluster(standalone, both) -> None:
+def test_copy_and_compare_on_standalone_cluster(standalone, both, spark, monkeypatch) -> None:
+    """Copy and compare on the cluster; its compare figures equal the driver's and local
+    Spark's."""
     src, dst = both
     for connstr in (src, dst):
         run_sql(
@@ -151,18 +201,151 @@ def test_copy_and_compare_on_standalone_cluster(standalone, both) -> None:
            from generate_series(1, 20000) g""",
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, standalone, src, dst],
+        [sys.executable, "-c", SCRIPT, standalone.url, src, dst],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": _pythonpath()},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.splitlines()[0])
+    report = json.loads(proc.stdout.splitlines()[-1])
+    on_cluster = report.pop("changed")
     assert report == {
         "rows": {"events": 20000, "users": 2000},
         "match": [True, True],
         "counts": [20000, 2000],
     }
-    assert proc.stdout.splitlines()[-1] == "public.events: ok"
+    task = [CompareTask("events", "events", "id % 5 <> 1", "id % 5 <> 1")]
+    (on_driver,) = compare_tables(lambda: pytest.fail("Spark started"), src, dst, task)
+    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)
+    (on_local_spark,) = compare_tables(spark, src, dst, task)
+    assert figures(on_driver) == figures(on_local_spark) == on_cluster
+    assert on_cluster[0] - on_cluster[2] == 0 and len(on_cluster[4]) == 2
+    assert "public.events: ok" in proc.stdout.splitlines()
     assert fetch(dst, "select count(*) from events") == [(20000,)]
+
+
+# --- a node's worker and its commands on one shared cluster --------------------------------
+
+HOLDER = r"""
+import sys, time
+from pgferry.pipeline.spark import get_spark
+get_spark(master=sys.argv[1], app_name="other-team", settings={"spark.executor.memory": "512m"})
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def _pgferry(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pgferry", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextmanager
+def _ticking(dsn: str, queue: str = "replika") -> Iterator[None]:
+    """A tick on the root every 0.3 s, as the ticker daemon would make them."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(0.3):
+            with contextlib.suppress(psycopg.Error):
+                run_sql(dsn, f"select ferry_queue.force_tick('{queue}')")
+                run_sql(dsn, f"select ferry_queue.ticker('{queue}')")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.slow
+def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, cli, tmp_path):
+    """The leaf's copy and large batches run on the cluster; its idle session then goes, so
+    compare gets the cores; with the cores held by someone else, compare fails in bounded
+    time with one line naming the master and both applications."""
+    table = "create table big (id int primary key, pad text)"
+    for dsn in (db_a, db_b):
+        run_sql(dsn, table)
+    # ~1,300 pages: over compare's LOCAL_PAGES, so compare needs Spark.
+    run_sql(db_a, "insert into big select g, repeat('x', 300) from generate_series(1, 30000) g")
+    root_ini = write_ini("src", db_a)
+    leaf_ini = write_ini(
+        "leaf",
+        db_b,
+        loop_delay="0.1",
+        exception_sleep="1",
+        spark_master=standalone.url,
+        spark_master_ui=standalone.ui,
+        spark_idle_timeout="8",
+        spark_wait="120",
+        replay_local_events="100",
+        **{"spark.executor.memory": "512m"},
+    )
+    assert cli(root_ini, "create-root", "src").code == 0
+    assert cli(leaf_ini, "create-leaf", "leaf", f"--provider={db_a}").code == 0
+    assert cli(root_ini, "add-table", "big").code == 0
+    assert cli(leaf_ini, "add-table", "big").code == 0
+    log = tmp_path / "log" / "leaf.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pgferry", "-v", str(leaf_ini), "worker"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    holder = None
+    try:
+        with _ticking(db_a):
+            wait_until(
+                lambda: fetch(db_b, "select merge_state from ferry.table_info") == [("ok",)],
+                timeout=240,
+                what="the copy on the cluster",
+            )
+            # The session that copied is still up: a large batch is read on the cluster.
+            assert standalone.cores_of("pgferry-leaf") == 2
+            run_sql(db_a, "update big set pad = 'changed' where id % 50 = 0")
+            wait_until(
+                lambda: fetch(db_b, "select count(*) from big where pad = 'changed'") == [(600,)],
+                timeout=120,
+                what="the batch replayed",
+            )
+            assert "(spark)" in log.read_text()
+
+            # compare's application waits until the worker's idle session is gone.
+            started = time.monotonic()
+            compared = _pgferry(leaf_ini, "compare")
+            assert compared.returncode == 0, compared.stderr
+            assert "public.big: Results do not match!" not in compared.stdout
+            assert "Spark unused for 8 s: stopping it" in log.read_text()
+            assert time.monotonic() - started < 120
+
+            # Cores held by another application: one line after spark_wait seconds.
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLDER, standalone.url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+            wait_until(lambda: standalone.cores_of("other-team") == 2, timeout=60, what="holder")
+            refused = _pgferry(leaf_ini, "compare", "--set", "spark_wait=3")
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert lines[-1].startswith(
+            f"pgferry: Spark master {standalone.url} gave application pgferry-leaf-sync (app-"
+        ), lines
+        assert "no executor in 3 s; cores held by other-team (app-" in lines[-1]
+        assert standalone.cores_of("pgferry-leaf-sync") == 0  # it left the master's queue
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        worker.terminate()
+        worker.wait(timeout=60)
+    same = "select id, pad from big order by id"
+    assert fetch(db_a, same) == fetch(db_b, same)
