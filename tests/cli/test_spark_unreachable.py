@@ -59,9 +59,7 @@ def test_node_commands_and_diff(db_a, db_b, write_ini, cli, tmp_path) -> None:
     # differ, so the repair needs Spark.
     sql(db_a, "update t set v = 'changed' where id = 7")
     fix = tmp_path / "fix.sql"
-    diff = pgferry(
-        "diff", db_a, "t", db_b, "t", "--repair", fix, "--set", f"spark_master={bad}"
-    )
+    diff = pgferry("diff", db_a, "t", db_b, "t", "--repair", fix, "--set", f"spark_master={bad}")
     assert diff.stdout.strip().endswith("public.t: Results do not match!\n  differs: all rows")
     assert _one_line(diff) == f"pgferry: {reason}"
     assert not fix.exists()

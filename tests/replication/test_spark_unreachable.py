@@ -66,7 +66,9 @@ def test_unreachable_master_replays_on_the_driver(pair, caplog) -> None:
     pair.add_tables("public.other")
 
     def copy_error() -> str | None:
-        rows = pair.leaf("select copy_error from ferry.table_info where table_name = 'public.other'")
+        rows = pair.leaf(
+            "select copy_error from ferry.table_info where table_name = 'public.other'"
+        )
         return rows[0][0] if rows else None
 
     assert _run_until(worker, copy_error, what="the copy's error") == reason
