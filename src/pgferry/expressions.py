@@ -1,4 +1,4 @@
-"""Operator-written SQL expressions: copy conditions, ``--where`` of diff/repair.
+"""Operator-written SQL expressions: copy conditions, capture options, ``--where`` of diff/repair.
 
 Such text is pasted into queries that run on the provider, so it is accepted only as ONE
 expression: PostgreSQL's own parser (pglast) reads it as the single target of a bare
@@ -30,6 +30,15 @@ _CLAUSES = (
 
 def boolean_expression(text: str, what: str = "condition") -> str:
     """The normalised text of ``text`` if it is one SQL expression; UsageError otherwise."""
+    return _one(text, what, "one boolean expression")
+
+
+def one_expression(text: str, what: str = "expression") -> str:
+    """As :func:`boolean_expression`, for an expression of any type (a value to store)."""
+    return _one(text, what, "one expression")
+
+
+def _one(text: str, what: str, kind: str) -> str:
     if not text or not text.strip():
         raise UsageError(f"{what}: empty expression")
     try:
@@ -48,7 +57,7 @@ def boolean_expression(text: str, what: str = "condition") -> str:
         or stmt.targetList[0].name is not None
         or _is_star(stmt.targetList[0].val)
     ):
-        raise UsageError(f"{what}: must be one boolean expression, got {text!r}")
+        raise UsageError(f"{what}: must be {kind}, got {text!r}")
     return RawStream()(stmt.targetList[0].val)
 
 
@@ -73,6 +82,24 @@ def check_on_table(conn: psycopg.Connection, schema: str, table: str, text: str,
     expr = boolean_expression(text, what)
     query = sql.SQL("select 1 from (select (null::{}).*) as {} where {}").format(
         sql.Identifier(schema, table), sql.Identifier(table), as_sql(expr, what)
+    )
+    try:
+        with conn.transaction():
+            conn.execute("set transaction read only")
+            conn.execute(query)
+    except psycopg.Error as exc:
+        raise TableError(f"bad {what}: {error_text(exc)}") from None
+    return expr
+
+
+def check_value_on_table(
+    conn: psycopg.Connection, schema: str, table: str, text: str, what: str
+) -> str:
+    """As :func:`check_on_table` for an expression of any type whose value is kept as text
+    (``ev_extra3=`` of a capture): evaluated once on a row of NULLs, read-only."""
+    expr = one_expression(text, what)
+    query = sql.SQL("select ({})::text from (select (null::{}).*) as {}").format(
+        sql.SQL(expr), sql.Identifier(schema, table), sql.Identifier(table)
     )
     try:
         with conn.transaction():

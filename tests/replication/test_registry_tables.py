@@ -116,14 +116,20 @@ def test_root_add_table_and_capture(cascade: Cascade, run):
     assert again.code == 0 and "already added" in again.err
 
 
-def test_root_pk_missing_and_unknown(cascade: Cascade, run):
-    res = run(cascade.root_ini, "add-table", "digoal_01.user_info", "digoal_01.user_login_rec")
+def test_root_bad_trigger_arg_and_unknown(cascade: Cascade, run):
+    res = run(
+        cascade.root_ini,
+        "add-table",
+        "digoal_01.user_login_rec",
+        "digoal_01.user_info",
+        "--trigger-arg=pkey=login_time",
+    )
     assert res.code == 1
     assert res.err.strip().splitlines()[-1] == (
-        "pgferry: Primary key missing on table: digoal_01.user_login_rec"
+        "pgferry: pkey=: no column login_time in table digoal_01.user_info"
     )
     assert states(cascade.root_db) == {}  # nothing half-done
-    assert triggers(cascade.root_db, "digoal_01.user_info") == []
+    assert triggers(cascade.root_db, "digoal_01.user_login_rec") == []
 
     res = run(cascade.root_ini, "add-table", "digoal_01.nosuch")
     assert res.code == 1 and "Table not found: digoal_01.nosuch" in res.err
@@ -180,9 +186,6 @@ def test_root_missing_and_seqs(cascade: Cascade, run):
 
 
 def test_leaf_add_table_variants(cascade: Cascade, run):
-    res = run(cascade.root_ini, "add-table", "digoal_01.user_*", '"My Schema"."Mixed Tbl"')
-    assert res.code == 1  # user_login_rec has no primary key: nothing is added
-    assert states(cascade.root_db) == {}
     res = run(cascade.root_ini, "add-table", "digoal_01.user_[is]*", '"My Schema"."Mixed Tbl"')
     assert res.code == 0, res.err
     # Not registered on the provider.
@@ -250,7 +253,7 @@ def test_leaf_renamed_partial_table(cascade: Cascade, run):
     assert res.code == 0, res.err
     st = states(cascade.leaf_db)["digoal_01.user_info"]
     assert st[1:3] == ("digoal_02.user_info1", "userid<1000")
-    assert st[5] == {"copy_condition": "userid<1000"}
+    assert st[5] == {"copy_condition": "userid<1000", "capture": {"key": ["userid"]}}
     out = run(cascade.leaf_ini, "tables").out
     assert "{'copy_condition': 'userid<1000', 'dest_table': 'digoal_02.user_info1'}" in out
     assert triggers(cascade.leaf_db, "digoal_02.user_info1") == [
@@ -330,21 +333,21 @@ def test_add_table_gives_up_on_a_locked_table(cascade: Cascade, run):
     assert states(cascade.root_db) == {}
 
 
-def test_root_add_all_skips_tables_without_primary_key(cascade: Cascade, run):
+def test_root_add_all_takes_tables_without_primary_key(cascade: Cascade, run):
     res = run(cascade.root_ini, "add-table", "--all")
     assert res.code == 0, res.err
-    assert "Primary key missing on table: digoal_01.user_login_rec (skipped)" in res.err
+    assert "Table digoal_01.user_login_rec has no key: every column identifies its rows" in (
+        res.err
+    )
     assert set(states(cascade.root_db)) == {
         "digoal_01.user_info",
+        "digoal_01.user_login_rec",
         "digoal_01.user_session",
         '"My Schema"."Mixed Tbl"',
         '"My Schema"."Ünïcødé"',
     }
     missing = json.loads(run(cascade.root_ini, "missing", "--json").out)
-    assert missing == [
-        {"obj_kind": "S", "obj_name": "digoal_01.seq_a"},
-        {"obj_kind": "r", "obj_name": "digoal_01.user_login_rec"},
-    ]
+    assert missing == [{"obj_kind": "S", "obj_name": "digoal_01.seq_a"}]
 
 
 @pytest.mark.parametrize(

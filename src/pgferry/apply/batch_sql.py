@@ -175,7 +175,7 @@ def table_query(
         upsert: sql.Composable = _cond_expr(route)
     else:
         upsert = sql.SQL("case when e.ev_type like 'I:%' then 'I' else 'U' end")
-    where = _table_events(route, segment, "e.ev_type like '_:%'")
+    where = table_events(route, segment, "e.ev_type like '_:%'")
     if route.key_filter:
         where.append(_on_source(route, route.key_filter))
     if barrier is not None:
@@ -207,7 +207,7 @@ def table_query(
     return query.as_string(None)
 
 
-def _table_events(route: Route, segment: Segment, kinds: str) -> list[sql.Composable]:
+def table_events(route: Route, segment: Segment, kinds: str) -> list[sql.Composable]:
     """Conditions choosing the table's events of ``kinds`` in the segment."""
     where = [
         sql.SQL("e.ev_extra1 = {}").format(sql.Literal(route.table_name)),
@@ -224,7 +224,7 @@ def events_query(batch_sql: str, route: Route, segment: Segment) -> str:
     """SQL text of one table's events, uncollapsed, in ev_id order, as the columns of
     :data:`pgferry.handlers.EVENT_COLUMNS` (row events and TRUNCATEs), for a handler that
     works on events.  A key filter of the handler skips row events failing it."""
-    where = _table_events(route, segment, "(e.ev_type like '_:%' or e.ev_type = 'R')")
+    where = table_events(route, segment, "(e.ev_type like '_:%' or e.ev_type = 'R')")
     if route.key_filter:
         where.append(sql.SQL("(e.ev_type = 'R' or {})").format(_on_source(route, route.key_filter)))
     cols = sql.SQL(", ").join(

@@ -41,6 +41,7 @@ from pgferry.db import connect
 from pgferry.errors import PgferryError, QueueError, TableError
 from pgferry.expressions import conjunction
 from pgferry.handlers import registry as handler_registry
+from pgferry.node import capture
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class CopyGroup:
     max_parallel: int | None  # --max-parallel-copy: Spark tasks copying at once
     # Per table, its handler's column expressions (conditions include its row filter).
     column_exprs: tuple[tuple[tuple[str, str], ...], ...] = ()
+    excluded: tuple[tuple[str, ...], ...] = ()  # per table: columns its capture ignores
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,9 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
     for group_id, members in groups.items():
         caps = [m[5] for m in members if m[5]]
         hs = [handler_registry.from_attrs(m[6]) for m in members]  # the tables' handlers
-        filters = [conjunction(m[3], h.row_filter()) for m, h in zip(members, hs, strict=True)]
+        # The capture's when= filters the copy too; its ignored columns are not copied.
+        specs = [capture.copy_filter(m[3], m[6]) for m in members]
+        filters = [conjunction(f[0], h.row_filter()) for f, h in zip(specs, hs, strict=True)]
         result.append(
             CopyGroup(
                 group_id,
@@ -100,6 +104,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
                 tuple(bool(m[4]) for m in members),
                 min(caps) if caps else None,
                 tuple(tuple(h.column_exprs().items()) for h in hs),
+                tuple(f[1] for f in specs),
             )
         )
     return result
@@ -219,11 +224,12 @@ class CopyRun:
                 _set(local, self.queue, names, "in-copy", consumer=self.consumer,
                      tick=start_tick, copy_id=copy_id)  # fmt: skip
             exprs = self.group.column_exprs or ((),) * len(names)
+            excluded = self.group.excluded or ((),) * len(names)
             tasks = [
                 CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
-                         column_exprs=x)
-                for s, d, c, k, x in zip(names, self.group.dest_tables, self.group.conditions,
-                                         self.group.skip_truncate, exprs, strict=True)
+                         column_exprs=x, exclude_columns=i)
+                for s, d, c, k, x, i in zip(names, self.group.dest_tables, self.group.conditions,
+                                            self.group.skip_truncate, exprs, excluded, strict=True)
             ]  # fmt: skip
             log.info("Copying %s", ", ".join(names))
             spark = self.spark_factory()

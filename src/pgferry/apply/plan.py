@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
+from pgferry.apply import unkeyed
 from pgferry.apply.batch_sql import Segment, events_query, summary_query, table_query
 from pgferry.apply.routes import Route, source_columns, types_present
 from pgferry.db import error_text
@@ -49,6 +50,16 @@ class TableWork:
     def query(self, batch_sql: str, segment: Segment) -> str:
         if self.events:
             return events_query(batch_sql, self.route, self.span or segment)
+        if self.route.keyless:  # not collapsed per key: every row image counts
+            return unkeyed.table_query(
+                batch_sql,
+                self.route,
+                self.columns,
+                self.decode,
+                self.span or segment,
+                barrier=self.barrier,
+                inserts_only=self.inserts_only,
+            )
         return table_query(
             batch_sql,
             self.route,
@@ -98,11 +109,13 @@ class TableShapes:
 
 
 def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
-    """Local columns that the source also has (a column only on one side keeps its own)."""
+    """Local columns that the source also has (a column only on one side keeps its own, and
+    so does a column the capture leaves out)."""
+    cols = tuple(c for c in route.columns if c not in route.ignored)
     if src is None:
-        return route.columns
+        return cols
     exprs = route.handler.column_exprs()  # computed from other columns of the source
-    return tuple(c for c in route.columns if c in src or c in route.pk or c in exprs)
+    return tuple(c for c in cols if c in src or c in route.pk or c in exprs)
 
 
 def summarize(

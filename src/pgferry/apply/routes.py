@@ -2,7 +2,9 @@
 
 A :class:`Route` joins one row of ``ferry.table_info`` with what the local catalog says of
 its destination table (schema, name, primary key, columns), so replay can compose every
-statement with :mod:`psycopg.sql` without guessing at quoting.
+statement with :mod:`psycopg.sql` without guessing at quoting.  The table's capture spec
+(copied from the provider at add-table) gives the key events are collapsed and applied by,
+the columns replay must leave alone and whether the table has no key at all.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pgferry import expressions
 from pgferry.errors import TableError
 from pgferry.handlers import Handler, HandlerError, Target
 from pgferry.handlers import registry as handler_registry
+from pgferry.node.capture_spec import CaptureSpec
 
 # Table states whose events the main stream applies (NULL / in-copy tables are being
 # copied, catching-up ones replay their copy group's own batches: see apply/handover.py).
@@ -41,6 +44,10 @@ class Route:
     key_filter: str | None = None
     # The handler's row filter otherwise: an image failing it becomes a delete.
     row_filter: str | None = None
+    ignored: tuple[str, ...] = ()  # captured without these: replay never writes them
+    keyless: bool = False  # no key: every column identifies a row (pk is empty)
+    key_unique: bool = True  # the destination has a unique index on pk (ON CONFLICT works)
+    when: str | None = None  # the capture's when=: the source's rows outside it never come
 
     @property
     def dest(self) -> sql.Composable:
@@ -53,14 +60,18 @@ class Route:
 
     @property
     def source_filter(self) -> str | None:
-        """Every row filter of the table: what the copy and compare take of the source."""
-        return expressions.conjunction(self.copy_condition, self.row_filter, self.key_filter)
+        """Every row filter of the table: what the copy and compare take of the source
+        (the capture's ``when=`` included)."""
+        return expressions.conjunction(
+            self.copy_condition, self.row_filter, self.key_filter, self.when
+        )
 
     def target(self, columns: tuple[str, ...]) -> Target:
         """The handler's view of the table, with the columns staged."""
         return Target(
-            self.table_name, self.dest_schema, self.dest_name, self.dest_fq, self.pk, columns
-        )
+            self.table_name, self.dest_schema, self.dest_name, self.dest_fq, self.pk, columns,
+            self.keyless, self.key_unique,
+        )  # fmt: skip
 
     @property
     def dest_text(self) -> str:
@@ -102,8 +113,6 @@ def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple, 
         """,
         (oid,),
     ).fetchone()
-    if pk is None or not pk[0]:
-        raise TableError(f"Primary key missing on table: {label}")
     cols = conn.execute(
         """
         select array_agg(a.attname order by a.attnum),
@@ -119,7 +128,48 @@ def table_shape(conn: psycopg.Connection, oid: int, label: str) -> tuple[tuple, 
         """,
         (oid,),
     ).fetchone()
-    return tuple(pk[0]), tuple(cols[0] or ()), tuple(cols[1] or ()), (cols[2],)
+    return tuple(pk[0] or ()), tuple(cols[0] or ()), tuple(cols[1] or ()), (cols[2],)
+
+
+def unique_on(conn: psycopg.Connection, oid: int, columns: tuple[str, ...]) -> bool:
+    """Whether table ``oid`` has a unique index ON CONFLICT can use for exactly ``columns``
+    (in any order): no predicate, no expression, not deferred."""
+    row = conn.execute(
+        """
+        select exists (
+            select 1 from pg_index i
+             where i.indrelid = %s and i.indisunique and i.indisvalid and i.indimmediate
+               and i.indpred is null and i.indexprs is null and i.indnkeyatts = %s
+               and (select array_agg(a.attname::text order by a.attname)
+                      from unnest(i.indkey[0:i.indnkeyatts - 1]) as k(attnum)
+                      join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum)
+                   = %s::text[])
+        """,
+        (oid, len(columns), sorted(columns)),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def route_key(
+    conn: psycopg.Connection,
+    oid: int,
+    label: str,
+    pk: tuple[str, ...],
+    columns: tuple[str, ...],
+    spec: CaptureSpec | None,
+) -> tuple[tuple[str, ...], bool, bool]:
+    """(key, keyless, key unique here) of a destination: the key of its capture spec, or
+    its primary key for a registry entry from before capture specs."""
+    if spec is None or spec.key is None:
+        if not pk:
+            raise TableError(f"Primary key missing on table: {label}")
+        return pk, False, True
+    if not spec.key:
+        return (), True, False
+    missing = [c for c in spec.key if c not in columns]
+    if missing:
+        raise TableError(f"Key column {missing[0]} missing on table: {label}")
+    return spec.key, False, spec.key == pk or unique_on(conn, oid, spec.key)
 
 
 def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
@@ -149,6 +199,8 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
             continue
         oid, schema, name, fq = resolve_table(conn, dest)
         pk, columns, types, (builtin,) = table_shape(conn, oid, dest)
+        spec = CaptureSpec.from_attrs(attrs or {})
+        pk, keyless, unique = route_key(conn, oid, dest, pk, columns, spec)
         key_filter, row_filter = _split_filter(handler, pk)
         routes[table_name] = Route(
             table_name,
@@ -166,6 +218,10 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
             handler,
             key_filter,
             row_filter,
+            spec.ignore if spec else (),
+            keyless,
+            unique,
+            spec.when if spec else None,
         )
     return routes
 

@@ -46,7 +46,11 @@ def _tasks(config: Config, names: list[str]):
         raise TableError(f"Table not in sync yet: {', '.join(not_ok)}")
     return [
         CompareTask(
-            source_table=t, dest_table=routes[t].dest_fq, copy_condition=routes[t].source_filter
+            source_table=t,
+            dest_table=routes[t].dest_fq,
+            copy_condition=routes[t].source_filter,
+            key=routes[t].pk,
+            exclude_columns=routes[t].ignored,
         )
         for t in chosen
     ]

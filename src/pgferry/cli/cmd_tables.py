@@ -30,6 +30,16 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         "--create-full", action="store_true", help="--create with indexes and constraints"
     )
     parser.add_argument("--no-triggers", action="store_true", help="attach without triggers")
+    parser.add_argument(
+        "--trigger-flags", metavar="FLAGS", help="capture trigger flags (root): I U D B A S"
+    )
+    parser.add_argument(
+        "--trigger-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="capture option (root), repeatable: pkey=, ignore=, when=, backup, ev_extra2..4=",
+    )
     parser.add_argument("--skip-truncate", action="store_true", help="copy without TRUNCATE")
     parser.add_argument("--expect-sync", action="store_true", help="no copy: state ok at once")
     parser.add_argument("--force", action="store_true", help="re-add an already added table")
@@ -55,6 +65,8 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         force=args.force,
         handler=args.handler,
         handler_args=args.handler_arg,
+        trigger_flags=args.trigger_flags,
+        trigger_args=tuple(args.trigger_arg),
     )
     with local_tx(config) as conn:
         added = tableops.add_tables(config, conn, args.tables, opts)

@@ -115,6 +115,10 @@ class Target:
     dest_fq: str  # the local table as format('%I.%I') writes it
     pk: tuple[str, ...]  # its primary key (empty without a local table)
     columns: tuple[str, ...]  # the columns staged: the destination's the source also has
+    # The table's capture has no key at all: rows are staged as 'I' / 'D' copies of whole
+    # row images (pgferry.handlers.unkeyed), pk is empty.
+    keyless: bool = False
+    key_unique: bool = True  # the destination has a unique index on pk (ON CONFLICT)
 
     @property
     def dest(self) -> sql.Identifier:

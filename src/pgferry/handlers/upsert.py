@@ -17,6 +17,7 @@ import logging
 import psycopg
 from psycopg import sql
 
+from pgferry.handlers import unkeyed
 from pgferry.handlers.api import Applied, Staged, Target
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ def apply_rows(staged: Staged) -> Applied:
     applied = Applied()
     if not staged.rows:
         return applied
+    if not target.key_unique:  # no key, or one without a unique index here
+        return unkeyed.apply_rows(staged)
     if staged.inserts_only or staged.some_inserts or staged.filtered:
         # Nothing to count.  Only inserts: no update or delete can miss a row.  Some
         # inserts: a key inserted in the batch arrives collapsed as 'U' or 'D', which

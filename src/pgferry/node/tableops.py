@@ -1,9 +1,10 @@
 """add-table, remove-table, resync and missing: registry changes checked against the node.
 
-Every operation runs in one local transaction: a bad name, a missing primary key or an
-unreachable provider leaves the registry and the triggers exactly as they were.  A removal
-on a root or branch travels to its subscribers as an event (:func:`removed_upstream` is
-what they do with it).
+Every operation runs in one local transaction: a bad name, a bad trigger option, a missing
+key column or an unreachable provider leaves the registry and the triggers exactly as they
+were.  On the root a table's capture spec (:mod:`pgferry.node.capture_spec`) is settled and
+stored with it; a subscriber copies its provider's.  A removal on a root or branch travels
+to its subscribers as an event (:func:`removed_upstream` is what they do with it).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class AddTableOptions:
     force: bool = False
     handler: str | None = None  # --handler (None: the default, not stored)
     handler_args: list[str] = field(default_factory=list)  # --handler-arg K=V texts
+    trigger_flags: str | None = None  # --trigger-flags, as given (root only)
+    trigger_args: tuple[str, ...] = ()  # --trigger-arg, as given (root only)
 
 
 def resolve(
@@ -104,6 +107,11 @@ def add_tables(
         ):
             if value:
                 raise UsageError(f"add-table: handler {chosen[1].name} keeps no table: no {flag}")
+    if opts.trigger_flags or opts.trigger_args:
+        raise UsageError(
+            "add-table: --trigger-flags and --trigger-arg are for the root"
+            " (a subscriber takes its provider's capture)"
+        )
     with provider_conn(config, node) as prov:
         return _add_on_subscriber(conn, prov, node, args, opts, chosen)
 
@@ -120,6 +128,7 @@ def _add_on_root(
     chosen: tuple[Configured, Handler],
 ) -> list[str]:
     queue, (configured, handler) = node.queue_name, chosen
+    spec = capture.root_spec(opts.trigger_flags, opts.trigger_args, opts.no_triggers, handler)
     fq_of = {t.key: t.fq for t in catalog.list_relations(conn, "r")}
     if opts.all:
         wanted = _missing_names(conn, queue, "r")
@@ -136,19 +145,17 @@ def _add_on_root(
     added: list[str] = []
     for key in keys:
         fq = fq_of[key]
-        if handler.captures and not catalog.primary_key(conn, fq):
-            if opts.all:
-                # --all means "whatever can be added": named tables fail instead.
-                log.warning("Primary key missing on table: %s (skipped)", fq)
-                continue
-            raise TableError(f"Primary key missing on table: {fq}")
         existing = entries.get_table(conn, queue, fq)
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", fq)
             continue
         handlerops.check(handler, conn, None, node, fq)
-        no_triggers = opts.no_triggers or not handler.captures
-        attrs = {"no_triggers": True} if no_triggers else {}
+        resolved = spec.resolve(conn, fq) if handler.captures else None
+        if resolved is not None:
+            attrs = capture.root_attrs(resolved, opts.trigger_flags, opts.trigger_args)
+            capture.log_added(fq, resolved, existing.table_attrs if existing else None)
+        else:
+            attrs = {"no_triggers": True}  # the handler captures nothing
         attrs = handlerops.with_handler(attrs, configured, opts.handler is not None)
         entries.register_table(
             conn,
@@ -166,8 +173,8 @@ def _add_on_root(
                 max_parallel_copy=opts.max_parallel_copy,
             ),
         )
-        if not no_triggers:
-            capture.attach(conn, queue, fq, deny=False)
+        if resolved is not None and not resolved.no_triggers:
+            capture.attach(conn, queue, fq, deny=False, spec=resolved)
         added.append(fq)
     return added
 
@@ -227,9 +234,11 @@ def _add_on_subscriber(
             expressions.check_on_table(prov, schema, name, opts.copy_condition, what)
             condition = opts.copy_condition.strip()
         dest = _local_dest(conn, prov, src, opts)
-        if not catalog.primary_key(conn, dest):
-            raise TableError(f"Primary key missing on table: {dest}")
+        spec = capture.CaptureSpec.from_attrs(prov_entries[src].table_attrs)
+        capture.check_local_key(conn, src, dest, spec)
         attrs: dict[str, object] = {}
+        if spec is not None:
+            attrs["capture"] = spec.to_dict()  # travels down the cascade with the table
         if condition:
             attrs["copy_condition"] = condition
         if opts.skip_truncate:

@@ -40,6 +40,8 @@ class CompareTask:
     dest_table: str
     copy_condition: str | None = None  # applied on the source only
     dest_condition: str | None = None  # applied on the destination only
+    key: tuple[str, ...] | None = None  # the rows' key when not the primary key; () none
+    exclude_columns: tuple[str, ...] = ()  # left out on both sides
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,8 @@ def prepare(
         sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
         plans, boundaries = [], []
         for task, src, dst in zip(tasks, sources, dests, strict=True):
-            key = KeySpec.of(src)
-            if dst.require_pkey() != key.names:
-                raise DatabaseError(
-                    f"primary keys differ: {src.display} ({', '.join(key.names)}) vs "
-                    f"{dst.display} ({', '.join(dst.pkey)})"
-                )
-            have = set(dst.column_names)
+            key = _key(task, src, dst)
+            have = set(dst.column_names) - set(task.exclude_columns)
             columns = tuple(c for c in src.column_names if c in have)
             by_type = all(src.column(c).type == dst.column(c).type for c in columns) and all(
                 _hashable([src.column(c).type for c in columns], c_) for c_ in (conn, dst_connstr)
@@ -120,12 +117,31 @@ def prepare(
                     by_type,
                 )
             )
-            boundaries.append(sample_boundaries(conn, src, key))
+            # Without a key the table is one bucket: its row count and hash sum.
+            boundaries.append(sample_boundaries(conn, src, key) if key.names else [])
     except psycopg.Error as exc:
         raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
     finally:
         conn.close()
     return Prepared(tasks, sources, dests, plans, boundaries)
+
+
+def _key(task: CompareTask, src: TableInfo, dst: TableInfo) -> KeySpec:
+    """The key rows are bucketed and joined by: the task's, else the primary key (the same
+    on both sides)."""
+    if task.key is None:
+        key = KeySpec.of(src)
+        if dst.require_pkey() != key.names:
+            raise DatabaseError(
+                f"primary keys differ: {src.display} ({', '.join(key.names)}) vs "
+                f"{dst.display} ({', '.join(dst.pkey)})"
+            )
+        return key
+    for table in (src, dst):
+        missing = [n for n in task.key if n not in table.column_names]
+        if missing:
+            raise DatabaseError(f"{table.display} has no key column {missing[0]}")
+    return KeySpec(task.key, tuple(src.column(n).type for n in task.key))
 
 
 def _hashable(types: list[str], where: psycopg.Connection | str) -> bool:

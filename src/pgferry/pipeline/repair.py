@@ -100,6 +100,12 @@ def repair_tables(
         maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
     ):
         prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
+        for task, plan in zip(tasks, prepared.plans, strict=True):
+            if not plan.key.names:
+                raise PgferryError(
+                    f"repair: {task.dest_table} has no key, rows cannot be matched one by"
+                    " one (compare it; resync it to repair)"
+                )
         work: list[tuple[int, KeyRange]] = []
         groups = bucket_groups(prepared.boundaries, READ_GROUP_BUCKETS)
         for table_no, task in enumerate(tasks):

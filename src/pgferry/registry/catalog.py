@@ -86,6 +86,30 @@ def primary_key(conn: psycopg.Connection, fq: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def unique_key(conn: psycopg.Connection, fq: str) -> tuple[str, list[str]] | None:
+    """(index name, columns) of a unique index of ``fq`` that can stand in for a primary
+    key: plain columns only, all NOT NULL, no predicate, valid and not deferred; the one
+    with the fewest columns (then by name).  None when there is none."""
+    row = conn.execute(
+        """
+        select ic.relname, array_agg(a.attname::text order by k.ord)
+          from pg_catalog.pg_index i
+          join pg_catalog.pg_class ic on ic.oid = i.indexrelid
+          cross join lateral unnest(i.indkey[0:i.indnkeyatts - 1]) with ordinality as k(attnum, ord)
+          left join pg_catalog.pg_attribute a
+                 on a.attrelid = i.indrelid and a.attnum = k.attnum and k.attnum > 0
+         where i.indrelid = %s::regclass and i.indisunique and i.indisvalid
+           and i.indimmediate and i.indpred is null and i.indexprs is null
+         group by ic.relname, i.indnkeyatts
+        having bool_and(coalesce(a.attnotnull, false))
+         order by i.indnkeyatts, ic.relname
+         limit 1
+        """,
+        (fq,),
+    ).fetchone()
+    return None if row is None else (row[0], list(row[1]))
+
+
 @dataclass(frozen=True)
 class Column:
     name: str

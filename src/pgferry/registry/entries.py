@@ -43,6 +43,9 @@ class TableEntry:
     def display_attrs(self) -> dict[str, Any]:
         """table_attrs as ``tables`` shows them (with dest_table when renamed)."""
         attrs = dict(self.table_attrs)
+        capture = attrs.get("capture")
+        if isinstance(capture, dict) and set(capture) <= {"key"}:
+            del attrs["capture"]  # captured by the primary key, without options: as always
         if self.dest_table:
             attrs.setdefault("dest_table", self.dest_table)
         return attrs

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.errors import NodeError, PgferryError
+from pgferry.node import capture
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
 from pgferry.registry import entries
@@ -127,6 +128,9 @@ def execute_on_root(
             conn.execute("set local session_replication_role = replica")
             log.info("Executing: %s", script.name)
             _run_statements(conn, statements)
+            # Functions of captures with options name the columns: made again for the
+            # tables as the script left them (a spec they no longer meet fails the script).
+            capture.refresh_specs(conn, queue)
             _record(conn, queue, script)
             queue_api.insert_event(
                 conn,

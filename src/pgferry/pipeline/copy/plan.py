@@ -38,6 +38,7 @@ class CopyTask:
     # (destination column, SQL expression over the source's columns) computed on the
     # source instead of the column's own value (a table handler's column expressions).
     column_exprs: tuple[tuple[str, str], ...] = ()
+    exclude_columns: tuple[str, ...] = ()  # not copied: the destination keeps its own
 
 
 def plan_tables(
@@ -52,7 +53,7 @@ def plan_tables(
     ranges: list[tuple[int, BlockRange]] = []
     for plan_no, (task, src, dst) in enumerate(zip(tasks, sources, dests, strict=True)):
         exprs = dict(task.column_exprs)
-        columns = common_columns(src, dst)
+        columns = tuple(c for c in common_columns(src, dst) if c not in task.exclude_columns)
         columns += tuple(c for c in exprs if c in dst.column_names and c not in columns)
         if not columns:
             raise TableError(f"{src.display} and {dst.display} have no column in common")
