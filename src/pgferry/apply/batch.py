@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 
@@ -75,6 +76,7 @@ class _Reading:
 
     batch_id: int
     tick_id: int
+    tick_time: datetime | None
     batch_sql: str
     seqs: list[str]
     use_spark: bool  # by Spark tasks (the session is up and the batch is large)
@@ -191,8 +193,9 @@ class Replayer:
         use_spark = applies and not scripts and big and self.spark.ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         reading = _Reading(
-            batch.batch_id, batch.tick_id, batch_sql, list(seqs), use_spark, read_ahead
-        )
+            batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs), use_spark,
+            read_ahead,
+        )  # fmt: skip
         with local.transaction():
             # The provider forgets the batch once it is finished: the transaction that
             # records it must be on disk first, whatever the server's default.
@@ -286,7 +289,8 @@ class Replayer:
         elif read_ahead and len(plan.tables) > 1:
             readers = self._reader_pool()
         return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
-                             readers=readers, tick_id=reading.tick_id)  # fmt: skip
+                             readers=readers, tick_id=reading.tick_id,
+                             tick_time=reading.tick_time)  # fmt: skip
 
     def _apply_removals(
         self,

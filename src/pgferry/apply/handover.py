@@ -57,9 +57,11 @@ class CopyGroup:
     conditions: tuple[str | None, ...]
     skip_truncate: tuple[bool, ...]
     max_parallel: int | None  # --max-parallel-copy: Spark tasks copying at once
-    # Per table, its handler's column expressions (conditions include its row filter).
+    # Per table, its handler's column expressions (conditions include its row filter) and
+    # the settings they read (may be secret: never shown).
     column_exprs: tuple[tuple[tuple[str, str], ...], ...] = ()
     excluded: tuple[tuple[str, ...], ...] = ()  # per table: columns its capture ignores
+    settings: tuple[tuple[tuple[str, str], ...], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,9 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
                 tuple(filters),
                 tuple(bool(m[4]) for m in members),
                 min(caps) if caps else None,
-                tuple(tuple(h.column_exprs().items()) for h in hs),
+                tuple(tuple(h.copy_column_exprs().items()) for h in hs),
                 tuple(f[1] for f in specs),
+                tuple(tuple(h.copy_settings().items()) for h in hs),
             )
         )
     return result
@@ -225,11 +228,13 @@ class CopyRun:
                      tick=start_tick, copy_id=copy_id)  # fmt: skip
             exprs = self.group.column_exprs or ((),) * len(names)
             excluded = self.group.excluded or ((),) * len(names)
+            sets = self.group.settings or ((),) * len(names)
             tasks = [
                 CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
-                         column_exprs=x, exclude_columns=i)
-                for s, d, c, k, x, i in zip(names, self.group.dest_tables, self.group.conditions,
-                                            self.group.skip_truncate, exprs, excluded, strict=True)
+                         column_exprs=x, exclude_columns=i, settings=g)
+                for s, d, c, k, x, i, g in zip(names, self.group.dest_tables,
+                                               self.group.conditions, self.group.skip_truncate,
+                                               exprs, excluded, sets, strict=True)
             ]  # fmt: skip
             log.info("Copying %s", ", ".join(names))
             spark = self.spark_factory()

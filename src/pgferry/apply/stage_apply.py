@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -129,12 +130,14 @@ def apply_table(
     work: TableWork,
     parts: Iterable[Iterable[bytes]],
     tick_id: int = 0,
+    tick_time: datetime | None = None,
 ) -> ApplyStats:
     """Load one table's rows (COPY data of one or more parts) into its stage and have its
-    handler apply them (caller's transaction); ``tick_id``: the batch's tick."""
+    handler apply them (caller's transaction); ``tick_id``, ``tick_time``: the batch's
+    tick."""
     route = work.route
     try:
-        stats = _apply_rows(conn, stages, work, parts, tick_id)
+        stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time)
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
     except PgferryError as exc:
@@ -151,6 +154,7 @@ def _apply_rows(
     work: TableWork,
     parts: Iterable[Iterable[bytes]],
     tick_id: int,
+    tick_time: datetime | None,
 ) -> ApplyStats:
     route, cols = work.route, work.columns
     stage = stages.get(conn, route, cols, events=work.events)
@@ -171,6 +175,7 @@ def _apply_rows(
                 inserts_only=work.inserts_only,
                 some_inserts=work.some_inserts,
                 filtered=bool(route.image_condition),
+                tick_time=tick_time,
             )
         )
         stats.upserts, stats.deletes = done.upserts, done.deletes
@@ -209,6 +214,7 @@ def apply_segment(
     provider: psycopg.Connection,
     readers: ReaderPool | None = None,
     tick_id: int = 0,
+    tick_time: datetime | None = None,
 ) -> ApplyStats:
     """Apply ``plan`` inside the caller's transaction on ``conn``.
 
@@ -222,7 +228,7 @@ def apply_segment(
             plan.tables, batch_sql, segment, provider=provider, readers=readers
         ) as parts:
             for work, chunks in parts:
-                stats.add(apply_table(conn, stages, work, [chunks], tick_id))
+                stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, plan.sequences)

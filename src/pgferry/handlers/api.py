@@ -25,12 +25,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import psycopg
 from psycopg import sql
 
 from pgferry.errors import UsageError
+
+if TYPE_CHECKING:
+    from pgferry.config import Config
 
 Mode = Literal["rows", "events"]
 
@@ -73,6 +77,10 @@ class Param:
     required: bool = False
     choices: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    # Set by :meth:`Handler.check` (stored with the table), never given on a command line:
+    # what the handler read from files or databases at add-table, so that it is built
+    # later from the registry alone, without I/O.
+    computed: bool = False
 
     def parse(self, text: str, handler: str) -> Any:
         """The typed value of ``text``; HandlerError naming the argument otherwise."""
@@ -151,6 +159,7 @@ class Staged:
     # 'U' or 'D', so a row missing here cannot be told from one inserted in the batch).
     some_inserts: bool = True
     filtered: bool = False  # rows mode: a row filter turned images that fail it into 'D'
+    tick_time: datetime | None = None  # the time of that tick: the batch's time
 
 
 @dataclass
@@ -175,6 +184,8 @@ class TableCheck:
     pk: tuple[str, ...]  # the source table's primary key (empty when unknown)
     node_type: str  # root, branch or leaf
     queue: str
+    dest: str | None = None  # the local table, ``%I.%I`` (None: the handler keeps none)
+    expect_sync: bool = False  # add-table --expect-sync: no copy was asked for
 
 
 @dataclass(frozen=True)
@@ -214,6 +225,10 @@ class Handler:
     # On a root: the table's changes are captured (it must exist; triggers attached).
     captures: ClassVar[bool] = True
 
+    # The node's ini settings, set when the handler is built by a command or the worker
+    # (None otherwise, e.g. in show-handlers); read them when used, not at construction.
+    config: Config | None = None
+
     def __init__(self, args: Mapping[str, Any]) -> None:
         self.args: dict[str, Any] = dict(args)
 
@@ -234,9 +249,14 @@ class Handler:
     def validate(self) -> None:
         """Checks across arguments (raise HandlerError); no database at hand."""
 
-    def check(self, table: TableCheck) -> None:
+    def check(self, table: TableCheck) -> Mapping[str, str] | None:
         """Checks against the databases at ``add-table``/``change-handler`` (raise
-        HandlerError or TableError): a column that must exist, a function, a queue."""
+        HandlerError or TableError): a column that must exist, a function, a queue.
+
+        May return the values of its ``computed`` arguments for this table (texts), stored
+        beside the given ones: what it read from a file or a catalog, so that replay builds
+        it from the registry without I/O and works with what was checked."""
+        return None
 
     # --- the copy -----------------------------------------------------------------------
     @property
@@ -260,6 +280,18 @@ class Handler:
         """Destination column -> SQL expression over the SOURCE table's columns, computed
         on the source instead of the column's own value, by the copy and by replay.  An
         expression on a key column must be deterministic and one-to-one."""
+        return {}
+
+    def copy_column_exprs(self) -> Mapping[str, str]:
+        """The copy's column expressions (default: :meth:`column_exprs`).  A handler that
+        computes columns in its own :meth:`apply` (on the stage) gives the copy's here."""
+        return self.column_exprs()
+
+    def copy_settings(self) -> Mapping[str, str]:
+        """Custom settings (``prefix.name`` -> text) set locally in the copy's source
+        transaction before its SELECT, for the expressions to read with
+        ``current_setting()``.  Sent as query parameters, never in the statement text, and
+        never logged: fit for a secret."""
         return {}
 
     # --- replay -------------------------------------------------------------------------

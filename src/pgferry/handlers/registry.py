@@ -47,10 +47,14 @@ class Known:
 
 _modules: tuple[str, ...] = ()
 _known: dict[str, Known] | None = None
+_config: Config | None = None  # handed to every handler built (Handler.config)
 
 
 def use_config(config: Config) -> None:
-    """Take ``handler_modules`` from ``config`` (the modules load at the next lookup)."""
+    """Take ``handler_modules`` from ``config`` (the modules load at the next lookup); the
+    handlers built from now on see ``config`` as their ``config``."""
+    global _config
+    _config = config
     use_modules(config.getlist("handler_modules"))
 
 
@@ -138,35 +142,49 @@ def configure(name: str | None, arg_texts: Sequence[str]) -> Configured:
         if not sep or not key:
             raise HandlerError(f"--handler-arg: expected NAME=VALUE, got {text!r}")
         param = cls.param(key)
-        if param is None:
-            names = ", ".join(p.name for p in cls.params) or "none"
+        if param is None or param.computed:
+            names = ", ".join(p.name for p in cls.params if not p.computed) or "none"
             raise HandlerError(f"handler {cls.name} has no argument {key} (arguments: {names})")
         if param.name in given:
             raise HandlerError(f"handler {cls.name}: argument {param.name} given twice")
         given[param.name] = value
     configured = Configured(cls, given)
-    build(configured)  # types, required arguments and the handler's own checks
+    build(configured, computed=False)  # types, required arguments and the handler's own checks
     return configured
 
 
-def build(configured: Configured) -> Handler:
-    """A handler object from checked or stored arguments (HandlerError when wrong)."""
+def build(configured: Configured, *, computed: bool = True) -> Handler:
+    """A handler object from checked or stored arguments (HandlerError when wrong);
+    ``computed=False``: its computed arguments are not there yet (before its check)."""
     cls = configured.cls
     typed: dict[str, Any] = {}
     for param in cls.params:
         text = configured.args.get(param.name)
         if text is None:
-            if param.required:
+            if param.required and (computed or not param.computed):
                 raise HandlerError(f"handler {cls.name} needs argument {param.name}")
             typed[param.name] = param.default
         else:
             typed[param.name] = param.parse(text, cls.name)
     handler = cls(typed)
+    handler.config = _config
     try:
         handler.validate()
     except (ValueError, TypeError) as exc:
         raise HandlerError(f"handler {cls.name}: {exc}") from None
     return handler
+
+
+def with_computed(configured: Configured, values: Mapping[str, str] | None) -> Configured:
+    """``configured`` with the computed arguments its check returned for one table."""
+    if not values:
+        return configured
+    cls = configured.cls
+    for key in values:
+        param = cls.param(key)
+        if param is None or not param.computed:
+            raise HandlerError(f"handler {cls.name}: check returned {key}, not a computed argument")
+    return Configured(cls, {**configured.args, **{k: str(v) for k, v in values.items()}})
 
 
 def stored(attrs: Mapping[str, Any]) -> Configured:

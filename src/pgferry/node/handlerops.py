@@ -35,7 +35,7 @@ def choose(
     """The handler of a command line, checked (UsageError / HandlerError otherwise)."""
     handler_registry.use_config(config)
     configured = handler_registry.configure(name, list(args or ()))
-    handler = handler_registry.build(configured)
+    handler = handler_registry.build(configured, computed=False)
     if root and not handler.on_root:
         raise UsageError(
             f"{command}: handler {handler.name} is for branch and leaf nodes only"
@@ -46,12 +46,18 @@ def choose(
 
 def check(
     handler: Handler,
+    configured: Configured,
     conn: psycopg.Connection,
     prov: psycopg.Connection | None,
     node: model.NodeInfo,
     table: str,
-) -> None:
-    """The handler's checks of ``table`` (its source: the provider's, or the root's own)."""
+    *,
+    dest: str | None = None,
+    expect_sync: bool = False,
+) -> Configured:
+    """The handler's checks of ``table`` (its source: the provider's, or the root's own;
+    ``dest``: the local table); returns what to store for this table: ``configured`` with
+    the computed arguments the check gave."""
     source = prov if prov is not None else conn
     found = source.execute("select to_regclass(%s) is not null", (table,)).fetchone()
     columns: tuple[str, ...] | None = None
@@ -59,7 +65,15 @@ def check(
     if found and found[0]:
         columns = tuple(c.name for c in catalog.columns(source, table))
         pk = tuple(catalog.primary_key(source, table))
-    handler.check(TableCheck(conn, prov, table, columns, pk, node.node_type, node.queue_name))
+    values = handler.check(
+        TableCheck(
+            conn, prov, table, columns, pk, node.node_type, node.queue_name, dest, expect_sync
+        )
+    )
+    table_configured = handler_registry.with_computed(configured, values)
+    if values:
+        handler_registry.build(table_configured)  # what replay will build must build
+    return table_configured
 
 
 def with_handler(attrs: dict[str, Any], configured: Configured, given: bool) -> dict[str, Any]:
@@ -131,14 +145,19 @@ def change_handler(
         if node.provider_location is None:
             raise NodeError(f"Node {node.node_name} has no provider location")
         prov = connect.connect_remote(config, node.provider_location)
+    dest = (entry.dest_table or entry.table_name) if handler.needs_table else None
     try:
-        check(handler, conn, prov, node, entry.table_name)
+        configured = check(handler, configured, conn, prov, node, entry.table_name, dest=dest)
     finally:
         if prov is not None:
             prov.close()
+    if old == configured:  # the same once computed (e.g. a rule file read again)
+        log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
+        return False
     entries.set_table_attrs(
         conn, queue, entry.table_name, with_handler(entry.table_attrs, configured, True)
     )
+    handler = handler_registry.build(configured)
     if handler.needs_table and _filters(before) != _filters(handler):
         log.warning(
             "Table %s: the rows here were chosen by the previous handler; "
@@ -151,4 +170,8 @@ def change_handler(
 
 
 def _filters(handler: Handler) -> tuple:
-    return handler.row_filter(), tuple(sorted(handler.column_exprs().items()))
+    return (
+        handler.row_filter(),
+        tuple(sorted(handler.column_exprs().items())),
+        tuple(sorted(handler.copy_column_exprs().items())),
+    )

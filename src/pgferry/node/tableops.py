@@ -149,14 +149,15 @@ def _add_on_root(
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", fq)
             continue
-        handlerops.check(handler, conn, None, node, fq)
+        dest = fq if handler.captures else None
+        stored = handlerops.check(handler, configured, conn, None, node, fq, dest=dest)
         resolved = spec.resolve(conn, fq) if handler.captures else None
         if resolved is not None:
             attrs = capture.root_attrs(resolved, opts.trigger_flags, opts.trigger_args)
             capture.log_added(fq, resolved, existing.table_attrs if existing else None)
         else:
             attrs = {"no_triggers": True}  # the handler captures nothing
-        attrs = handlerops.with_handler(attrs, configured, opts.handler is not None)
+        attrs = handlerops.with_handler(attrs, stored, opts.handler is not None)
         entries.register_table(
             conn,
             entries.TableEntry(
@@ -217,10 +218,10 @@ def _add_on_subscriber(
         if existing is not None and existing.local and not opts.force:
             log.info("Table already added: %s", src)
             continue
-        handlerops.check(handler, conn, prov, node, src)
         if not handler.needs_table:
+            stored = handlerops.check(handler, configured, conn, prov, node, src)
             cap = opts.max_parallel_copy
-            handlerops.register_tableless(conn, queue, src, group, cap, configured)
+            handlerops.register_tableless(conn, queue, src, group, cap, stored)
             added.append(src)
             continue
         copied = handler.copies and not opts.expect_sync
@@ -236,6 +237,10 @@ def _add_on_subscriber(
         dest = _local_dest(conn, prov, src, opts)
         spec = capture.CaptureSpec.from_attrs(prov_entries[src].table_attrs)
         capture.check_local_key(conn, src, dest, spec)
+        # The handler's checks, now that the local table is known (and created).
+        stored = handlerops.check(
+            handler, configured, conn, prov, node, src, dest=dest, expect_sync=opts.expect_sync
+        )
         attrs: dict[str, object] = {}
         if spec is not None:
             attrs["capture"] = spec.to_dict()  # travels down the cascade with the table
@@ -247,7 +252,7 @@ def _add_on_subscriber(
             attrs["no_triggers"] = True
         if opts.max_parallel_copy:
             attrs["max_parallel_copy"] = opts.max_parallel_copy
-        attrs = handlerops.with_handler(attrs, configured, opts.handler is not None)
+        attrs = handlerops.with_handler(attrs, stored, opts.handler is not None)
         entries.register_table(
             conn,
             entries.TableEntry(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pgferry.errors import TableError
 from pgferry.pipeline.copy.task import BlockRange, TablePlan
@@ -39,6 +39,9 @@ class CopyTask:
     # source instead of the column's own value (a table handler's column expressions).
     column_exprs: tuple[tuple[str, str], ...] = ()
     exclude_columns: tuple[str, ...] = ()  # not copied: the destination keeps its own
+    # Custom settings set on the source before its SELECT, for the expressions (may hold a
+    # secret: sent as parameters, never shown).
+    settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 def plan_tables(
@@ -73,6 +76,7 @@ def plan_tables(
                 tid,
                 binary and not exprs and binary_compatible(src, dst, columns),
                 tuple((c, e) for c, e in task.column_exprs if c in columns),
+                task.settings,
             )
         )
         for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, parallelism)):

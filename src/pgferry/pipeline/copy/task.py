@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
@@ -46,6 +46,9 @@ class TablePlan:
     tid_ranges: bool  # False for partitioned sources (no heap of their own)
     binary: bool = False  # COPY in binary format: same built-in types on both sides
     exprs: tuple[tuple[str, str], ...] = ()  # (column, expression on the source) instead
+    # (name, value) set locally on the source before the SELECT, for the expressions to read
+    # (current_setting): parameters, never in the statement text; may be secret.
+    settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ def _copy(
         ).fetchone()
         if claimed is None:
             return 0
+        for name, value in plan.settings:  # local to the source's snapshot transaction
+            src.execute("select set_config(%s, %s, true)", (name, value))
         with src.cursor() as scur, dst.cursor() as dcur:
             # closing(): the reader thread is finished before the COPY ends, even on error.
             with (
