@@ -34,9 +34,12 @@ MODULE_ATTRIBUTE = "pgferry_handlers"
 BUILTINS = (
     "pgferry.handlers.builtin:Bulk",
     "pgferry.handlers.builtin:VTable",
+    "pgferry.handlers.shard:Shard",
+    "pgferry.handlers.functions:ApplyFn",
+    "pgferry.handlers.queues:QSplitter",
 )
 # Other names the original accepted for the same handler.
-ALIASES = {"fake_local": "vtable"}
+ALIASES = {"fake_local": "vtable", "part": "shard"}
 
 
 @dataclass(frozen=True)

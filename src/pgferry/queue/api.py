@@ -452,6 +452,18 @@ def insert_event(
     )
 
 
+def insert_staged_events(conn: psycopg.Connection, queue: str, relation: sql.Composable) -> int:
+    """Queue every row of ``relation`` (a table with ev_id, ev_type, ev_data and
+    ev_extra1..4) as a new event of ``queue``, in ev_id order; returns how many."""
+    cur = conn.execute(
+        sql.SQL(
+            "select ferry_queue.insert_event({}, ev_type, ev_data, ev_extra1, ev_extra2,"
+            " ev_extra3, ev_extra4) from (select * from {} order by ev_id offset 0) as e"
+        ).format(sql.Literal(queue), relation)
+    )
+    return cur.rowcount
+
+
 # Columns of a provider's events that forward_events stores, in this order (the txid is
 # the forwarding transaction's own).
 FORWARDED_COLUMNS = tuple(c for c in EVENT_COLUMNS if c != "ev_txid")
