@@ -4,12 +4,16 @@ Runs on a throw-away cluster (PostgreSQL's default durability settings, as in th
 anchor run): the walkthrough's tables with 200k users, then ``login.sql`` and ``logout.sql``
 with 2 pgbench clients each, concurrently, once per phase: no triggers, pgferry capture
 triggers (``ferry_queue.attach_capture``), Londiste's C triggers (``pgq.logutriga`` row
-trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them).
+trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them), and
+pgferry's triggers with capture options (``ferry_queue.attach_capture_spec``): ``ignore``
+leaves a column of each table out (:data:`IGNORED`), ``when`` captures only rows where
+``userid > 0`` (every row: what it costs to test the condition, the same events queued).
 Phases are interleaved in a rotating order and repeated, so that background load hits all
 of them alike; a ticker thread ticks both queues every second, as pgqd or the pgferry
 ticker would.
 
     .venv/bin/python bench/capture_overhead.py [--seconds 30] [--reps 3] [--fast]
+        [--phases none,pgferry,londiste,ignore,when]
 
 Needs pgbench and the pgq extension (``apt-get install postgresql-15-pgq3``).
 """
@@ -36,6 +40,12 @@ TABLES = ("user_info", "user_session", "user_login_rec", "user_logout_rec")
 QUEUE = "replika"
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 PHASES = ("none", "pgferry", "londiste")
+ALL_PHASES = (*PHASES, "ignore", "when")
+# The capture options of the phases "ignore" and "when", per table: (key, ignored column).
+KEYS = {"user_info": "userid", "user_session": "userid", "user_login_rec": "id",
+        "user_logout_rec": "id"}  # fmt: skip
+IGNORED = {"user_info": "mod_time", "user_session": "online_interval", "user_login_rec": "ip",
+           "user_logout_rec": "ip"}  # fmt: skip
 
 LOAD_SQL = """
 insert into digoal_01.user_info
@@ -72,6 +82,16 @@ def set_triggers(connstr: str, phase: str) -> None:
             conn.execute(f"drop trigger if exists _londiste_{QUEUE}_truncate on {name}")  # type: ignore[arg-type]
             if phase == "pgferry":
                 conn.execute("select ferry_queue.attach_capture(%s, %s)", (QUEUE, name))
+            elif phase in ("ignore", "when"):
+                spec: dict = {"key": [KEYS[table]]}
+                if phase == "ignore":
+                    spec["ignore"] = [IGNORED[table]]
+                else:
+                    spec["when"] = "userid > 0"
+                conn.execute(
+                    "select ferry_queue.attach_capture_spec(%s, %s, %s)",
+                    (QUEUE, name, json.dumps(spec)),
+                )
             elif phase == "londiste":
                 conn.execute(
                     f"create trigger _londiste_{QUEUE} after insert or update or delete"  # type: ignore[arg-type]
@@ -134,18 +154,27 @@ def main() -> None:
     parser.add_argument("--seed", type=Path, default=SEED)
     parser.add_argument("--fast", action="store_true", help="fsync/synchronous_commit off")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "capture_overhead.json")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma separated, the first is the base of the shares (of {', '.join(ALL_PHASES)})",
+    )
     args = parser.parse_args()
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = [p for p in phases if p not in ALL_PHASES]
+    if unknown or not phases:
+        parser.error(f"--phases: unknown phase {', '.join(unknown) or '(none given)'}")
 
     cluster = make_cluster("bench", **({} if args.fast else DURABLE))
     stop = threading.Event()
-    results: dict[str, list[float]] = {p: [] for p in PHASES}
+    results: dict[str, list[float]] = {p: [] for p in phases}
     try:
         connstr = setup(cluster, args.seed)
         tick_thread = threading.Thread(target=ticker, args=(connstr, stop), daemon=True)
         tick_thread.start()
         for rep in range(args.reps):
             # Rotate the order each rep: no phase always runs first or after another.
-            order = PHASES[rep % len(PHASES) :] + PHASES[: rep % len(PHASES)]
+            order = phases[rep % len(phases) :] + phases[: rep % len(phases)]
             for phase in order:
                 set_triggers(connstr, phase)
                 tps = run_phase(cluster, args.seed, args.seconds, args.clients)
@@ -160,7 +189,7 @@ def main() -> None:
         stop.set()
         cluster.destroy()
 
-    base = statistics.median(results["none"])
+    base = statistics.median(results[phases[0]])
     summary = {
         phase: {
             "median_tps": statistics.median(values),
