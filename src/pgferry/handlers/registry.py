@@ -37,6 +37,7 @@ BUILTINS = (
     "pgferry.handlers.shard:Shard",
     "pgferry.handlers.functions:ApplyFn",
     "pgferry.handlers.queues:QSplitter",
+    "pgferry.handlers.dispatch:Dispatch",
 )
 # Other names the original accepted for the same handler.
 ALIASES = {"fake_local": "vtable", "part": "shard"}
