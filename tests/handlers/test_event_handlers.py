@@ -37,7 +37,7 @@ def pair(make_cascade, db_a, db_b):
     c.sql("root", "create table other (id int primary key)")
     c.sql("leaf", "create table other (id int primary key)")
     c.add("root", "t", "other")
-    c.add("leaf", "other")
+    c.add("leaf", "other", expect_sync=True)
     return c
 
 

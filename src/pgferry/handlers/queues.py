@@ -1,4 +1,4 @@
-"""Handlers that send a table's events to a queue instead of a table: ``qsplitter``."""
+"""Tables that live in a queue rather than as rows: ``qsplitter`` and ``qtable``."""
 
 from __future__ import annotations
 
@@ -28,3 +28,30 @@ class QSplitter(Handler):
     def apply(self, staged: Staged) -> Applied:
         count = queue_api.insert_staged_events(staged.conn, self.args["queue"], staged.relation)
         return Applied(upserts=count)
+
+
+class QTable(Handler):
+    """A queue-only table: on the root its inserts are queued but never stored; a
+    subscriber with this handler ignores its events.
+
+    On the root the capture trigger runs BEFORE INSERT and cancels the write (trigger
+    flags S and I): the table stays empty and its rows exist only as events, for the
+    queue's consumers and the subscribers.  On a branch or leaf nothing is kept (no table
+    needed, its events are not read; a branch forwards them).  Since no node with this
+    handler holds rows, a subscriber that wants them as a table adds it with the default
+    handler and --expect-sync.
+    """
+
+    name = "qtable"
+    needs_table = False
+    on_root = True
+
+    @property
+    def replays(self) -> bool:
+        return False
+
+    def apply(self, staged: Staged) -> Applied:
+        return Applied()
+
+    def capture_options(self) -> tuple[str | None, tuple[str, ...]]:
+        return "SI", ()

@@ -38,6 +38,7 @@ BUILTINS = (
     "pgferry.handlers.functions:ApplyFn",
     "pgferry.handlers.queues:QSplitter",
     "pgferry.handlers.dispatch:Dispatch",
+    "pgferry.handlers.queues:QTable",
 )
 # Other names the original accepted for the same handler.
 ALIASES = {"fake_local": "vtable", "part": "shard"}
