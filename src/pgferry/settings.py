@@ -55,6 +55,8 @@ NODE_SETTINGS: list[Setting] = [
     ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
     ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
     ("handler_modules", "", "comma-separated Python modules with more table handlers"),
+    ("obfuscator_map", "", "obfuscate handler: YAML rule file (unless map= is given)"),
+    ("obfuscator_key", "", "obfuscate handler: HMAC key (secret: never printed)"),
     ("spark_warm", "true", "start Spark once caught up after batches too large for the driver"),
     ("spark_idle_timeout", "60", "seconds an unused worker Spark session stays up (0: always)"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),

@@ -62,6 +62,7 @@ class CopyGroup:
     column_exprs: tuple[tuple[tuple[str, str], ...], ...] = ()
     excluded: tuple[tuple[str, ...], ...] = ()  # per table: columns its capture ignores
     settings: tuple[tuple[tuple[str, str], ...], ...] = field(default=(), repr=False)
+    only: tuple[tuple[str, ...] | None, ...] = ()  # per table: the only columns copied
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
                 tuple(tuple(h.copy_column_exprs().items()) for h in hs),
                 tuple(f[1] for f in specs),
                 tuple(tuple(h.copy_settings().items()) for h in hs),
+                tuple(None if (o := h.copy_columns()) is None else tuple(o) for h in hs),
             )
         )
     return result
@@ -229,12 +231,13 @@ class CopyRun:
             exprs = self.group.column_exprs or ((),) * len(names)
             excluded = self.group.excluded or ((),) * len(names)
             sets = self.group.settings or ((),) * len(names)
+            only = self.group.only or (None,) * len(names)
             tasks = [
                 CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
-                         column_exprs=x, exclude_columns=i, settings=g)
-                for s, d, c, k, x, i, g in zip(names, self.group.dest_tables,
-                                               self.group.conditions, self.group.skip_truncate,
-                                               exprs, excluded, sets, strict=True)
+                         column_exprs=x, exclude_columns=i, settings=g, only_columns=o)
+                for s, d, c, k, x, i, g, o in zip(names, self.group.dest_tables,
+                                                  self.group.conditions, self.group.skip_truncate,
+                                                  exprs, excluded, sets, only, strict=True)
             ]  # fmt: skip
             log.info("Copying %s", ", ".join(names))
             spark = self.spark_factory()

@@ -287,6 +287,11 @@ class Handler:
         computes columns in its own :meth:`apply` (on the stage) gives the copy's here."""
         return self.column_exprs()
 
+    def copy_columns(self) -> Sequence[str] | None:
+        """The only destination columns the copy writes (the others get their defaults);
+        None: every column both tables have."""
+        return None
+
     def copy_settings(self) -> Mapping[str, str]:
         """Custom settings (``prefix.name`` -> text) set locally in the copy's source
         transaction before its SELECT, for the expressions to read with

@@ -39,6 +39,7 @@ BUILTINS = (
     "pgferry.handlers.queues:QSplitter",
     "pgferry.handlers.dispatch:Dispatch",
     "pgferry.handlers.queues:QTable",
+    "pgferry.handlers.obfuscate:Obfuscate",
 )
 # Other names the original accepted for the same handler.
 ALIASES = {"fake_local": "vtable", "part": "shard"}

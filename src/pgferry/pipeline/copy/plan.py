@@ -42,6 +42,7 @@ class CopyTask:
     # Custom settings set on the source before its SELECT, for the expressions (may hold a
     # secret: sent as parameters, never shown).
     settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    only_columns: tuple[str, ...] | None = None  # copy these destination columns only
 
 
 def plan_tables(
@@ -58,6 +59,8 @@ def plan_tables(
         exprs = dict(task.column_exprs)
         columns = tuple(c for c in common_columns(src, dst) if c not in task.exclude_columns)
         columns += tuple(c for c in exprs if c in dst.column_names and c not in columns)
+        if task.only_columns is not None:
+            columns = tuple(c for c in columns if c in task.only_columns)
         if not columns:
             raise TableError(f"{src.display} and {dst.display} have no column in common")
         skipped = sorted(set(src.column_names) - set(columns))
