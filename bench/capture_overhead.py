@@ -10,10 +10,12 @@ leaves a column of each table out (:data:`IGNORED`), ``when`` captures only rows
 ``userid > 0`` (every row: what it costs to test the condition, the same events queued).
 Phases are interleaved in a rotating order and repeated, so that background load hits all
 of them alike; a ticker thread ticks both queues every second, as pgqd or the pgferry
-ticker would.
+ticker would.  With ``--rows N`` each phase also times, after its pgbench run, one INSERT
+of N rows into ``user_login_rec`` and one UPDATE of N ``user_session`` rows (server time
+per row, the best of the repetitions: the least disturbed by other load).
 
     .venv/bin/python bench/capture_overhead.py [--seconds 30] [--reps 3] [--fast]
-        [--phases none,pgferry,londiste,ignore,when]
+        [--phases none,pgferry,londiste,ignore,when] [--rows 100000]
 
 Needs pgbench and the pgq extension (``apt-get install postgresql-15-pgq3``).
 """
@@ -27,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -146,6 +149,25 @@ def run_phase(cluster: LocalCluster, seed: Path, seconds: int, clients: int) -> 
     return total
 
 
+def per_row(connstr: str, rows: int) -> tuple[float, float]:
+    """µs per row of one INSERT of ``rows`` rows and one UPDATE of as many (autocommit)."""
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        started = time.perf_counter()
+        conn.execute(
+            "insert into digoal_01.user_login_rec (userid, login_time, ip)"
+            " select g, now(), '10.0.0.1' from generate_series(1, %s) g",
+            (rows,),
+        )
+        inserted = time.perf_counter()
+        conn.execute(
+            "update digoal_01.user_session set logintime = now(), login_count = login_count + 1"
+            " where userid <= %s",
+            (rows,),
+        )
+        updated = time.perf_counter()
+    return 1e6 * (inserted - started) / rows, 1e6 * (updated - inserted) / rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=30)
@@ -154,6 +176,7 @@ def main() -> None:
     parser.add_argument("--seed", type=Path, default=SEED)
     parser.add_argument("--fast", action="store_true", help="fsync/synchronous_commit off")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "capture_overhead.json")
+    parser.add_argument("--rows", type=int, default=0, help="also time N-row statements")
     parser.add_argument(
         "--phases",
         default=",".join(PHASES),
@@ -168,6 +191,7 @@ def main() -> None:
     cluster = make_cluster("bench", **({} if args.fast else DURABLE))
     stop = threading.Event()
     results: dict[str, list[float]] = {p: [] for p in phases}
+    row_times: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
     try:
         connstr = setup(cluster, args.seed)
         tick_thread = threading.Thread(target=ticker, args=(connstr, stop), daemon=True)
@@ -180,6 +204,8 @@ def main() -> None:
                 tps = run_phase(cluster, args.seed, args.seconds, args.clients)
                 results[phase].append(tps)
                 print(f"rep {rep + 1} {phase:<9} {tps:9.1f} tps", flush=True)
+                if args.rows:
+                    row_times[phase].append(per_row(connstr, args.rows))
         with psycopg.connect(connstr) as conn:
             events = conn.execute(
                 "select (select count(*) from ferry_queue.event),"
@@ -206,13 +232,26 @@ def main() -> None:
             f"{phase:<10}{row['median_tps']:>12.1f}{row['min']:>10.1f}{row['max']:>10.1f}"
             f"{row['share']:>8.3f}"
         )
+    rows_summary = {}
+    if args.rows:
+        print(f"\n{'phase':<10}{'insert µs/row':>15}{'update µs/row':>15}   (best of {args.reps})")
+        for phase, times in row_times.items():
+            best = (min(t[0] for t in times), min(t[1] for t in times))
+            rows_summary[phase] = {"insert_us": best[0], "update_us": best[1], "runs": times}
+            print(f"{phase:<10}{best[0]:>15.1f}{best[1]:>15.1f}")
     ours, theirs = events if events else ("?", "?")
     print(f"events captured: pgferry {ours}, pgq {theirs}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     settings = "fast (fsync off)" if args.fast else "durable (PostgreSQL defaults)"
     args.json.write_text(
         json.dumps(
-            {"settings": settings, "seconds": args.seconds, "reps": args.reps, **summary},
+            {
+                "settings": settings,
+                "seconds": args.seconds,
+                "reps": args.reps,
+                **summary,
+                "per_row": {"rows": args.rows, **rows_summary},
+            },
             indent=2,
         )
     )

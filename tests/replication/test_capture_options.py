@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pgferry.cli.main import main
-from pgferry.node import tableops
+from pgferry.node import capture, tableops
 from tests.replication.test_sync import running
 
 
@@ -259,3 +259,25 @@ def test_readding_with_new_arguments_loses_no_event(pair) -> None:
     runs = [t for i, t in enumerate(tags) if i == 0 or tags[i - 1] != t]
     assert runs == [None, "1", "2", "3", None]  # each spec in turn, none lost or repeated
     assert all((e[2] is None) == (e[1] == "1") for e in events)  # ignore=w of the first
+
+
+def test_no_triggers_leaves_triggers_to_the_operator(pair) -> None:
+    pair.root("create table t (id int primary key, v text)")
+    root_add(pair, "t", args=("ignore=v",), no_triggers=True)
+    triggers = "select count(*) from pg_trigger where tgrelid = 't'::regclass"
+    assert pair.root(triggers) == [(0,)]
+    attrs = pair.root("select table_attrs from ferry.table_info")[0][0]
+    assert attrs["no_triggers"] and attrs["capture"]["no_triggers"]
+    # The operator makes the trigger from the stored capture; pgferry keeps off it.
+    pair.root(
+        "select ferry_queue.attach_capture_spec(%s, 't', table_attrs->'capture')"
+        " from ferry.table_info",
+        (pair.queue,),
+    )
+    with psycopg.connect(pair.root_dsn) as conn:
+        capture.attach(conn, pair.queue, "public.t", deny=True)  # as a takeover does
+    pair.root("insert into t values (1, 'x')")
+    assert pair.root("select ev_data from ferry_queue.event") == [('{"id":1}',)]
+    with psycopg.connect(pair.root_dsn) as conn:
+        tableops.remove_tables(pair.root_cfg, conn, ["t"], False, False)
+    assert pair.root(triggers) == [(2,)]
