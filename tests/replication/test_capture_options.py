@@ -9,6 +9,7 @@ import threading
 import psycopg
 import pytest
 
+from pgferry.apply.routes import load_routes
 from pgferry.cli.main import main
 from pgferry.node import capture, tableops
 from tests.replication.test_sync import running
@@ -154,8 +155,33 @@ def test_pkey_on_a_table_without_primary_key(pair) -> None:
         query = f"select a, b, v from {table} order by a, b"
         assert pair.root(query) == pair.leaf(query)
         assert len(pair.leaf(query)) == 45
+    with psycopg.connect(pair.leaf_dsn) as conn:
+        routes = load_routes(conn, pair.queue)
+    assert routes["public.acct"].pk == ("a", "b") and routes["public.acct"].key_unique
+    assert not routes["public.acct2"].key_unique  # applied by delete and insert
     with running(pair, write=False):
         assert main([str(pair.leaf_cfg.path), "compare"]) == 0
+
+
+def test_a_unique_index_on_not_null_columns_serves_as_key(pair) -> None:
+    for side in (pair.root, pair.leaf):
+        side("create table u (code text not null, region int not null, v text unique,"
+             " unique (region, code))")  # fmt: skip
+    root_add(pair, "u")
+    assert pair.root("select table_attrs->'capture' from ferry.table_info") == [
+        ({"key": ["region", "code"], "key_from": "unique index u_region_code_key"},)
+    ]
+    leaf_add(pair, "u", expect_sync=True)
+    worker = pair.worker()
+    pair.root("insert into u select 'c' || g, g % 3, 'v' || g from generate_series(1, 30) g")
+    pair.root("update u set v = 'w' || v where region = 1")
+    pair.root("update u set code = 'moved' || code where region = 2")
+    pair.root("delete from u where region = 0 and code < 'c2'")
+    pair.catch_up(worker)
+    query = "select region, code, v from u order by 1, 2"
+    assert pair.root(query) == pair.leaf(query)
+    keys = "select distinct substr(ev_type, 3) from ferry_queue.event where ev_extra1 = 'public.u'"
+    assert pair.root(keys) == [("region,code",)]
 
 
 @pytest.mark.slow
