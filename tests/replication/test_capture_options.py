@@ -197,7 +197,7 @@ def test_ignore_and_when_in_copy_replay_and_compare(pair, capsys) -> None:
     root_add(pair, "ev", args=("""when="Kind" = 'keep'""",))
     pair.root("select ferry_queue.ticker(%s)", (pair.queue,))
     leaf_add(pair, "prof", "ev")  # copied: without the ignored columns, only 'keep' rows
-    worker = pair.catch_up(pair.worker())
+    worker = pair.catch_up(pair.worker(), timeout=240)  # the copy starts Spark
     assert pair.leaf("select count(*), min(hits), max(hits), count(seen) from prof") == [
         (20, 42, 42, 0)
     ]
