@@ -7,7 +7,9 @@ the root and polls until every named node holds that tick with all tables ok.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -138,6 +140,34 @@ class Cascade:
             (self.queue,),
         )
         return rows[0][0] if rows else None
+
+    @contextlib.contextmanager
+    def running(self, *names: str) -> Iterator[None]:
+        """The named workers looping in threads and the root ticking, for commands that
+        wait on a worker (compare, repair)."""
+        stop = threading.Event()
+
+        def tick() -> None:
+            with psycopg.connect(self.dsns[self.root], autocommit=True) as conn:
+                while not stop.wait(0.3):
+                    conn.execute("select ferry_queue.force_tick(%s)", (self.queue,))
+                    conn.execute("select ferry_queue.ticker(%s)", (self.queue,))
+
+        workers = [self.worker(n) for n in names]
+        threads = [threading.Thread(target=tick)]
+        threads += [threading.Thread(target=w.run_forever) for w in workers]
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for w in workers:
+                w.stopping = True
+            for t in threads:
+                t.join(timeout=60)
+            for n in names:
+                self.workers.pop(n, None)  # shut down: catch_up makes new ones
 
     def close(self) -> None:
         for w in self.workers.values():

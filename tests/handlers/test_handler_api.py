@@ -186,3 +186,29 @@ def test_change_handler(make_cascade, db_a, db_b, sample_modules):
     assert "remove-table and add-table it again" in line
     line = _one_error(c.cli("leaf", "change-handler", "nosuch", "--handler=bulk"))
     assert "not added on this node: nosuch" in line
+
+
+def test_handlers_of_installed_packages(tmp_path, monkeypatch, write_ini, cli):
+    """Entry points of group pgferry.handlers: a class, and one that fails to load (a
+    warning; its handler is missing, the others are there)."""
+    (tmp_path / "ep_sample.py").write_text(
+        "from pgferry.handlers import Handler\n"
+        "class Noop(Handler):\n"
+        '    """Do nothing, from a package."""\n'
+        '    name = "ep_noop"\n'
+    )
+    info = tmp_path / "ep_sample-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-sample\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[pgferry.handlers]\nep_noop = ep_sample:Noop\nbroken = ep_sample:Missing\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(handler_registry, "_known", None)
+    ini = write_ini("eps", "dbname=unused")
+    shown = cli(ini, "show-handlers")
+    assert shown.code == 0, shown.err
+    line = next(x for x in shown.out.splitlines() if x.startswith("ep_noop"))
+    assert "Do nothing, from a package." in line and "entry point ep_noop (ep-sample)" in line
+    assert "broken" in shown.err and "not loaded" in shown.err
+    monkeypatch.setattr(handler_registry, "_known", None)  # forget the package's handler

@@ -44,3 +44,18 @@ def test_qtable_rows_live_in_the_queue(make_cascade, db_a, db_b, new_db_b):
     assert attrs[0][0]["handler"] == "qtable"
     assert attrs[0][0]["capture"]["skip"] is True
     assert attrs[0][0]["capture"]["ops"] == "I"
+    # change-handler on the root makes the capture again: t becomes queue-only, q stores.
+    done = c.cli("root", "change-handler", "t", "--handler=qtable")
+    assert done.code == 0, done.err
+    back = c.cli("root", "change-handler", "q", "--handler=bulk")
+    assert back.code == 0, back.err
+    c.sql("root", "insert into t values (2)")
+    c.sql("root", "insert into q values (4, 'four')")
+    assert c.sql("root", "select * from t") == [(1,)]
+    assert c.sql("root", "select id from q") == [(4,)]
+    c.catch_up("ignore", "store")
+    for node in ("ignore", "store"):
+        assert c.sql(node, "select * from t order by id") == [(1,), (2,)]
+    assert c.sql("store", "select id from q order by id") == [(1,), (2,), (3,), (4,)]
+    refused = c.cli("root", "change-handler", "t", "--handler=vtable")
+    assert refused.code != 0 and "only one of qtable and vtable captures" in refused.err

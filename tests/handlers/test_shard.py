@@ -93,6 +93,16 @@ def test_two_shards_under_load(make_cascade, db_a, db_b, new_db_b):
         assert not {r[0] for r in got[0]} & {r[0] for r in got[1]}
         assert sorted(got[0] + got[1]) == root
         assert got[0] and got[1]
+    # compare takes the source's rows of each leaf's shard only.
+    with c.running("s0", "s1"):
+        for node in ("s0", "s1"):
+            done = c.cli(node, "compare")
+            assert done.code == 0, done.out + done.err
+        # A row of shard 1 slipped into shard 0's table behind replication's back.
+        stray = c.sql("root", "select g from generate_series(200000, 200100) g"
+                      " where (hashtext(g::text) & 1) = 1 limit 1")[0][0]  # fmt: skip
+        c.sql("s0", f"set session_replication_role = replica; insert into t values ({stray}, 'x')")
+        assert c.cli("s0", "compare", "t").code == 1
     # tables shows the handler as added (the alias stored under its handler's name).
     query = "select table_attrs from ferry.table_info where table_name = 'public.\"G\"'"
     attrs = c.sql("s1", query)

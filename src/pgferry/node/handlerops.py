@@ -20,7 +20,7 @@ from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.handlers import Handler, TableCheck
 from pgferry.handlers import registry as handler_registry
 from pgferry.handlers.api import Configured
-from pgferry.node import connect, model
+from pgferry.node import capture, connect, model
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import parse_pattern, split_qualified
 
@@ -133,12 +133,13 @@ def change_handler(
         log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
         return False
     before = handler_registry.build(old)
-    if before.needs_table != handler.needs_table:
+    # A subscriber's table exists for one and not the other; a root's is captured by one.
+    kind = "captures" if node.is_root else "needs_table"
+    if getattr(before, kind) != getattr(handler, kind):
+        what = "captures the table" if node.is_root else "keeps a local table"
         raise TableError(
-            f"change-handler: {entry.table_name}: handler {handler.name} "
-            f"{'needs' if handler.needs_table else 'keeps no'} local table and "
-            f"{before.name} {'does' if before.needs_table else 'does not'}: "
-            "remove-table and add-table it again"
+            f"change-handler: {entry.table_name}: only one of {before.name} and"
+            f" {handler.name} {what}: remove-table and add-table it again"
         )
     prov = None
     if not node.is_root:
@@ -154,10 +155,11 @@ def change_handler(
     if old == configured:  # the same once computed (e.g. a rule file read again)
         log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
         return False
-    entries.set_table_attrs(
-        conn, queue, entry.table_name, with_handler(entry.table_attrs, configured, True)
-    )
     handler = handler_registry.build(configured)
+    attrs = with_handler(entry.table_attrs, configured, True)
+    if node.is_root and handler.captures:
+        attrs = _recapture(conn, queue, entry, attrs, handler)
+    entries.set_table_attrs(conn, queue, entry.table_name, attrs)
     if handler.needs_table and _filters(before) != _filters(handler):
         log.warning(
             "Table %s: the rows here were chosen by the previous handler; "
@@ -167,6 +169,27 @@ def change_handler(
         )
     log.info("Table %s: handler %s", entry.table_name, configured.name)
     return True
+
+
+def _recapture(
+    conn: psycopg.Connection,
+    queue: str,
+    entry: entries.TableEntry,
+    attrs: dict[str, Any],
+    handler: Handler,
+) -> dict[str, Any]:
+    """A root's capture as the new handler asks for it (with the table's own trigger
+    options); the triggers are made again when that changes it."""
+    flags = entry.table_attrs.get("tgflags")
+    args = tuple(entry.table_attrs.get("trigger_args") or ())
+    no_triggers = bool(entry.table_attrs.get("no_triggers"))
+    spec = capture.root_spec(flags, args, no_triggers, handler).resolve(conn, entry.table_name)
+    if capture.CaptureSpec.from_attrs(entry.table_attrs) == spec:
+        return attrs
+    if not spec.no_triggers:
+        capture.attach(conn, queue, entry.table_name, deny=False, spec=spec)
+        log.info("Table %s: capture triggers made again", entry.table_name)
+    return {**attrs, **capture.root_attrs(spec, flags, args)}
 
 
 def _filters(handler: Handler) -> tuple:
