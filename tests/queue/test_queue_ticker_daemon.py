@@ -174,3 +174,80 @@ def test_bad_ticker_config_is_one_line(tmp_path: Path, pg_a: LocalCluster) -> No
     bad = pgferry(ini, "ticker")
     assert bad.returncode != 0 and "ticker_period" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# --- cadence: a tick soon after events wait, nothing while idle ----------------------------
+
+
+def _cadence_db(cluster: LocalCluster, name: str, idle_period: str) -> str:
+    """A queue with the default tick rules (max_lag 50 ms), only its idle period set."""
+    connstr = install_queue(cluster.createdb(name))
+    with psycopg.connect(connstr, autocommit=True) as conn:
+        conn.execute("select ferry_queue.create_queue('q')")
+        conn.execute(
+            "select ferry_queue.set_queue_config('q', 'ticker_idle_period', %s)", (idle_period,)
+        )
+    return connstr
+
+
+def _run_ticker(
+    tmp_path: Path, cluster: LocalCluster, db: str, **settings: str
+) -> Callable[[], None]:
+    ini = write_ticker_ini(tmp_path, cluster, database_list=db, **settings)
+    started = pgferry("-d", ini, "ticker")
+    assert started.returncode == 0, started.stderr
+    log = tmp_path / "log" / "pgqd.log"
+    wait_for(lambda: log.exists() and f"{db}: ticking" in log.read_text(), what="ticking")
+
+    def stop() -> None:
+        assert pgferry("-s", ini, "ticker").returncode == 0
+        pidfile = tmp_path / "pid" / "pgqd.pid"
+        wait_for(lambda: not pidfile.exists(), what="ticker exit")
+
+    return stop
+
+
+def test_busy_queue_ticks_every_busy_period(pg_a: LocalCluster, tmp_path: Path) -> None:
+    # An idle round only every 30 s: the ticks below can only come from the busy cadence.
+    name = f"busy_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    stop = _run_ticker(tmp_path, pg_a, name, ticker_period="30", ticker_busy_period="0.05")
+    try:
+        first = last_tick(db)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            # The daemon's first round ran before this event; force_tick wakes it.
+            conn.execute("select ferry_queue.force_tick('q')")
+            wait_for(lambda: last_tick(db) > first, timeout=10, what="the forced tick")
+            mark = last_tick(db)
+
+            def busy_ticks() -> bool:
+                conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+                return last_tick(db) >= mark + 20
+
+            # An event every 50 ms or so: at least 20 ticks within 10 s (one a round).
+            wait_for(busy_ticks, timeout=10, what="20 ticks of a busy queue")
+    finally:
+        stop()
+
+
+def test_idle_rounds_write_nothing(pg_a: LocalCluster, tmp_path: Path) -> None:
+    name = f"idle_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    ticks = query(db, "select count(*) from ferry_queue.tick")
+    locker = query(db, "select xmax::text from ferry_queue.queue")
+    stop = _run_ticker(tmp_path, pg_a, name, ticker_period="0.1")
+    try:
+        commits = query(db, "select xact_commit from pg_stat_database where datname = %s", name)
+
+        def rounds_done() -> bool:
+            query(db, "select pg_stat_clear_snapshot()")
+            now = query(db, "select xact_commit from pg_stat_database where datname = %s", name)
+            return int(now) >= int(commits) + 20  # type: ignore[arg-type]
+
+        wait_for(rounds_done, timeout=60, what="20 ticker rounds")
+        assert query(db, "select count(*) from ferry_queue.tick") == ticks
+        # Never locked: a locking round would have left its transaction id on the row.
+        assert query(db, "select xmax::text from ferry_queue.queue") == locker
+    finally:
+        stop()

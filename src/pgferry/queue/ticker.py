@@ -2,11 +2,14 @@
 
 One :class:`TickerService` watches a whole PostgreSQL cluster.  It lists the databases
 through ``initial_database`` (or takes ``database_list``), and for each one that has the
-``ferry_queue`` schema it calls ``ferry_queue.ticker()`` every ``ticker_period``, runs the
-maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks) every
-``maint_period`` and moves due retry events back every ``retry_period``.  A database that
-is missing, lacks the schema or fails is retried later; one failing database never stops
-the others.
+``ferry_queue`` schema it calls ``ferry_queue.ticker_round()`` every ``ticker_period``, or
+every ``ticker_busy_period`` while events wait for a tick and for a ``ticker_period`` after
+(so an event gets its tick within about that time).  It runs the maintenance operations
+(``ferry_queue.maint_operations()``: rotation steps and hooks) every ``maint_period`` and
+moves due retry events back every ``retry_period``.  ``force_tick`` wakes it at once (a
+notification).  Between its timers it blocks on its connections and a signal pipe, using
+no CPU; a round on an idle queue writes nothing.  A database that is missing, lacks the
+schema or fails is retried later; one failing database never stops the others.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ APPLICATION_NAME = "pgferry ticker"
 ERROR_RETRY_DELAY = 10.0
 # A retry/maint function returning non-zero is called again; this bounds one round.
 MAX_REPEATS = 1000
+# force_tick notifies this channel (sql/queue/010_ticker.sql): the ticker runs at once.
+WAKE_CHANNEL = "ferry_queue_ticker"
 
 
 @dataclass
@@ -43,6 +48,7 @@ class TickerSettings:
     initial_database: str = "template1"
     database_list: list[str] = field(default_factory=list)
     ticker_period: float = 1.0
+    ticker_busy_period: float = 0.05
     maint_period: float = 120.0
     retry_period: float = 30.0
     check_period: float = 60.0
@@ -56,13 +62,20 @@ class TickerSettings:
             initial_database=config.get("initial_database", "template1"),
             database_list=config.getlist("database_list"),
             ticker_period=config.getfloat("ticker_period", 1.0),
+            ticker_busy_period=config.getfloat("ticker_busy_period", 0.05),
             maint_period=config.getfloat("maint_period", 120.0),
             retry_period=config.getfloat("retry_period", 30.0),
             check_period=config.getfloat("check_period", 60.0),
             stats_period=config.getfloat("stats_period", 30.0),
             connection_lifetime=config.getfloat("connection_lifetime", 3600.0),
         )
-        for name in ("ticker_period", "maint_period", "retry_period", "check_period"):
+        for name in (
+            "ticker_period",
+            "ticker_busy_period",
+            "maint_period",
+            "retry_period",
+            "check_period",
+        ):
             if getattr(settings, name) <= 0:
                 raise ConfigError(f"{config.path}: setting '{name}' must be positive")
         try:
@@ -88,6 +101,9 @@ class DatabaseState:
     next_tick: float = 0.0
     next_maint: float = 0.0
     next_retry: float = 0.0
+    busy_until: float = 0.0  # rounds come every ticker_busy_period until then
+    # The schema has ticker_round() (queue version 10): rounds say whether events wait.
+    has_round: bool = False
     last_error: str | None = None
     # Totals since the database was first watched (the metrics' counters).
     ticks_made: int = 0
@@ -168,13 +184,17 @@ class TickerService(Service):
         conn = connect(
             self.settings.connstr(db.name), autocommit=True, application_name=APPLICATION_NAME
         )
-        row = conn.execute("select to_regprocedure('ferry_queue.ticker()') is not null").fetchone()
+        row = conn.execute(
+            "select to_regprocedure('ferry_queue.ticker()') is not null,"
+            " to_regprocedure('ferry_queue.ticker_round()') is not null"
+        ).fetchone()
         if not row or not row[0]:
             conn.close()
             db.next_try = now + self.settings.check_period
             log.debug("database %s has no ferry_queue, checking again later", db.name)
             return False
-        db.conn, db.connected_at = conn, now
+        conn.execute(sql.SQL("listen {}").format(sql.Identifier(WAKE_CHANNEL)))
+        db.conn, db.connected_at, db.has_round = conn, now, bool(row[1])
         db.next_tick = db.next_maint = db.next_retry = now
         log.info("%s: ticking", db.name)
         return True
@@ -212,11 +232,25 @@ class TickerService(Service):
                 return
             assert db.conn is not None
             if now >= db.next_tick:
-                row = db.conn.execute("select ferry_queue.ticker()").fetchone()
-                ticks = row[0] if row and row[0] else 0
+                waiting = 0
+                if db.has_round:
+                    row = db.conn.execute(
+                        "select ticks, waiting from ferry_queue.ticker_round()"
+                    ).fetchone()
+                    ticks, waiting = (row[0], row[1]) if row else (0, 0)
+                else:
+                    row = db.conn.execute("select ferry_queue.ticker()").fetchone()
+                    ticks = row[0] if row and row[0] else 0
                 self.stats["ticks"] += ticks
                 db.ticks_made += ticks
-                db.next_tick = now + self.settings.ticker_period
+                # While events wait, and for a ticker_period after, look again soon: their
+                # tick is due within max_lag, and more events tend to follow.
+                if waiting:
+                    db.busy_until = now + self.settings.ticker_period
+                busy = now < db.busy_until
+                db.next_tick = now + (
+                    self.settings.ticker_busy_period if busy else self.settings.ticker_period
+                )
             if now >= db.next_maint:
                 operations = self._maint(db.conn)
                 self.stats["maint"] += operations
@@ -263,7 +297,47 @@ class TickerService(Service):
             db.close()
         log.info("ticker stopped")
 
+    def _next_due(self) -> float:
+        """The earliest timer of any database or of the service itself."""
+        due = min(self.next_check, self.next_stats)
+        for db in self.databases.values():
+            if db.conn is None:
+                due = min(due, db.next_try)
+            else:
+                due = min(due, db.next_tick, db.next_maint, db.next_retry)
+        return due
+
+    def sleep(self, seconds: float) -> None:
+        """Block until the next timer, a force_tick notification or a signal.
+
+        ``seconds`` (the loop delay) only bounds the wait: the timers decide.
+        """
+        deadline = min(time.monotonic() + seconds, self._next_due())
+        while not self.stopping and not self._reload_requested:
+            conns = {
+                db.conn.fileno(): db
+                for db in self.databases.values()
+                if db.conn is not None and not db.conn.closed
+            }
+            if any([self._woken(db) for db in conns.values()]):  # a list: drain them all
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.wait_readable(conns, left)
+
+    def _woken(self, db: DatabaseState) -> bool:
+        """Whether a force_tick notification came for ``db`` (its tick is then due now)."""
+        assert db.conn is not None
+        try:
+            woken = any(True for _ in db.conn.notifies(timeout=0))
+        except psycopg.Error:
+            return True  # broken: the next round reconnects
+        if woken:
+            db.next_tick = time.monotonic()
+        return woken
+
     @property
     def loop_delay(self) -> float:  # type: ignore[override]
-        # Wake often enough for the shortest period; each wake-up only compares timers.
-        return min(self.settings.ticker_period, 1.0)
+        # The longest wait between rounds; sleep() wakes earlier for any timer.
+        return max(self.settings.ticker_period, 1.0)

@@ -1,0 +1,89 @@
+"""The tick decision of queue version 10: a tick as soon as events wait, none while idle.
+
+An idle queue writes nothing when asked (no transaction id: no lock, no WAL); it ticks once
+per idle period, without the doubling interval of earlier versions; events committed late
+by a transaction that was running at the last tick get a tick of their own; ticker_round
+says when events wait; force_tick wakes a listening ticker.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from queue_helpers import Scalar, take_batch, tick
+
+
+def _queue(scalar: Scalar, **config: str) -> None:
+    scalar("select ferry_queue.create_queue('q')")
+    for key, value in config.items():
+        scalar("select ferry_queue.set_queue_config('q', %s, %s)", key, value)
+
+
+def test_new_queue_ticks_after_50_ms(scalar: Scalar) -> None:
+    _queue(scalar)
+    assert scalar("select queue_ticker_max_lag from ferry_queue.queue") == scalar(
+        "select interval '50 milliseconds'"
+    )
+
+
+def test_idle_call_takes_no_transaction_id(qdb: str, scalar: Scalar) -> None:
+    _queue(scalar, ticker_idle_period="1 hour")
+    with psycopg.connect(qdb) as conn:  # one transaction, as the daemon's autocommit call
+        assert conn.execute("select ferry_queue.ticker('q')").fetchone() == (None,)
+        assert conn.execute("select * from ferry_queue.ticker_round()").fetchone() == (0, 0)
+        assert conn.execute("select pg_current_xact_id_if_assigned()").fetchone() == (None,)
+    # A due tick does lock and write.
+    scalar("select ferry_queue.insert_event('q', 't', 'd')")
+    with psycopg.connect(qdb) as conn:
+        assert conn.execute("select ferry_queue.ticker('q')").fetchone()[0] is not None  # type: ignore[index]
+        assert conn.execute("select pg_current_xact_id_if_assigned()").fetchone()[0] is not None  # type: ignore[index]
+
+
+def test_waiting_events_tick_after_max_lag(qconn: psycopg.Connection, scalar: Scalar) -> None:
+    _queue(scalar, ticker_max_lag="1 hour", ticker_idle_period="1 hour", ticker_max_count="3")
+    tick(qconn, "q")
+    scalar("select ferry_queue.insert_event('q', 't', 'd')")
+    # One event below max_count and max_lag: no tick yet, but the round says it waits.
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "0/1"
+    scalar("select ferry_queue.set_queue_config('q', 'ticker_max_lag', '0')")
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "1/1"
+    # Nothing new since: the queue is idle again.
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "0/0"
+
+
+def test_idle_queue_does_not_double_its_ticks(qconn: psycopg.Connection, scalar: Scalar) -> None:
+    # Earlier versions ticked an idle queue again once twice the last gap had passed; with
+    # two ticks in a row that would be at once.  Now only the idle period counts.
+    _queue(scalar, ticker_max_lag="0", ticker_idle_period="1 hour")
+    tick(qconn, "q")
+    tick(qconn, "q")
+    assert scalar("select pg_sleep(0.05)") == ""
+    assert scalar("select ferry_queue.ticker('q')") is None
+    scalar("select ferry_queue.set_queue_config('q', 'ticker_idle_period', '0')")
+    assert scalar("select ferry_queue.ticker('q')") is not None
+
+
+def test_late_commit_gets_its_tick(qdb: str, qconn: psycopg.Connection, scalar: Scalar) -> None:
+    _queue(scalar, ticker_max_lag="0", ticker_idle_period="1 hour")
+    scalar("select ferry_queue.register_consumer('q', 'c')")
+    with psycopg.connect(qdb) as writer:
+        writer.execute("select ferry_queue.insert_event('q', 't', 'late')")
+        # The tick counts the open transaction's event but cannot see it.
+        assert scalar("select ferry_queue.ticker('q')") is not None
+        assert scalar("select ferry_queue.ticker('q')") is None  # still running: nothing due
+        writer.commit()
+    # Committed now: no newer event exists, yet the queue ticks once for it.
+    assert scalar("select ticks from ferry_queue.ticker_round()") == 1
+    assert scalar("select ticks from ferry_queue.ticker_round()") == 0
+    events = []
+    while (batch := take_batch(qconn, "q", "c")) is not None:
+        events += [row[5] for row in batch]
+    assert events == ["late"]
+
+
+def test_force_tick_wakes_a_listener(qdb: str, scalar: Scalar) -> None:
+    _queue(scalar)
+    with psycopg.connect(qdb, autocommit=True) as listener:
+        listener.execute("listen ferry_queue_ticker")
+        scalar("select ferry_queue.force_tick('q')")
+        got = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert got == ["q"]
