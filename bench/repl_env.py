@@ -129,8 +129,12 @@ class Pair:
         self.leaf.destroy()
 
 
-def make_pair(label: str, workdir: Path, durable: bool = True) -> Pair:
-    settings = DURABLE_SETTINGS if durable else {}
+def make_pair(
+    label: str, workdir: Path, durable: bool = True, extra: dict[str, str] | None = None
+) -> Pair:
+    """Both clusters; ``extra`` settings go to both (e.g. ``wal_level`` for native
+    logical replication)."""
+    settings = {**(DURABLE_SETTINGS if durable else {}), **(extra or {})}
     workdir.mkdir(parents=True, exist_ok=True)
     root = make_cluster(f"{label}-root", **settings)
     leaf = make_cluster(f"{label}-leaf", **settings)

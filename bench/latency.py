@@ -1,0 +1,606 @@
+"""End-to-end latency and idle cost: pgferry, the real Londiste 3 and native logical replication.
+
+For each system, on its own throw-away root + leaf cluster pair (PostgreSQL's durable
+defaults, as in ``replication_vs_londiste.py``, whose set-up and seed load this reuses):
+
+1. seed data and a probe table ``digoal_01.probe (id, at timestamptz)`` on both sides;
+   replication of the four walkthrough tables, their two sequences and the probe set up
+   and the tables copied (unmeasured). pgferry and Londiste run their own ticker and root
+   and leaf workers; native logical replication is a publication of the five tables and a
+   subscription on the leaf (sequences are not replicated by it).
+2. **latency** — the seed load for BENCH_S seconds (60) and beside it one probe row every
+   PROBE_MS (50 ms) on the root, ``at`` = ``clock_timestamp()`` of its insert (autocommit);
+   the leaf is polled every POLL_MS (5 ms) for new probe rows, each seen at the poll's
+   ``statement_timestamp()`` on the leaf. Latency = seen − at (one machine, one clock), so
+   it includes the probe's own commit and at most one poll interval.  p50/p95/p99 over
+   all probes.
+3. **idle** — once the leaf has caught up, two windows of IDLE_S seconds (30) in which
+   nobody writes: right after the load, and a steady one starting SETTLE_S (120) after the
+   load ended.  For each: CPU of the daemons (ticker, root and leaf workers; for native LR
+   the server's walsender and apply workers), of the backends serving them and of the
+   rest of the servers; rows written, transactions and WAL on both clusters
+   (``bench/idle_cost.py``); the consumer's lag as status shows it at the window's end.
+
+Figures are printed and written as JSON under ``bench/results/``.
+
+    .venv/bin/python bench/latency.py                       # full run (~15 min)
+    .venv/bin/python bench/latency.py --quick               # small tables, short phases
+    .venv/bin/python bench/latency.py --systems pgferry --bench-s 20 --settle-s 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from idle_cost import Side, measure_idle  # noqa: E402
+from repl_env import (  # noqa: E402
+    SCHEMA,
+    SEQUENCES,
+    TABLES,
+    BenchError,
+    Load,
+    Pair,
+    compare_sides,
+    load_seed,
+    make_pair,
+    qualified,
+    wait_for,
+)
+from repl_phases import READY_TIMEOUT_S, _wait_ready, percentile  # noqa: E402
+from repl_systems import QUEUE, RIGS, LondisteRig, Rig  # noqa: E402
+from replication_vs_londiste import RESULTS_DIR, machine  # noqa: E402
+
+from pgferry.daemon import read_pid  # noqa: E402
+from pgferry.db import connect  # noqa: E402
+
+SYSTEMS = ("pgferry", "londiste", "native")
+PROBE = "probe"
+PROBE_SQL = f"create table {SCHEMA}.{PROBE} (id bigint primary key, at timestamptz not null)"
+PUBLICATION = "bench_pub"
+SUBSCRIPTION = "bench_sub"
+GOAL_P95_S = 0.2
+# pgferry's leaf worker with -v logs one line per batch (apply/worker.py _log_batch).
+PGFERRY_BATCH = re.compile(
+    r"batch \d+ tick \d+.*?: (\d+) upserts, (\d+) deletes, \d+ truncates in ([0-9.]+)s"
+    r" \(summary ([0-9.]+)s, apply ([0-9.]+)s, commit ([0-9.]+)s\)"
+)
+LONDISTE_BATCH = re.compile(r"\{count: (\d+), duration: ([0-9.]+)")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--systems", default=",".join(SYSTEMS), help="comma list of " + ",".join(SYSTEMS)
+    )
+    p.add_argument("--quick", action="store_true", help="small tables, 15 s phases")
+    p.add_argument("--bench-s", type=int, help="seconds of load with probes (60)")
+    p.add_argument("--idle-s", type=int, help="seconds of each idle window (30)")
+    p.add_argument(
+        "--settle-s", type=int, help="steady idle window starts this long after the load (120)"
+    )
+    p.add_argument("--probe-ms", type=float, default=50.0)
+    p.add_argument("--poll-ms", type=float, default=5.0)
+    p.add_argument("--base-rows", type=int)
+    p.add_argument("--log-rows", type=int)
+    p.add_argument("--no-load", action="store_true", help="probes only, without the seed load")
+    p.add_argument("--keep", action="store_true", help="keep clusters and logs")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    env = os.environ
+    args.bench_s = args.bench_s or int(env.get("BENCH_S", 15 if args.quick else 60))
+    args.idle_s = args.idle_s or int(env.get("IDLE_S", 15 if args.quick else 30))
+    if args.settle_s is None:
+        args.settle_s = int(env.get("SETTLE_S", 30 if args.quick else 120))
+    args.base_rows = args.base_rows or (20000 if args.quick else 200000)
+    args.log_rows = args.log_rows or (20000 if args.quick else 232070)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(args.systems) - set(SYSTEMS))
+    if unknown:
+        p.error(f"unknown system(s): {', '.join(unknown)}")
+    return args
+
+
+# --- the systems ------------------------------------------------------------------------------
+
+
+class Trigger:
+    """pgferry or Londiste through their command lines (``repl_systems``)."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.pair = rig.pair
+
+    def attach(self) -> dict:
+        rig = self.rig
+        rig.setup()
+        rig.root("add-table", qualified(PROBE))
+        ready = _wait_ready(rig, READY_TIMEOUT_S)
+        rig.leaf("add-table", *(qualified(t) for t in (*TABLES, PROBE)))
+        wait_for(
+            "all tables ok on the leaf",
+            lambda: (s := rig.leaf_states()) and len(s) == 5 and all(x == "ok" for x in s),
+            600,
+        )
+        rig.leaf("add-seq", *(qualified(s) for s in SEQUENCES))
+        self.caught_up(300)
+        return ready
+
+    def daemons(self) -> dict[str, int]:
+        rig = self.rig
+        files = {
+            "ticker": rig.ticker_pidfile,
+            "root worker": rig.root_pidfile,
+            "leaf worker": rig.leaf_pidfile,
+        }
+        return {name: pid for name, f in files.items() if (pid := read_pid(f)) is not None}
+
+    def caught_up(self, timeout: float) -> None:
+        self.rig.wait_caught_up(timeout)
+
+    def ticks_between(self, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+        rows = (
+            self.pair.conn("root")
+            .execute(
+                self.rig._q(
+                    "select t.tick_time from {q}.tick t join {q}.queue q"
+                    " on q.queue_id = t.tick_queue where q.queue_name = %s"
+                    " and t.tick_time between %s and %s order by t.tick_id"
+                ),
+                (QUEUE, start, end),
+            )
+            .fetchall()
+        )
+        return [r[0] for r in rows]
+
+    def lag(self) -> float:
+        return self.rig.consumer_position()[1]
+
+    def batches(self, log_from: int) -> dict:
+        lines = self.rig.log_since(log_from, keep=10**7)
+        if isinstance(self.rig, LondisteRig):
+            found = [(int(m[1]), float(m[2])) for m in map(LONDISTE_BATCH.search, lines) if m]
+            if not found:
+                return {}
+            return {
+                "batches": len(found),
+                "events_median": statistics.median(c for c, _ in found),
+                "seconds_median": statistics.median(s for _, s in found),
+                "seconds_p95": percentile([s for _, s in found], 95),
+            }
+        rows = [m for m in map(PGFERRY_BATCH.search, lines) if m]
+        if not rows:
+            return {}
+        col = {
+            k: [float(m[i]) for m in rows]
+            for i, k in enumerate(("ups", "dels", "total", "summary", "apply", "commit"), 1)
+        }
+        return {
+            "batches": len(rows),
+            "events_median": statistics.median(
+                u + d for u, d in zip(col["ups"], col["dels"], strict=True)
+            ),
+            "seconds_median": round(statistics.median(col["total"]), 4),
+            "seconds_p95": percentile(col["total"], 95),
+            "summary_median": round(statistics.median(col["summary"]), 4),
+            "apply_median": round(statistics.median(col["apply"]), 4),
+            "commit_median": round(statistics.median(col["commit"]), 4),
+        }
+
+    def log_size(self) -> int:
+        return self.rig.log_size()
+
+    def stop(self) -> None:
+        self.rig.stop_all()
+
+
+class Native:
+    """PostgreSQL's own logical replication: a publication and a subscription."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+
+    def attach(self) -> dict:
+        tables = sql.SQL(", ").join(sql.Identifier(SCHEMA, t) for t in (*TABLES, PROBE))
+        self.pair.conn("leaf").execute(sql.SQL("truncate {}").format(tables))
+        self.pair.conn("root").execute(
+            sql.SQL("create publication {} for table {}").format(
+                sql.Identifier(PUBLICATION), tables
+            )
+        )
+        self.pair.conn("leaf").execute(
+            sql.SQL("create subscription {} connection {} publication {}").format(
+                sql.Identifier(SUBSCRIPTION),
+                sql.Literal(self.pair.dsn("root")),
+                sql.Identifier(PUBLICATION),
+            )
+        )
+        wait_for(
+            "subscription tables ready",
+            lambda: (
+                self.pair.scalar(
+                    "leaf",
+                    "select count(*) filter (where srsubstate = 'r') from pg_subscription_rel",
+                )
+                == 5
+            ),
+            600,
+        )
+        self.caught_up(300)
+        return {}
+
+    def daemons(self) -> dict[str, int]:
+        return {}
+
+    def caught_up(self, timeout: float) -> None:
+        target = self.pair.scalar("root", "select pg_current_wal_lsn()")
+        wait_for(
+            "subscriber to confirm the root's WAL position",
+            lambda: bool(
+                self.pair.scalar(
+                    "root",
+                    "select coalesce(bool_and(replay_lsn >= %s::pg_lsn), false)"
+                    " from pg_stat_replication",
+                    (str(target),),
+                )
+            ),
+            timeout,
+            poll=0.05,
+        )
+
+    def ticks_between(self, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+        return []
+
+    def lag(self) -> float | None:
+        return self.pair.scalar(
+            "root",
+            "select extract(epoch from max(replay_lag))::float8 from pg_stat_replication",
+        )
+
+    def batches(self, log_from: int) -> dict:
+        return {}
+
+    def log_size(self) -> int:
+        return 0
+
+    def stop(self) -> None:
+        leaf = self.pair.conn("leaf")
+        leaf.execute(sql.SQL("drop subscription if exists {}").format(sql.Identifier(SUBSCRIPTION)))
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+class Probes:
+    """One probe row every ``every`` seconds on the root; the leaf polled for them."""
+
+    def __init__(self, pair: Pair, every: float, poll: float) -> None:
+        self.pair = pair
+        self.every = every
+        self.poll = poll
+        self.written = 0
+        self.insert_s: list[float] = []
+        self.latency: dict[int, float] = {}
+        self.polls = 0
+        self.errors: list[str] = []
+        self._stop_writing = threading.Event()
+        self._stop_polling = threading.Event()
+        self._writer = threading.Thread(target=self._write, daemon=True)
+        self._poller = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> Probes:
+        self._poller.start()
+        self._writer.start()
+        return self
+
+    def _write(self) -> None:
+        with connect(
+            self.pair.dsn("root"), autocommit=True, application_name="bench-probe"
+        ) as conn:
+            start = conn.execute(
+                sql.SQL("select coalesce(max(id), 0) from {}").format(sql.Identifier(SCHEMA, PROBE))
+            ).fetchone()[0]
+            query = sql.SQL("insert into {} (id, at) values (%s, clock_timestamp())").format(
+                sql.Identifier(SCHEMA, PROBE)
+            )
+            self.first_id = start + 1
+            next_at = time.monotonic()
+            while not self._stop_writing.is_set():
+                t0 = time.monotonic()
+                conn.execute(query, (start + self.written + 1,))
+                self.insert_s.append(time.monotonic() - t0)
+                self.written += 1
+                next_at += self.every
+                self._stop_writing.wait(max(0.0, next_at - time.monotonic()))
+
+    def _read(self) -> None:
+        query = sql.SQL(
+            "select extract(epoch from statement_timestamp() - at)::float8, id from {}"
+            " where id > %s order by id"
+        ).format(sql.Identifier(SCHEMA, PROBE))
+        with connect(self.pair.dsn("leaf"), autocommit=True, application_name="bench-poll") as conn:
+            last = conn.execute(
+                sql.SQL("select coalesce(max(id), 0) from {}").format(sql.Identifier(SCHEMA, PROBE))
+            ).fetchone()[0]
+            while not self._stop_polling.is_set():
+                try:
+                    for lat, pid in conn.execute(query, (last,)).fetchall():
+                        self.latency[pid] = lat
+                        last = max(last, pid)
+                    self.polls += 1
+                except psycopg.Error as exc:
+                    self.errors.append(str(exc).splitlines()[0])
+                time.sleep(self.poll)
+
+    def stop_writing(self) -> None:
+        self._stop_writing.set()
+        self._writer.join()
+
+    def stop(self, timeout: float) -> None:
+        wait_for("every probe on the leaf", lambda: len(self.latency) >= self.written, timeout)
+        self._stop_polling.set()
+        self._poller.join()
+
+
+def latency_phase(
+    system: Trigger | Native, args: argparse.Namespace, outdir: Path, tag: str
+) -> dict:
+    pair = system.pair
+    log_from = system.log_size()
+    started = pair.scalar("root", "select clock_timestamp()")
+    probes = Probes(pair, args.probe_ms / 1000, args.poll_ms / 1000).start()
+    load_res: dict = {}
+    try:
+        if args.no_load:
+            time.sleep(args.bench_s)
+        else:
+            load_res = Load(pair, args.bench_s, outdir, tag).start().wait()
+    finally:
+        probes.stop_writing()
+    ended = pair.scalar("root", "select clock_timestamp()")
+    probes.stop(120)
+    values = list(probes.latency.values())
+    ticks = system.ticks_between(started, ended)
+    gaps = [(b - a).total_seconds() for a, b in zip(ticks, ticks[1:], strict=False)]
+    res = {
+        "load": load_res,
+        "probes": len(values),
+        "probe_insert_median_s": round(statistics.median(probes.insert_s), 4),
+        "p50_s": round(percentile(values, 50), 4),
+        "p95_s": round(percentile(values, 95), 4),
+        "p99_s": round(percentile(values, 99), 4),
+        "max_s": round(max(values), 4),
+        "min_s": round(min(values), 4),
+        "mean_s": round(statistics.fmean(values), 4),
+        "polls": probes.polls,
+        "poll_errors": probes.errors[:3],
+        "ticks": len(ticks),
+        "tick_gap_median_s": round(statistics.median(gaps), 4) if gaps else None,
+        "tick_gap_p95_s": round(percentile(gaps, 95), 4) if gaps else None,
+        "apply": system.batches(log_from),
+        "raw_latency_s": [round(v, 4) for v in values],
+    }
+    return res
+
+
+def check(system: Trigger | Native) -> dict:
+    system.caught_up(300)
+    res = compare_sides(system.pair)
+    counts = [
+        system.pair.scalar(
+            side, sql.SQL("select count(*) from {}").format(sql.Identifier(SCHEMA, PROBE))
+        )
+        for side in ("root", "leaf")
+    ]
+    res["probe_rows"] = counts
+    res["equal"] = res["equal"] and counts[0] == counts[1]
+    return res
+
+
+def idle_phase(system: Trigger | Native, args: argparse.Namespace, load_end: float) -> dict:
+    pair = system.pair
+    own = {s: {pair.conn(s).info.backend_pid} for s in ("root", "leaf")}
+    sides = [
+        Side("root", pair.conn("root"), pair.root.datadir, own["root"]),
+        Side("leaf", pair.conn("leaf"), pair.leaf.datadir, own["leaf"]),
+    ]
+    out: dict = {}
+    for window, start_at in (("after_load", 0.0), ("steady", float(args.settle_s))):
+        if window == "steady" and args.settle_s <= 0:
+            continue
+        wait = load_end + start_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        t_start = pair.scalar("root", "select clock_timestamp()")
+        res = measure_idle(sides, system.daemons(), args.idle_s)
+        t_end = pair.scalar("root", "select clock_timestamp()")
+        res["ticks"] = len(system.ticks_between(t_start, t_end))
+        res["lag_at_end_s"] = system.lag()
+        res["starts_after_load_s"] = round(start_at, 1)
+        out[window] = res
+    return out
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
+    workdir = workroot / name
+    outdir = workdir / "out"
+    print(f"[{name}] clusters and seed data", flush=True)
+    extra = {"wal_level": "logical"} if name == "native" else None
+    pair = make_pair(name, workdir, extra=extra)
+    outdir.mkdir(parents=True, exist_ok=True)
+    result: dict = {}
+    system: Trigger | Native | None = None
+    try:
+        result["seed_rows"] = load_seed(pair, args.base_rows, args.log_rows)
+        for side in ("root", "leaf"):
+            pair.conn(side).execute(PROBE_SQL)
+        if name == "native":
+            system = Native(pair)
+        else:
+            system = Trigger(RIGS[name](pair, workdir, with_seqs=True, verbose=name == "pgferry"))
+        t0 = time.monotonic()
+        result["attach"] = system.attach()
+        result["attach"]["seconds"] = round(time.monotonic() - t0, 1)
+        print(f"[{name}] latency ({args.bench_s} s)", flush=True)
+        result["latency"] = latency_phase(system, args, outdir, name)
+        load_end = time.monotonic()
+        lat = result["latency"]
+        print(
+            f"[{name}] latency p50 {lat['p50_s']} p95 {lat['p95_s']} p99 {lat['p99_s']}"
+            f" max {lat['max_s']} s, {lat['probes']} probes, {lat['ticks']} ticks",
+            flush=True,
+        )
+        result["check"] = check(system)
+        print(f"[{name}] idle ({args.idle_s} s windows)", flush=True)
+        result["idle"] = idle_phase(system, args, load_end)
+        for window, res in result["idle"].items():
+            print(
+                f"[{name}] idle {window}: replication cpu {res['replication_cpu_s']} s"
+                f" {res['cpu_s']}, rows {res['rows']}, commits {res['commits']},"
+                f" wal {res['wal_bytes']} B, ticks {res['ticks']}, lag {res['lag_at_end_s']}",
+                flush=True,
+            )
+    except (BenchError, psycopg.Error, subprocess.SubprocessError) as exc:
+        result["error"] = str(exc).splitlines()[0]
+        print(f"[{name}] FAILED: {result['error']}", flush=True)
+    finally:
+        if system is not None:
+            result["leaf_log_tail"] = system.rig.log_tail(30) if isinstance(system, Trigger) else []
+            try:
+                system.stop()
+            except Exception as exc:  # noqa: BLE001 - the clusters go anyway
+                print(f"[{name}] stop: {exc}", flush=True)
+        if args.keep:
+            print(f"[{name}] kept: {workdir}, {pair.root.base_dir} {pair.leaf.base_dir}")
+            pair.close()
+        else:
+            pair.destroy()
+    return result
+
+
+def report(systems: dict) -> None:
+    names = list(systems)
+    rows = [
+        ("latency p50 (s)", lambda r: r["latency"]["p50_s"]),
+        ("latency p95 (s)", lambda r: r["latency"]["p95_s"]),
+        ("latency p99 (s)", lambda r: r["latency"]["p99_s"]),
+        ("latency max (s)", lambda r: r["latency"]["max_s"]),
+        ("probes", lambda r: r["latency"]["probes"]),
+        ("source tps", lambda r: r["latency"]["load"].get("tps")),
+        ("ticks during load", lambda r: r["latency"]["ticks"]),
+        ("tick gap median (s)", lambda r: r["latency"]["tick_gap_median_s"]),
+        ("batch seconds median", lambda r: r["latency"]["apply"].get("seconds_median")),
+        ("tables equal", lambda r: r["check"]["equal"]),
+    ]
+    for window in ("after_load", "steady"):
+        rows += [
+            (
+                f"idle {window}: replication CPU (s)",
+                lambda r, w=window: r["idle"][w]["replication_cpu_s"],
+            ),
+            (
+                f"idle {window}: daemons CPU (s)",
+                lambda r, w=window: r["idle"][w]["cpu_s"]["daemons"],
+            ),
+            (
+                f"idle {window}: backends CPU (s)",
+                lambda r, w=window: r["idle"][w]["cpu_s"]["backends"],
+            ),
+            (
+                f"idle {window}: daemon children CPU (s)",
+                lambda r, w=window: r["idle"][w]["cpu_s"]["daemon_children"],
+            ),
+            (
+                f"idle {window}: server other CPU (s)",
+                lambda r, w=window: r["idle"][w]["cpu_s"]["server_other"],
+            ),
+            (f"idle {window}: rows written", lambda r, w=window: r["idle"][w]["rows"]),
+            (f"idle {window}: transactions", lambda r, w=window: r["idle"][w]["commits"]),
+            (f"idle {window}: WAL bytes", lambda r, w=window: r["idle"][w]["wal_bytes"]),
+            (f"idle {window}: ticks", lambda r, w=window: r["idle"][w]["ticks"]),
+            (f"idle {window}: lag at end (s)", lambda r, w=window: r["idle"][w]["lag_at_end_s"]),
+        ]
+    print()
+    print("| figure | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for label, get in rows:
+        cells = []
+        for n in names:
+            try:
+                value = get(systems[n])
+            except (KeyError, TypeError):
+                value = "-"
+            cells.append(f"{value:.4g}" if isinstance(value, float) else str(value))
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if "londiste" in args.systems and not LondisteRig.available():
+        print("Londiste not installed (/usr/bin/londiste, /usr/bin/pgqd): skipping it")
+        args.systems.remove("londiste")
+    started = dt.datetime.now(dt.UTC)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+    ).stdout.strip()
+    doc: dict = {
+        "benchmark": "latency",
+        "started": started.isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "commit": commit,
+        "loadavg_start": os.getloadavg(),
+        "machine": machine(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "systems": {},
+    }
+    workroot = Path(tempfile.mkdtemp(prefix="pgferry-latency-"))
+    os.chmod(workroot, 0o755)
+    try:
+        for name in args.systems:
+            try:
+                doc["systems"][name] = run_system(name, args, workroot)
+            except Exception as exc:  # noqa: BLE001 - keep the other systems' figures
+                doc["systems"][name] = {
+                    "error": f"{exc.__class__.__name__}: {exc}".splitlines()[0],
+                    "traceback": traceback.format_exc().splitlines()[-6:],
+                }
+                print(f"[{name}] crashed: {doc['systems'][name]['error']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workroot, ignore_errors=True)
+    doc["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    doc["loadavg_end"] = os.getloadavg()
+    out = args.out or RESULTS_DIR / f"latency_{started:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    report(doc["systems"])
+    print(f"\nload average: start {doc['loadavg_start']}, end {doc['loadavg_end']}")
+    print(f"raw results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""What the worker does while nothing happens: wait, and look cheaply whether to wake.
+
+An idle worker should cost next to nothing, yet notice within ``loop_delay`` anything an
+operator asks of it.  :class:`IdleWatch` gives the loop three answers:
+
+* :meth:`IdleWatch.wait` blocks until the provider's next tick (a notification), a signal
+  or the end of ``loop_delay``: no CPU between them.
+* :meth:`IdleWatch.take_due` says whether the provider may have a batch: a tick was
+  announced, the last loop applied one, the connection is new, or the batch choice depends
+  on time (``pgq_keep_lag``, ``pgq_batch_collect_interval``).  Otherwise the provider is not
+  asked at all (asking writes the consumer's row there).
+* :meth:`IdleWatch.quiet` says whether a whole loop can be skipped: no tick came, every
+  table is ``ok``, no compare request waits, nothing periodic is due, and one query (the
+  *wake state*) shows that nothing the loop reads has changed since the last full loop:
+  the registry rows, the sequences' positions (a root publishes them ahead), compare
+  requests, the node's rows and its provider, pause and ``uptodate``.
+
+Periodic writes are spaced out while idle: the heartbeat (``local_state.last_seen``) at
+most every ``HEARTBEAT_EVERY`` seconds (a batch refreshes it too; at once after an error or
+a pause change), the watermark when the node's position moved or every
+``WATERMARK_REFRESH`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgferry.queue import api as queue_api
+
+# Seconds between heartbeat writes while idle: last_seen is at most this old on a live
+# worker (an idle queue's tick, every ticker_idle_period, refreshes it too).
+HEARTBEAT_EVERY = 60.0
+# Seconds after which an unchanged watermark is reported again.
+WATERMARK_REFRESH = 60.0
+# Seconds after which an idle worker runs a whole loop even though nothing seems to have
+# changed (what the wake state does not cover: a destination's columns, Spark's start).
+FULL_LOOP_EVERY = 60.0
+# Seconds after which the provider is asked for a batch without a tick announced.
+TAKE_EVERY = 60.0
+
+# One statement, so one round trip on an autocommit connection.  xmin changes with every
+# insert and update of a row; a deleted row drops out of the text.
+WAKE_STATE = sql.SQL(
+    """
+    select md5(concat_ws('|',
+             (select string_agg(concat_ws(',', t.table_name, t.xmin), ';' order by t.table_name)
+                from ferry.table_info t where t.queue_name = %(q)s),
+             (select string_agg(concat_ws(',', s.seq_name, s.xmin,
+                                          pg_sequence_last_value(to_regclass(s.seq_name))),
+                                ';' order by s.seq_name)
+                from ferry.seq_info s where s.queue_name = %(q)s),
+             (select string_agg(concat_ws(',', r.consumer_name, r.xmin), ';'
+                                order by r.consumer_name)
+                from ferry.sync_request r where r.queue_name = %(q)s),
+             (select concat_ws(',', n.xmin) from ferry_node.node_info n
+               where n.queue_name = %(q)s),
+             (select string_agg(concat_ws(',', l.node_name, l.xmin), ';' order by l.node_name)
+                from ferry_node.node_location l where l.queue_name = %(q)s),
+             (select string_agg(concat_ws(',', s.consumer_name, s.provider_node, s.paused,
+                                          s.uptodate), ';' order by s.consumer_name)
+                from ferry_node.local_state s where s.queue_name = %(q)s))),
+           coalesce((select bool_and(t.merge_state = 'ok') from ferry.table_info t
+                      where t.queue_name = %(q)s and t.local), true)
+             and not exists (select 1 from ferry.sync_request r where r.queue_name = %(q)s)
+    """
+)
+
+
+@dataclass(frozen=True)
+class WakeState:
+    signature: str
+    settled: bool  # every table ok and no compare request: nothing runs beside the loop
+
+
+def wake_state(conn: psycopg.Connection, queue: str) -> WakeState:
+    row = conn.execute(WAKE_STATE, {"q": queue}).fetchone()
+    assert row is not None
+    return WakeState(row[0], bool(row[1]))
+
+
+class IdleWatch:
+    """The worker's idle bookkeeping (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.tick_heard = False  # a tick was announced since the provider was last asked
+        self.applied = False  # the last loop did some work (a batch)
+        self.polling = False  # a provider that does not announce its ticks: ask every loop
+        self._baseline: WakeState | None = None
+        self._full_at = 0.0  # when the last whole loop ran
+        self._taken_at = 0.0  # when the provider was last asked for a batch
+        self._heartbeat_at = 0.0
+        self._heartbeat_now = True  # start, error, pause change: write one at once
+        self._watermark_at = time.monotonic()  # the first a period after start
+        self._watermark_moved = True
+
+    # --- the wait ------------------------------------------------------------------------
+    def wait(
+        self,
+        provider: psycopg.Connection | None,
+        queue: str,
+        seconds: float,
+        wait_readable: Callable[[list[int], float], set[int]],
+        stop: Callable[[], bool],
+    ) -> None:
+        """Until the provider's next tick of ``queue``, a signal or ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while not stop() and not self.listen(provider, queue):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            open_ = provider is not None and not provider.closed
+            wait_readable([provider.fileno()] if open_ else [], left)  # type: ignore[union-attr]
+
+    def listen(self, provider: psycopg.Connection | None, queue: str) -> bool:
+        """Whether a tick of ``queue`` was announced (read without waiting, no round trip:
+        notifications arrive on their own, also while other statements run)."""
+        if provider is not None and not provider.closed:
+            try:
+                if queue_api.wait_for_tick(provider, queue, 0):
+                    self.tick_heard = True
+            except psycopg.Error:
+                self.tick_heard = True  # broken: the next loop reconnects
+        return self.tick_heard
+
+    def connected(self, announces: bool) -> None:
+        """A new provider connection (ask it at once); ``announces``: it notifies its
+        ticks (queue version 8)."""
+        self.polling = not announces
+        self.tick_heard = True
+
+    # --- what to do ----------------------------------------------------------------------
+    def take_due(self, timed_batches: bool) -> bool:
+        """Whether to ask the provider for a batch now."""
+        now = time.monotonic()
+        due = (
+            timed_batches
+            or self.polling
+            or self.tick_heard
+            or self.applied
+            or now - self._taken_at >= TAKE_EVERY
+        )
+        if due:
+            self.tick_heard = False
+            self._taken_at = now
+        return due
+
+    def quiet(self, conn: psycopg.Connection | None, queue: str, copying: bool) -> bool:
+        """Whether this loop can be skipped (see the module docstring).
+
+        A loop that is not skipped takes the wake state read here as its baseline, so a
+        change made while it runs wakes the next one.
+        """
+        now = time.monotonic()
+        busy = self.applied or self.tick_heard or self.polling or copying
+        if conn is None or busy or self._periodic_due(now):
+            self._baseline = None
+            self._full_at = now
+            return False
+        state = wake_state(conn, queue)
+        if state.settled and state == self._baseline and now - self._full_at < FULL_LOOP_EVERY:
+            return True
+        self._baseline = state if state.settled else None
+        self._full_at = now
+        return False
+
+    def _periodic_due(self, now: float) -> bool:
+        return self.heartbeat_due(now) or (
+            self._watermark_moved and now - self._watermark_at >= self.watermark_period
+        )
+
+    watermark_period = 5.0  # the worker sets its watermark_period
+
+    # --- periodic writes -----------------------------------------------------------------
+    def heartbeat_due(self, now: float) -> bool:
+        return self._heartbeat_now or now - self._heartbeat_at >= HEARTBEAT_EVERY
+
+    def heartbeat_done(self) -> None:
+        """A heartbeat was written, or a batch refreshed last_seen."""
+        self._heartbeat_at = time.monotonic()
+        self._heartbeat_now = False
+
+    def heartbeat_soon(self) -> None:
+        """After an error or a pause change: last_seen, uptodate and the error line must
+        follow at once."""
+        self._heartbeat_now = True
+
+    def watermark_due(self, moved: bool) -> bool:
+        """Whether to report the watermark now; ``moved``: the node's position changed."""
+        now = time.monotonic()
+        self._watermark_moved = self._watermark_moved or moved
+        if now - self._watermark_at < self.watermark_period:
+            return False
+        if not self._watermark_moved and now - self._watermark_at < WATERMARK_REFRESH:
+            return False
+        self._watermark_at = now
+        self._watermark_moved = False
+        return True
