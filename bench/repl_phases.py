@@ -56,11 +56,10 @@ def _settle(rig: Rig, d: Durations) -> None:
 
 
 def _wait_ready(rig: Rig, timeout: float) -> dict:
-    """Wait until the leaf worker is in its steady state (pgferry: Spark up and warm).
+    """Wait until the leaf worker runs (:meth:`Rig.leaf_ready`).
 
-    A production worker runs long before an add-table; one started just before the phase
-    would otherwise start Spark during the copy.  The raw pipe runs after the wait too, so
-    that Spark's start does not slow it down.  Londiste has nothing to wait for.
+    A caught-up pgferry worker runs without Spark: the copy starts it, and its start is part
+    of the copy's time, as in production.
     """
     t0 = time.monotonic()
     ready = rig.leaf_ready()

@@ -26,11 +26,6 @@ LEAF_NODE = "dst1_digoal_01"
 ROOT_JOB = "l3_src_digoal_01"
 LEAF_JOB = "l3_dst1_digoal_01"
 COMMAND_TIMEOUT = 600
-# pgferry's leaf worker logs this at DEBUG once its Spark session is up (pipeline/spark.py).
-SPARK_STARTED = "Spark session started"
-# Spark's Python worker daemon (pgferry's, or PySpark's own when the setting is overridden):
-# runs under the worker process once a job has used it.
-SPARK_DAEMONS = ("pgferry.pipeline.daemon", "pyspark.daemon")
 
 
 class Rig:
@@ -55,6 +50,7 @@ class Rig:
         self.ticker_ini = workdir / "conf" / "ticker.ini"
         self.consumer = LEAF_JOB
         self.leaf_started_at = 0  # leaf log size when the leaf worker was last started
+        self.leaf_settings: dict[str, str] = {}  # more settings of pgferry's leaf ini
 
     # --- to be provided by each system --------------------------------------------------
     def command(self, ini: Path, *args: str) -> list[str]:
@@ -274,40 +270,6 @@ class Rig:
         return text[-lines:]
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _runs_module(pid: int, modules: tuple[str, ...]) -> bool:
-    """Whether ``pid`` is ``python -m MODULE ...`` for one of ``modules``.
-
-    (The JVM's command line names the daemon module too, as a setting.)
-    """
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return len(argv) > 2 and argv[1] == "-m" and argv[2] in modules
-
-
 def _kill(pid: int) -> None:
     import signal
 
@@ -343,7 +305,8 @@ class PgferryRig(Rig):
                 f"queue_name = {QUEUE}\n"
                 f"logfile = {self.dir}/log/%(job_name)s.log\n"
                 f"pidfile = {self.dir}/pid/%(job_name)s.pid\n"
-                "parallel_copies = 16\n",
+                "parallel_copies = 16\n"
+                + "".join(f"{k} = {v}\n" for k, v in self._extra(side).items()),
                 encoding="utf-8",
             )
         self.ticker_ini.write_text(
@@ -366,22 +329,17 @@ class PgferryRig(Rig):
         if name:
             self.consumer = name
 
-    def leaf_ready(self) -> bool:
-        """The worker's Spark session is up and has run its warm-up job.
+    def _extra(self, side: str) -> dict[str, str]:
+        return self.leaf_settings if side == "leaf" else {}
 
-        A worker that has been running for a while has both; a freshly started one starts
-        Spark in the background once caught up.  The session start is logged at DEBUG
-        (``-v``); the warm-up job leaves Spark's Python worker daemon running under the
-        worker process, which is checked with or without ``-v``.
+    def leaf_ready(self) -> bool:
+        """The leaf worker runs (it is caught up once ``wait_caught_up`` returns).
+
+        A caught-up worker runs without Spark (it starts for a copy or after large batches
+        and stops when unused, ``spark_idle_timeout``), so the copy phases include Spark's
+        start, as they would in production.
         """
-        pid = read_pid(self.leaf_pidfile)
-        if pid is None or not pid_alive(pid):
-            return False
-        if self.worker_flags:
-            lines = self.log_since(self.leaf_started_at, keep=10**6)
-            if not any(SPARK_STARTED in line for line in lines):
-                return False
-        return any(_runs_module(p, SPARK_DAEMONS) for p in _descendants(pid))
+        return self.leaf_running()
 
     def leaf_states(self) -> list[str | None]:
         rows = (

@@ -11,9 +11,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 
 def is_terminal() -> bool:
     return sys.stdout.isatty()
@@ -27,6 +24,10 @@ def print_table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None
 ) -> None:
     if is_terminal():
+        # Loaded only here: every command module imports this one, the worker too (2 MB).
+        from rich.console import Console
+        from rich.table import Table
+
         table = Table(title=title, show_lines=False)
         for header in headers:
             table.add_column(header)
