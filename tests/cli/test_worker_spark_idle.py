@@ -1,5 +1,9 @@
-"""A worker's Spark comes up for a copy and goes, with its JVM, once unused: the caught-up
-worker's whole process tree is small again and replay goes on."""
+"""A worker's Spark comes up for work that needs it and goes, with its JVM, once unused.
+
+A small table is copied without Spark; a batch too large for the driver is applied on the
+driver and brings Spark up once the worker is caught up; unused, it goes, and the caught-up
+worker's whole process tree is small again while replay goes on.
+"""
 
 from __future__ import annotations
 
@@ -84,7 +88,12 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
     sql(db_a, "insert into t select g, 'v' || g from generate_series(1, 2000) g")
     root_ini = write_ini("src", db_a)
     leaf_ini = write_ini(
-        "dst", db_b, loop_delay="0.1", spark_master="local[1]", spark_idle_timeout="3"
+        "dst",
+        db_b,
+        loop_delay="0.1",
+        spark_master="local[1]",
+        spark_idle_timeout="3",
+        replay_local_events="1000",
     )
     assert cli(root_ini, "create-root", "src").code == 0
     assert cli(leaf_ini, "create-leaf", "dst", f"--provider={db_a}").code == 0
@@ -100,14 +109,25 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
         with ticking(db_a):
             ok = "select merge_state from ferry.table_info"
             wait_until(lambda: sql(db_b, ok) == [("ok",)], timeout=180, what="the copy")
-            assert "Spark session started" in log.read_text()  # the copy needed it
+            assert "Spark session started" not in log.read_text()  # copied on the driver
+            assert not has_jvm(worker.pid)
+
+            # A batch of 2,000 events is over replay_local_events: applied on the driver,
+            # it brings Spark up once the worker is caught up.
+            sql(db_a, "update t set v = 'after'")
+            after = "select count(*) from t where v = 'after'"
+            wait_until(lambda: sql(db_b, after) == [(2000,)], timeout=60, what="replay")
+            wait_until(
+                lambda: "Spark session started" in log.read_text(), timeout=120, what="Spark"
+            )
             wait_until(lambda: not has_jvm(worker.pid), timeout=60, what="the JVM to go")
             assert "Spark unused for 3 s: stopping it" in log.read_text()
             assert rss_mb(worker.pid) < GOAL_MB
+
             # Replay goes on without Spark.
-            sql(db_a, "update t set v = 'after' where id % 10 = 0")
-            after = "select count(*) from t where v = 'after'"
-            wait_until(lambda: sql(db_b, after) == [(200,)], timeout=60, what="replay")
+            sql(db_a, "update t set v = 'later' where id % 10 = 0")
+            later = "select count(*) from t where v = 'later'"
+            wait_until(lambda: sql(db_b, later) == [(200,)], timeout=60, what="replay")
             assert not has_jvm(worker.pid)
     finally:
         worker.terminate()

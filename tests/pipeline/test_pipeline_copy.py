@@ -1,4 +1,5 @@
-"""Initial copy: one snapshot for all tables, conditions, renames, odd names, retried tasks."""
+"""Initial copy: one snapshot for all tables, conditions, renames, odd names, retried tasks;
+the tests marked with the ``path`` fixture run both on the driver and through Spark."""
 
 from __future__ import annotations
 
@@ -34,6 +35,21 @@ def _pair_tables(connstr: str, rows: int = 0) -> None:
         )
 
 
+@pytest.fixture(params=["driver", "spark"])
+def path(request, monkeypatch, spark):
+    """Which way ``copy_tables`` copies (threads of the driver, or Spark tasks) and a
+    function giving it the session that records whether Spark was asked for."""
+    monkeypatch.setattr(copy_pkg, "LOCAL_PAGES", 10**9 if request.param == "driver" else -1)
+    asked: list[bool] = []
+
+    def session():
+        asked.append(True)
+        return spark
+
+    yield session
+    assert asked == ([True] if request.param == "spark" else [])
+
+
 def test_block_ranges_cover_everything() -> None:
     assert block_ranges(10) == [(None, None)]
     ranges = block_ranges(20_000, parallelism=2)
@@ -62,7 +78,7 @@ def test_task_groups_one_task_per_slot_balanced_by_size() -> None:
     assert [len(g) for g in task_groups(units, slots=0, max_parallel=None)] == [9]
 
 
-def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, monkeypatch) -> None:
+def test_copy_tables_share_one_snapshot_under_concurrent_writes(path, both, monkeypatch) -> None:
     src, dst = both
     _pair_tables(src, rows=60_000)
     _pair_tables(dst)
@@ -92,7 +108,7 @@ def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, mon
         while written[0] < 20 and time.monotonic() < deadline:
             time.sleep(0.01)
         result = copy_tables(
-            spark, src, dst, [CopyTask("public.pay", "public.pay"), CopyTask("ledger", "ledger")]
+            path, src, dst, [CopyTask("public.pay", "public.pay"), CopyTask("ledger", "ledger")]
         )
         before_end = written[0]
     finally:
@@ -115,7 +131,7 @@ def test_copy_tables_share_one_snapshot_under_concurrent_writes(spark, both, mon
     assert one(dst, "select reltuples from pg_class where relname = 'pay'") > 0
 
 
-def test_copy_condition_rename_and_unicode_names(spark, both) -> None:
+def test_copy_condition_rename_and_unicode_names(path, both) -> None:
     src, dst = both
     run_sql(
         src,
@@ -134,7 +150,7 @@ def test_copy_condition_rename_and_unicode_names(spark, both) -> None:
         """insert into "other place"."Ren amed" values (1, 'old', 'old', -1)""",
     )
     task = CopyTask('"Mixed Case"."Tåble Ω"', '"other place"."Ren amed"', '"Key" % 10 = 0')
-    result = copy_tables(spark, src, dst, [task])
+    result = copy_tables(path, src, dst, [task])
     assert result.rows == {'"other place"."Ren amed"': 100}
     rows = fetch(
         dst, 'select "Key", "Col A", "ünï", extra from "other place"."Ren amed" order by "Key"'
@@ -213,8 +229,8 @@ def _copy_group_failing_once(folder: Path, stage: str) -> Callable[[CopyJob, lis
 
 
 @pytest.mark.parametrize("stage", ["mid", "after"])
-def test_retried_task_neither_duplicates_nor_loses(spark, both, tmp_path, monkeypatch, stage):
-    """A failed Spark job is run again: a range whose first attempt failed is copied once.
+def test_retried_task_neither_duplicates_nor_loses(path, both, tmp_path, monkeypatch, stage):
+    """Failed tasks are run again: a range whose first attempt failed is copied once.
 
     ``copy_tables`` maps the task groups through ``copy_group`` as named in
     ``pgferry.pipeline.copy``; the test puts a failing one there (see
@@ -227,7 +243,7 @@ def test_retried_task_neither_duplicates_nor_loses(spark, both, tmp_path, monkey
     monkeypatch.setattr(copy_plan, "RANGE_BLOCKS", 32)
     monkeypatch.setattr(copy_pkg, "copy_group", _copy_group_failing_once(tmp_path, stage))
     tasks = [CopyTask("pay", "pay"), CopyTask("ledger", "ledger")]
-    result = copy_tables(spark, src, dst, tasks)
+    result = copy_tables(path, src, dst, tasks)
     # The hook really fired (and the failed attempts were retried).
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"ledger.{stage}", f"pay.{stage}"]
     assert result.rows == {"pay": 20_000, "ledger": 20_000}
@@ -281,7 +297,7 @@ from generate_series(1, 3000) g
 """
 
 
-def test_binary_copy_where_types_match_text_where_they_do_not(spark, both) -> None:
+def test_binary_copy_where_types_match_text_where_they_do_not(path, both) -> None:
     src, dst = both
     for connstr in (src, dst):
         run_sql(connstr, "create type mood as enum ('ok', 'sad')")
@@ -305,7 +321,7 @@ def test_binary_copy_where_types_match_text_where_they_do_not(spark, both) -> No
     copy_plan.binary_compatible = spy
     try:
         tasks = [CopyTask("typed", "typed"), CopyTask("plain", "plain"), CopyTask("plain", "other")]
-        result = copy_tables(spark, src, dst, tasks)
+        result = copy_tables(path, src, dst, tasks)
     finally:
         copy_plan.binary_compatible = real
     assert chosen == {"typed": False, "plain": True, "other": False}

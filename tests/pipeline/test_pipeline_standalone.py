@@ -43,6 +43,8 @@ from pgferry.pipeline.copy import CopyTask, copy_tables
 from pgferry.pipeline.spark import get_spark
 
 master, src, dst = sys.argv[1:4]
+import pgferry.pipeline.copy as copy_pkg
+copy_pkg.LOCAL_PAGES = compare.LOCAL_PAGES = -1  # small tables too: on the cluster
 spark = get_spark(master=master, app_name="pgferry-standalone-test",
                   settings={"spark.executor.memory": "512m", "spark.cores.max": "2"})
 assert spark.sparkContext.master == master
@@ -53,7 +55,7 @@ compared = compare_tables(spark, src, dst, [CompareTask("events", "events"),
 # The CLI in the same process reuses the session on the cluster.
 code = main(["diff", src, "events", dst, "events", "--set", "spark_master=" + master])
 run_sql(dst, "update events set payload = '{}' where id in (7, 19999)")
-compare.LOCAL_PAGES = 0  # the cluster's figures of a changed table, for the driver's
+# The cluster's figures of a changed table, for the driver's and local Spark's.
 cond = "id % 5 <> 1"
 (changed,) = compare_tables(spark, src, dst, [CompareTask("events", "events", cond, cond)])
 print(json.dumps({"rows": copied.rows, "match": [c.matches for c in compared],

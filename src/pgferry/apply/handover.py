@@ -33,6 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg import conninfo
@@ -168,6 +169,7 @@ class CopyRun:
     waiting: bool = False  # the provider does not hold the tables in state ok yet
     cancelled: threading.Event = field(default_factory=threading.Event)
     _job_group: str = field(default_factory=lambda: f"pgferry-copy-{uuid.uuid4().hex[:12]}")
+    _spark: Any = None  # the session, once the copy asked for it
 
     @property
     def consumer(self) -> str:
@@ -186,10 +188,17 @@ class CopyRun:
         if not self.running():
             return
         self.cancelled.set()
-        with contextlib.suppress(Exception):  # no session, or already stopped
-            self.spark_factory().sparkContext.cancelJobGroup(self._job_group)
+        if self._spark is not None:  # a copy on the driver never started Spark
+            with contextlib.suppress(Exception):  # already stopped
+                self._spark.sparkContext.cancelJobGroup(self._job_group)
         assert self.thread is not None
         self.thread.join(timeout=wait)
+
+    def _session(self):
+        """The worker's Spark session, the copy's job group set on it."""
+        self._spark = self.spark_factory()
+        self._spark.sparkContext.setJobGroup(self._job_group, "pgferry copy", True)
+        return self._spark
 
     def _run(self) -> None:
         try:
@@ -240,10 +249,8 @@ class CopyRun:
                                                   exprs, excluded, sets, only, strict=True)
             ]  # fmt: skip
             log.info("Copying %s", ", ".join(names))
-            spark = self.spark_factory()
-            spark.sparkContext.setJobGroup(self._job_group, "pgferry copy", True)
             result = copy_tables(
-                spark,
+                self._session,  # called only for tables too large for the driver
                 self.provider_dsn,
                 replica_dsn(self.local_dsn),
                 tasks,

@@ -32,7 +32,7 @@ class TableInfo:
     name: str
     columns: tuple[Column, ...]
     pkey: tuple[str, ...]
-    pages: int  # heap size in blocks when resolved
+    pages: int  # heap size in blocks when resolved (a partitioned table: its partitions')
     est_rows: int  # planner estimate (reltuples); -1 when unknown
     display: str  # 'schema.table' as format('%I.%I') prints it
     partitioned: bool = False  # no heap of its own: no TID ranges
@@ -70,7 +70,12 @@ def relation(schema: str, name: str, partitioned: bool) -> sql.Composable:
 
 _TABLE_SQL = """
 select c.oid, n.nspname, c.relname, c.relkind,
-       (pg_relation_size(c.oid) / current_setting('block_size')::int)::bigint,
+       -- a partitioned table's rows all live in its partitions: their heaps count
+       (case when c.relkind = 'p'
+             then (select coalesce(sum(pg_relation_size(t.relid)), 0)
+                     from pg_partition_tree(c.oid) t)
+             else pg_relation_size(c.oid)
+        end / current_setting('block_size')::int)::bigint,
        c.reltuples::bigint, format('%%I.%%I', n.nspname, c.relname)
 from pg_class c join pg_namespace n on n.oid = c.relnamespace
 where c.oid = to_regclass(%s)

@@ -7,6 +7,10 @@ whose tasks copy the ranges (:mod:`.task`, on the executors; what they receive i
 then rebuilds the indexes and ANALYZEs.  Each range is recorded in
 ``ferry_copy.range_done`` in the transaction that copies it, so when the job fails it is
 simply run again: finished ranges are skipped, rows are never duplicated nor lost.
+
+Tables of at most :data:`LOCAL_PAGES` pages in all are copied by threads of the driver
+running the same task code, without starting Spark (``spark`` may be a function that
+returns the session, called only when it is needed).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pgferry.db import connect, describe
@@ -25,7 +30,6 @@ from pgferry.pipeline.copy.plan import CopyTask, block_ranges, estimates, plan_t
 from pgferry.pipeline.copy.task import BlockRange, CopyJob, copy_group
 from pgferry.pipeline.progress import TableProgress
 from pgferry.pipeline.snapshot import exported_snapshot
-from pgferry.pipeline.spark import job_error
 from pgferry.pipeline.tables import resolve_table
 
 __all__ = ["CopyResult", "CopyTask", "block_ranges", "copy_tables", "task_groups"]
@@ -33,6 +37,11 @@ __all__ = ["CopyResult", "CopyTask", "block_ranges", "copy_tables", "task_groups
 log = logging.getLogger(__name__)
 
 JOB_RETRIES = 2
+# Tables of at most this many 8 kB pages in all (~8 MB, the same bound as compare's) are
+# copied on the driver: a Spark job's start (seconds, a JVM of a few hundred MB) would cost
+# more than the copy, whose work is done by the two servers either way.
+LOCAL_PAGES = 1000
+DRIVER_SLOTS = 2  # threads of the driver copying ranges at once
 
 
 @dataclass
@@ -43,7 +52,7 @@ class CopyResult:
 
 
 def copy_tables(
-    spark,
+    spark,  # a SparkSession, or a callable that returns one (started only when needed)
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CopyTask],
@@ -73,9 +82,11 @@ def copy_tables(
         with connect(dst_connstr, autocommit=True) as conn:
             dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
             same_major = conn.info.server_version // 10000 == src_major
-        plans, ranges = plan_tables(
-            tasks, sources, dests, spark.sparkContext.defaultParallelism, binary=same_major
-        )
+        session = None
+        if sum(src.pages for src in sources) > LOCAL_PAGES:
+            session = spark() if callable(spark) else spark
+        slots = DRIVER_SLOTS if session is None else session.sparkContext.defaultParallelism
+        plans, ranges = plan_tables(tasks, sources, dests, slots, binary=same_major)
         job = CopyJob(src_connstr, dst_connstr, snap.snapshot_id, copy_id, tuple(plans))
         prepare_destination(dst_connstr, tasks, dests)
         prepared_at = time.monotonic()
@@ -85,7 +96,10 @@ def copy_tables(
         with TableProgress(
             "copy", totals, lambda: done_rows(dst_connstr, copy_id), enabled=progress
         ):
-            _run_job(spark, job, ranges, max_parallel, cancelled)
+            if session is None:
+                _run_on_driver(job, ranges, max_parallel, cancelled)
+            else:
+                _run_job(session, job, ranges, max_parallel, cancelled)
         copied_at = time.monotonic()
         rows = done_rows(dst_connstr, copy_id)
     finish_destination(dst_connstr, dests, copy_id)
@@ -100,6 +114,31 @@ def copy_tables(
     for table, count in result.rows.items():
         log.info("copy %s: %d rows", table, count)
     return result
+
+
+def _run_on_driver(
+    job: CopyJob,
+    ranges: list[BlockRange],
+    max_parallel: int | None,
+    cancelled: threading.Event | None,
+) -> None:
+    """The tasks of :func:`_run_job`, run by threads here; failed ones are run again the
+    same way (finished ranges are skipped)."""
+    groups = task_groups(ranges, DRIVER_SLOTS, max_parallel)
+    log.debug("copy: %d ranges in %d groups on the driver", len(ranges), len(groups))
+    for attempt in range(JOB_RETRIES + 1):
+        with ThreadPoolExecutor(len(groups), thread_name_prefix="pgferry-copy-task") as pool:
+            outcomes = [pool.submit(copy_group, job, group) for group in groups]
+        errors = [f.exception() for f in outcomes if f.exception() is not None]
+        if not errors:
+            return
+        if cancelled is not None and cancelled.is_set():
+            raise PgferryError("copy cancelled")
+        first = errors[0]
+        message = str(first) if isinstance(first, PgferryError) else repr(first)
+        if attempt == JOB_RETRIES:
+            raise DatabaseError(f"copy failed: {message}") from None
+        log.warning("copy tasks failed (%s); retrying unfinished ranges", message)
 
 
 def _run_job(
@@ -123,6 +162,8 @@ def _run_job(
         except Exception as exc:
             if cancelled is not None and cancelled.is_set():
                 raise PgferryError("copy cancelled") from None
+            from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
+
             message = job_error(exc)
             if attempt == JOB_RETRIES:
                 raise DatabaseError(f"copy failed: {message}") from None
