@@ -116,7 +116,8 @@ def test_copy_beside_replay(pair, monkeypatch, kill: str) -> None:
             worker = pair.worker()
 
     _changes(pair.root_dsn, rng, 30)
-    pair.catch_up(worker)
+    # b's copy starts Spark (a, small, was copied without it): its start is part of the wait.
+    pair.catch_up(worker, timeout=180)
     assert _state(pair) == "ok"
     assert _rows(pair, "leaf", "a") == _rows(pair, "root", "a")
     assert _rows(pair, "leaf", "b") == _rows(pair, "root", "b")
