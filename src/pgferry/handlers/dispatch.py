@@ -174,8 +174,8 @@ class Dispatch(Handler):
         )
         columns = events.columns()
         if columns is not None:
-            starts = events.periods(of_row=self.field is not None)
-            for start in partitions.missing(conn, naming, starts):
+            periods = events.periods(of_row=self.field is not None)
+            for start in partitions.missing(conn, naming, periods[0]):
                 partitions.create(
                     conn,
                     naming,
@@ -186,7 +186,7 @@ class Dispatch(Handler):
                 )
             if self.args["row_mode"] == "keep_latest":
                 done.deletes = events.delete_replaced(naming)
-            ins, dels = events.write(naming, starts, columns, self.args["row_mode"])
+            ins, dels = events.write(naming, periods, columns, self.args["row_mode"])
             done.upserts, done.deletes = ins, done.deletes + dels
         self._retention(conn, naming)
         return done

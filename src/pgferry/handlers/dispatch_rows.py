@@ -77,26 +77,27 @@ class BatchRows:
             k=key, s=select, ev=sql.Identifier(_EV)
         )
 
-    def periods(self, of_row: bool) -> list[datetime]:
-        """The periods of the rows to write (a NULL date is an error of the batch).
-        ``of_row``: the period comes from the row (else from the event alone, which spares
-        decoding the images; a period whose rows are all deleted again in the batch then
-        gets its partition too)."""
+    def periods(self, of_row: bool) -> tuple[list[datetime], list[datetime]]:
+        """The periods of the rows to write and of the rows to delete (a NULL date of a
+        row to write is an error of the batch).  ``of_row``: the period comes from the row
+        (else from the event alone, which spares decoding the images; a period whose rows
+        are all deleted again in the batch then gets its partition too)."""
         if of_row:
-            query = sql.SQL("select distinct {} from ({}) x where {} <> 'D' order by 1").format(
-                sql.Identifier(_PART), self._rows(), sql.Identifier(_OP)
+            query = sql.SQL("select distinct {}, {} = 'D' from ({}) x order by 1").format(
+                sql.Identifier(_PART), sql.Identifier(_OP), self._rows()
             )
         else:
             query = sql.SQL(
-                "select distinct {} from {} e where {} and e.ev_type !~ '^D:' order by 1"
+                "select distinct {}, e.ev_type ~ '^D:' from {} e where {} order by 1"
             ).format(self.part, self.stage, self.where)
         rows = self.conn.execute(query).fetchall()
-        if any(r[0] is None for r in rows):
+        if any(r[0] is None and not r[1] for r in rows):
             raise HandlerError(
                 f"dispatch: a row of {self.parent.as_string(self.conn)} has no time to choose"
                 " its partition by (NULL part_field)"
             )
-        return [r[0] for r in rows]
+        writes = sorted({r[0] for r in rows if not r[1]})
+        return writes, sorted({r[0] for r in rows if r[1] and r[0] is not None})
 
     def delete_replaced(self, naming: partitions.Naming) -> int:
         """keep_latest: remove the versions of keys updated or deleted in the batch, in
@@ -117,33 +118,45 @@ class BatchRows:
         return max(cur.rowcount, 0)
 
     def write(
-        self, naming: partitions.Naming, starts: list[datetime], columns: list[str], row_mode: str
+        self,
+        naming: partitions.Naming,
+        periods: tuple[list[datetime], list[datetime]],
+        columns: list[str],
+        row_mode: str,
     ) -> tuple[int, int]:
         """Insert (plain: upsert, or delete) each row in its partition, in one statement;
         returns (rows written, rows deleted)."""
         cols = sql.SQL(", ").join(map(sql.Identifier, columns))
         upsert = _on_conflict(self.dest.pk, columns) if row_mode == "plain" else sql.SQL("")
         ctes, writes, deletes = [], [], []
+        starts, deleted = periods
+        # keep_all: versions go in in event order (a serial key then follows it).
+        order: sql.Composable = sql.SQL("")
+        if self.keep_all:
+            order = sql.SQL(" order by d.{}").format(sql.Identifier(_EV))
         for i, (table, here) in enumerate(self._targets(naming, starts)):
             ins = sql.Identifier(f"i{i}")
             ctes.append(
                 sql.SQL(
                     "{ins} as (insert into {t} ({cols}) select {cols} from _ferry_rows d"
-                    " where d.{op} <> 'D'{here} order by d.{ev}{upsert} returning 1)"
+                    " where d.{op} <> 'D'{here}{order}{upsert} returning 1)"
                 ).format(
                     ins=ins,
                     t=table,
                     cols=cols,
                     op=sql.Identifier(_OP),
                     here=here,
-                    ev=sql.Identifier(_EV),
+                    order=order,
                     upsert=upsert,
-                )  # fmt: skip
+                )
             )
             writes.append(sql.SQL("(select count(*) from {})").format(ins))
         if row_mode == "plain":  # a delete goes to the partition of the deleted image
             match = sql.SQL(" and ").join(sql.SQL("t.{c} = d.{c}").format(c=c) for c in self.key)
-            for j, (table, here) in enumerate(self._targets(naming, self._delete_periods(naming))):
+            if not self.dest.declarative:  # partitions that never were hold nothing to delete
+                absent = set(partitions.missing(self.conn, naming, deleted))
+                deleted = [s for s in deleted if s not in absent]
+            for j, (table, here) in enumerate(self._targets(naming, deleted)):
                 dele = sql.Identifier(f"d{j}")
                 ctes.append(
                     sql.SQL(
@@ -179,19 +192,6 @@ class BatchRows:
             )
             for s in starts
         ]
-
-    def _delete_periods(self, naming: partitions.Naming) -> list[datetime]:
-        """plain: the periods of the deleted images (that have a partition here)."""
-        rows = self.conn.execute(
-            sql.SQL("select distinct {} from ({}) x where {} = 'D' and {} is not null").format(
-                sql.Identifier(_PART), self._rows(), sql.Identifier(_OP), sql.Identifier(_PART)
-            )
-        ).fetchall()
-        starts = [r[0] for r in rows]
-        if self.dest.declarative:
-            return starts  # the parent finds the row wherever it is
-        absent = set(partitions.missing(self.conn, naming, starts))
-        return [s for s in starts if s not in absent]
 
 
 def _on_conflict(pk: tuple[str, ...], columns: list[str]) -> sql.Composable:
