@@ -152,6 +152,29 @@ def test_event_time_keep_all(pair):
     assert len(_children(c, "leaf", "public.ev")) == 1
 
 
+def test_null_date_stops_replay(pair):
+    c = pair
+    c.sql("root", "create table ev (id int primary key, day date)")
+    c.sql("leaf", "create table ev (id int primary key, day date)")
+    c.add("root", "ev")
+    args = ["part_mode=date_field", "part_field=day", "period=year", "row_mode=keep_latest"]
+    c.add("leaf", "ev", handler="dispatch", handler_args=args, expect_sync=True)
+    c.sql("root", "insert into ev values (1, null)")
+    c.sql("root", "update ev set day = '2024-05-01'")  # the last version has a date: fine
+    c.sql("root", "insert into ev values (2, '2023-01-01')")
+    c.catch_up("leaf")
+    assert c.sql("leaf", "select id, day::text, tableoid::regclass::text from ev order by id") == [
+        (1, "2024-05-01", "ev_2024"),
+        (2, "2023-01-01", "ev_2023"),
+    ]
+    c.sql("root", "insert into ev values (3, null)")
+    c.tick()
+    with pytest.raises(Exception, match="NULL part_field"):
+        for _ in range(20):
+            c.worker("leaf").work()
+    assert c.sql("leaf", "select count(*) from ev")[0][0] == 2  # the batch rolled back
+
+
 def test_bad_dispatch_arguments(pair):
     c = pair
     c.sql("root", "create table ev (id int primary key, at date, v text)")

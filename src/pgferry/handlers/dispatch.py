@@ -170,11 +170,11 @@ class Dispatch(Handler):
                 conn.execute(sql.SQL("truncate {}").format(naming.parent_ident))
         keep_all = self.args["row_mode"] == "keep_all"
         events = dispatch_rows.BatchRows(
-            staged, dest, barrier, self._part_expr(staged, dest), keep_all
+            staged, dest, barrier, self._part_expr(staged, dest), keep_all, self.field
         )
         columns = events.columns()
         if columns is not None:
-            periods = events.periods(of_row=self.field is not None)
+            periods = events.periods()
             for start in partitions.missing(conn, naming, periods[0]):
                 partitions.create(
                     conn,
