@@ -110,6 +110,8 @@ def _add(known: dict[str, Known], cls: Any, origin: str, strict: bool = True) ->
         problem = f"{cls!r} is not a pgferry.handlers.Handler subclass"
     elif not cls.name:
         problem = f"{cls.__name__} has no name"
+    elif cls.mode == "events" and cls.apply is Handler.apply:
+        problem = f"{cls.__name__} takes events but has no apply() of its own"
     elif cls.name in known or cls.name in ALIASES:
         taken = known[cls.name].origin if cls.name in known else "an alias"
         problem = f"handler name {cls.name} is taken ({taken})"
