@@ -34,12 +34,13 @@ def pair(make_cascade, db_a, db_b):
     return c
 
 
-def test_batch_time_keep_latest(pair):
+@pytest.mark.parametrize("mode", ["batch_time", "current_time"])
+def test_batch_time_keep_latest(pair, mode):
     c = pair
     c.sql("root", "create table ev (id int primary key, v text)")
     c.sql("leaf", "create table ev (id int primary key, v text)")
     c.add("root", "ev")
-    args = ["part_mode=batch_time", "period=hour", "row_mode=keep_latest"]
+    args = [f"part_mode={mode}", "period=hour", "row_mode=keep_latest"]
     c.add("leaf", "ev", handler="dispatch", handler_args=args, expect_sync=True)
     c.sql("root", "insert into ev select g, 'v' || g from generate_series(1, 40) g")
     c.catch_up("leaf")
@@ -175,7 +176,7 @@ def test_null_date_stops_replay(pair):
     assert c.sql("leaf", "select count(*) from ev")[0][0] == 2  # the batch rolled back
 
 
-def test_bad_dispatch_arguments(pair):
+def test_bad_dispatch_arguments(pair, new_db_b):
     c = pair
     c.sql("root", "create table ev (id int primary key, at date, v text)")
     c.sql("leaf", "create table ev (id int primary key, at date, v text)")
@@ -205,6 +206,12 @@ def test_bad_dispatch_arguments(pair):
         line = _one_error(c.cli("leaf", "add-table", *args))
         assert message in line, (args, line)
         assert c.sql("leaf", "select count(*) from ferry.table_info where local")[0][0] == 0
+    c.node("branch", new_db_b(None), "branch", "root")
+    c.sql("branch", "create table ev (id int primary key, at date, v text)")
+    line = _one_error(c.cli("branch", "add-table", "ev", *ok))
+    assert "dispatch is for leaf nodes" in line
+    listed = c.cli("leaf", "show-handlers", "dispatch")
+    assert listed.code == 0 and "retention_period" in listed.out
 
 
 def test_partition_names():

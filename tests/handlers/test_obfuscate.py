@@ -202,7 +202,7 @@ def test_changed_key_is_refused(tmp_path: Path, rules_file: Path):
         handler_registry.use_modules(())
 
 
-def test_bad_obfuscate_inputs(make_cascade, db_a, db_b, tmp_path, rules_file):
+def test_bad_obfuscate_inputs(make_cascade, db_a, db_b, new_db_b, tmp_path, rules_file):
     c = make_cascade(obfuscator_key=KEY)
     c.node("root", db_a, "root")
     c.node("leaf", db_b, "leaf", "root")
@@ -245,6 +245,14 @@ def test_bad_obfuscate_inputs(make_cascade, db_a, db_b, tmp_path, rules_file):
     c.paths["bare"] = bare
     result = c.cli("bare", "add-table", "users", "--handler=obfuscate", rules(good))
     assert result.code != 0 and "needs the ini setting obfuscator_key" in result.err
-    # Not on a root (nothing is replayed there).
+    # Not on a branch (it would pass the original values on), nor on a root.
+    c.node("branch", new_db_b(None), "branch", "root")
+    c.sql("branch", USERS)
+    result = c.cli("branch", "add-table", "users", "--handler=obfuscate", rules(good))
+    assert result.code != 0 and "obfuscate is for leaf nodes" in result.err
+    # show-handlers lists what an operator gives, not what add-table stores.
+    listed = c.cli("leaf", "show-handlers")
+    line = next(x for x in listed.out.splitlines() if x.startswith("obfuscate"))
+    assert "[map]" in line and "rules" not in line and "key_id" not in line
     result = c.cli("root", "add-table", "other", "--force", "--handler=obfuscate")
     assert result.code != 0 and "for branch and leaf nodes only" in result.err

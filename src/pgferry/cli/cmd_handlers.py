@@ -49,6 +49,7 @@ def cmd_show_handlers(ctx: Context, argv: list[str]) -> int:
                             "doc": p.doc,
                         }
                         for p in known[n].cls.params
+                        if not p.computed
                     ],
                 }
                 for n in names
@@ -61,7 +62,7 @@ def cmd_show_handlers(ctx: Context, argv: list[str]) -> int:
             [
                 (
                     n + "".join(f" ({a})" for a in aliases[n]),
-                    " ".join(p.usage() for p in known[n].cls.params),
+                    " ".join(p.usage() for p in known[n].cls.params if not p.computed),
                     known[n].cls.summary()
                     + ("" if known[n].origin == "built-in" else f" [{known[n].origin}]"),
                 )
@@ -89,6 +90,7 @@ def cmd_show_handlers(ctx: Context, argv: list[str]) -> int:
                         p.doc,
                     )
                     for p in cls.cls.params
+                    if not p.computed
                 ],
             )
     return 0
