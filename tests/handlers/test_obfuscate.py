@@ -15,6 +15,7 @@ import pytest
 from pgferry.config import load_config
 from pgferry.handlers import obfuscate_rules
 from pgferry.handlers import registry as handler_registry
+from pgferry.pipeline import copy as copy_pipeline
 
 KEY = "s3cret-obfuscator-key"
 RULES = """
@@ -120,7 +121,11 @@ def rules_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_obfuscated_copy_and_replay(make_cascade, db_a, db_b, new_db_b, rules_file, pg_b):
+def test_obfuscated_copy_and_replay(
+    make_cascade, db_a, db_b, new_db_b, rules_file, pg_b, monkeypatch
+):
+    # The copy runs as a Spark job, as for a large table (the settings travel to its tasks).
+    monkeypatch.setattr(copy_pipeline, "LOCAL_PAGES", 0)
     c = make_cascade(obfuscator_key=KEY, obfuscator_map=str(rules_file))
     c.node("root", db_a, "root")
     c.node("leaf", db_b, "leaf", "root")
