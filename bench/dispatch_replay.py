@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -254,6 +255,7 @@ def main(argv: list[str]) -> None:
             leaf.close()
         c_root.destroy()
         c_leaf.destroy()
+        shutil.rmtree(workdir, ignore_errors=True)
     end_load = os.getloadavg()
     total_events = sum(events_per_round)
     summary = {}
