@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 # Goals of the replication issue.
-GOAL_CATCHUP_FACTOR = 5.0
+GOAL_CATCHUP_FACTOR = 10.0
+GOAL_NATIVE_FACTOR = 2.5
 GOAL_LAG_P95_S = 2.5
 GOAL_COPY_FACTOR = 3.0
 
@@ -82,6 +83,37 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str]]:
         add("catchup: worker start -> Spark session up (s)", "catchup", "spark_started_s")
     if factor:
         rows.append(("catchup: pgferry / Londiste", factor, "", ""))
+    ev_n = _get(results, "native", "catchup", "events_per_s")
+    if ev_n is not None:
+        rows.append(
+            (
+                "catchup: native LR backlog events",
+                _fmt(_get(results, "native", "catchup", "backlog_events")),
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "catchup: native LR caught up (s)",
+                _fmt(_get(results, "native", "catchup", "catchup_s")),
+                "",
+                "",
+            )
+        )
+        rows.append(("catchup: native LR events/s", _fmt(ev_n), "", ""))
+        if isinstance(ev_p, float) and isinstance(ev_n, float) and ev_n:
+            rows.append(
+                (
+                    "catchup: pgferry / native LR",
+                    f"{ev_p / ev_n:.2f}x",
+                    "",
+                    f">= {GOAL_NATIVE_FACTOR:g}x",
+                )
+            )
+        rows.append(
+            ("catchup: native LR tables equal", _fmt(_equal(results, "native", "catchup")), "", "")
+        )
     add_equal("catchup")
     add("lag: source tps", "lag", "source_tps")
     add("lag: samples (1/s)", "lag", "samples")
@@ -115,7 +147,7 @@ def print_report(results: dict) -> None:
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
-    for system in ("pgferry", "londiste"):
+    for system in ("pgferry", "londiste", "native"):
         res = results.get(system, {})
         if res.get("error"):
             print(f"\n{system} FAILED: {res['error']}")

@@ -8,7 +8,8 @@ For each system, on its own throw-away root + leaf cluster pair with its own tic
   (pgferry: its Spark session is up; the wait is recorded as ``worker_ready_wait_s``);
 * steady-state consumer lag under the seed load, sampled every second;
 * catch-up: leaf worker stopped, seed load for BACKLOG_S seconds, final tick, worker started,
-  time until the consumer's last tick reaches it; events/s = backlog events / time.
+  time until the consumer's last tick reaches it; events/s = backlog events / time.  The same
+  for native logical replication (``repl_native.py``: subscription disabled during the load).
 
 After every phase the leaf is caught up and all four tables are compared (count + checksum).
 Figures are printed as a table and written as JSON under ``bench/results/``.
@@ -37,6 +38,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repl_env import BenchError, compare_sides, load_seed, make_pair  # noqa: E402
+from repl_native import run_native  # noqa: E402
 from repl_phases import Durations, catch_up, copy_tables, steady_lag  # noqa: E402
 from repl_report import print_report  # noqa: E402
 from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
@@ -57,6 +59,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--phases", default=",".join(PHASES), help="comma list of " + ",".join(PHASES))
     p.add_argument("--skip-londiste", action="store_true")
     p.add_argument("--skip-pgferry", action="store_true")
+    p.add_argument(
+        "--skip-native",
+        action="store_true",
+        help="no native logical replication catch-up (run with the catchup phase)",
+    )
     p.add_argument("--no-seqs", action="store_true", help="do not replicate the two sequences")
     p.add_argument(
         "--fast-clusters",
@@ -230,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                     "traceback": traceback.format_exc().splitlines()[-6:],
                 }
                 print(f"[{system}] crashed: {doc['systems'][system]['error']}", flush=True)
+        if "catchup" in args.phases and not args.skip_native:
+            doc["systems"]["native"] = run_native(args, workroot)
     finally:
         if not args.keep:
             shutil.rmtree(workroot, ignore_errors=True)
