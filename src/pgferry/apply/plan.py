@@ -17,7 +17,14 @@ from dataclasses import dataclass, replace
 import psycopg
 
 from pgferry.apply import unkeyed
-from pgferry.apply.batch_sql import Segment, events_query, summary_query, table_query
+from pgferry.apply.batch_sql import (
+    Segment,
+    events_query,
+    fold_summary,
+    grouped_summary_query,
+    summary_query,
+    table_query,
+)
 from pgferry.apply.routes import Route, source_columns, types_present
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -133,16 +140,25 @@ def summarize(
     seqs = list(sequences)
     if not active and not seqs and not scripts and not removals:
         return []
-    query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
+    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
+    # filters some table's events by transaction (only the per-table query can).
+    grouped = not any(r.copy_snapshot for r in active)
+    if grouped:
+        query = grouped_summary_query(batch_sql, seqs, segment)
+    else:
+        query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
     try:
         with provider.transaction():
             provider.execute("set transaction read only")  # copy conditions run here
             # Few groups, many rows: hashing beats the sort that the planner's row
             # estimate for a batch (a handful) would choose, and spills to disk.
             provider.execute("set local enable_sort = off")
-            return provider.execute(query.encode()).fetchall()
+            rows = provider.execute(query.encode()).fetchall()
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+    if grouped:
+        return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
+    return rows
 
 
 def count_scripts(summary: list[tuple]) -> int:

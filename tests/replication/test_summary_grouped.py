@@ -1,0 +1,78 @@
+"""The grouped batch summary, folded on the worker, says what the per-table one says."""
+
+from __future__ import annotations
+
+import itertools
+
+from pgferry.apply.batch_sql import (
+    REMOVAL_EVENTS,
+    Segment,
+    fold_summary,
+    grouped_summary_query,
+    summary_query,
+)
+from pgferry.apply.routes import Route
+from pgferry.db import connect
+
+
+def _route(name: str, state: str = "ok") -> Route:
+    schema, table = name.split(".")
+    return Route(
+        name, schema, table, ("id",), ("id", "v"), ("integer", "text"), state, None, None,
+        False, name,
+    )  # fmt: skip
+
+
+ROUTES = [_route("s.mixed"), _route("s.ins"), _route("s.trunc"), _route("s.new", state=None)]
+SEQS = ["s.seq_a", "s.seq_b"]
+
+# (ev_type, ev_data, ev_extra1) in ev_id order from 1
+EVENTS = [
+    ("I:id", '{"id":1}', "s.mixed"),
+    ("I:id", '{"id":1}', "s.ins"),
+    ("SEQ", "5", "s.seq_a"),
+    ("U:id", '{"id":1}', "s.mixed"),
+    ("R", None, "s.trunc"),
+    ("EXECUTE", "create table x()", "script.sql"),
+    ("I:id", '{"id":2}', "s.ins"),
+    ("SEQ", "9", "s.seq_a"),
+    ("SEQ", "not a number", "s.other_seq"),  # not replicated here: never cast
+    ("D:id", '{"id":1}', "s.mixed"),
+    ("I:id", '{"id":3}', "s.trunc"),
+    ("R", None, "s.trunc"),
+    ("U:id", '{"id":3}', "s.trunc"),
+    (REMOVAL_EVENTS[0], "s.gone", "s.gone"),
+    ("I:id", '{"id":4}', "s.new"),  # not copied yet: no row
+    ("I:id", '{"id":5}', "s.elsewhere"),  # not a table of this node
+    ("SEQ", "3", "s.seq_b"),
+    ("custom", "x", "s.mixed"),  # neither a row event nor a truncate
+    ("U:id", '{"id":2}', "s.ins"),
+]
+
+
+def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
+    with connect(pg_a.connstr(db_a), autocommit=True) as conn:
+        conn.execute(
+            "create table ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
+            " ev_type text, ev_data text, ev_extra1 text)"
+        )
+        for ev_id, (ev_type, data, extra1) in enumerate(EVENTS, start=1):
+            conn.execute(
+                "insert into ev (ev_id, ev_type, ev_data, ev_extra1) values (%s, %s, %s, %s)",
+                (ev_id, ev_type, data, extra1),
+            )
+        batch = "select * from ev"
+        segments = [Segment(), Segment(None, 8), Segment(4, 13), Segment(13, None)]
+        seen_kinds = set()
+        for segment, scripts, removals in itertools.product(segments, (False, True), (False, True)):
+            old = conn.execute(
+                summary_query(batch, ROUTES, SEQS, segment, scripts=scripts, removals=removals)
+            ).fetchall()
+            groups = conn.execute(grouped_summary_query(batch, SEQS, segment)).fetchall()
+            new = fold_summary(groups, ROUTES, SEQS, scripts=scripts, removals=removals)
+            key = lambda row: (row[0] is None, row[0] or "")  # noqa: E731
+            assert sorted(new, key=key) == sorted(old, key=key), (segment, scripts, removals)
+            seen_kinds |= {row[0] for row in old}
+        # The cases compared include tables, sequences and the row of scripts / removals.
+        assert {"s.mixed", "s.ins", "s.trunc", "s.seq_a", "s.seq_b", None} <= seen_kinds
+        assert "s.new" not in seen_kinds and "s.elsewhere" not in seen_kinds
