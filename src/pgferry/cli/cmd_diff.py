@@ -45,10 +45,13 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     setup_logging(verbose=verbose, quiet=ctx.quiet or args.quiet)
 
     # Check the tables before Spark starts: bad input fails fast with one line.
-    from pgferry import expressions
     from pgferry.pipeline.tables import require_same_columns, resolve_table
 
-    where = expressions.boolean_expression(args.where, "--where") if args.where else None
+    where = None
+    if args.where:
+        from pgferry import expressions  # pglast: only for a --where
+
+        where = expressions.boolean_expression(args.where, "--where")
     with connect(args.src_connstr, autocommit=True) as conn:
         src = resolve_table(conn, args.src_table, describe(args.src_connstr))
         if where:
@@ -79,7 +82,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.repair import repair_tables
 
     (fixed,) = repair_tables(
-        spark(),
+        spark,
         args.src_connstr,
         args.dst_connstr,
         [task],

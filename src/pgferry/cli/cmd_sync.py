@@ -65,6 +65,19 @@ def _spark(config: Config, verbose: int):
     return spark_for(SparkOptions.from_values(config.values, app, verbose > 1))
 
 
+def _large(config: Config, tasks) -> bool:
+    """Whether a local table is over the driver's limit, so that repair surely needs Spark:
+    then it starts before the sync point, which holds the worker, rather than inside it."""
+    from pgferry.db import connection
+    from pgferry.node.connect import local_connstr
+    from pgferry.pipeline.compare import LOCAL_PAGES
+    from pgferry.pipeline.tables import resolve_table
+
+    with connection(local_connstr(config)) as conn:
+        pages = [resolve_table(conn, t.dest_table).pages for t in tasks]
+    return max(pages) > LOCAL_PAGES
+
+
 def _fmt(config: Config, rows: int, checksum: int) -> str:
     fmt = config.get("compare_fmt", DEFAULT_FMT)
     values = {"cnt": rows, "chksum": checksum if rows else None}
@@ -121,11 +134,11 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.repair import repair_tables
 
     tasks = _tasks(config, args.tables)
-    spark = _spark(config, ctx.verbose)
+    spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         results = repair_tables(
-            spark,
+            spark or (lambda: _spark(config, ctx.verbose)),  # small reads: no Spark
             point.provider_dsn,
             replica_dsn(point.local_dsn),
             tasks,

@@ -12,24 +12,35 @@ import sys
 from pathlib import Path
 
 from pgferry import __version__
-from pgferry.cli.registry import COMMANDS, Context
+from pgferry.cli.registry import COMMANDS, Command, Context
 from pgferry.config import NODE_SECTIONS, TICKER_SECTIONS, parse_set_options
 from pgferry.errors import ConfigError, PgferryError, UsageError
 
-# Modules that register commands; each owns one family of commands.
-COMMAND_MODULES = (
-    "pgferry.cli.cmd_queue",
-    "pgferry.cli.cmd_ticker",
-    "pgferry.cli.cmd_diff",
-    "pgferry.cli.cmd_node",
-    "pgferry.cli.cmd_tables",
-    "pgferry.cli.cmd_handlers",
-    "pgferry.cli.cmd_worker",
-    "pgferry.cli.cmd_sync",
-    "pgferry.cli.cmd_execute",
-    "pgferry.cli.cmd_skip",
-    "pgferry.cli.cmd_cascade",
-)
+# Where each command is registered: a command's module is imported only when that command
+# runs (or for --help, which lists them all), so a run pays only for its own imports.
+# tests/cli/test_command_table.py checks this table against the modules' registrations.
+COMMAND_MODULES = {
+    "pgferry.cli.cmd_queue": ("install", "queues", "consumers"),
+    "pgferry.cli.cmd_ticker": ("ticker",),
+    "pgferry.cli.cmd_diff": ("diff",),
+    "pgferry.cli.cmd_node": (
+        "create-root", "create-branch", "create-leaf", "members", "status", "node-info",
+    ),
+    "pgferry.cli.cmd_tables": (
+        "add-table", "remove-table", "tables", "seqs", "missing", "add-seq", "remove-seq",
+        "resync", "wait-sync",
+    ),
+    "pgferry.cli.cmd_handlers": ("show-handlers", "change-handler"),
+    "pgferry.cli.cmd_worker": ("worker",),
+    "pgferry.cli.cmd_sync": ("compare", "repair"),
+    "pgferry.cli.cmd_execute": ("execute",),
+    "pgferry.cli.cmd_skip": ("skip-event",),
+    "pgferry.cli.cmd_cascade": (
+        "pause", "resume", "tag-dead", "tag-alive", "drop-node", "change-provider",
+        "takeover", "resurrect", "wait-root", "wait-provider",
+    ),
+}  # fmt: skip
+COMMAND_MODULE = {name: module for module, names in COMMAND_MODULES.items() for name in names}
 
 USAGE = """usage: pgferry [switches] CONFIG.ini COMMAND [ARGS]
        pgferry [switches] pgqd.ini ticker
@@ -71,8 +82,18 @@ _FLAG_SWITCHES = {
 
 
 def load_commands() -> None:
+    """Import every command module (for the command list of --help)."""
     for module in COMMAND_MODULES:
         importlib.import_module(module)
+
+
+def load_command(name: str) -> Command | None:
+    """The command ``name``, importing only its own module; None when there is none."""
+    module = COMMAND_MODULE.get(name)
+    if module is None:
+        return None
+    importlib.import_module(module)
+    return COMMANDS[name]
 
 
 def split_argv(argv: list[str]) -> tuple[dict[str, int], list[str], list[str], list[str]]:
@@ -117,7 +138,6 @@ def split_argv(argv: list[str]) -> tuple[dict[str, int], list[str], list[str], l
 
 
 def run(argv: list[str]) -> int:
-    load_commands()
     flags, sets, positionals, rest = split_argv(argv)
     if flags.get("version"):
         print(f"pgferry {__version__}")
@@ -126,6 +146,7 @@ def run(argv: list[str]) -> int:
         config_path, command_name = None, "diff"
     elif flags.get("help") and len(positionals) < 2:
         print(USAGE)
+        load_commands()
         print("commands:")
         for name in sorted(COMMANDS):
             print(f"  {name:<16} {COMMANDS[name].help}")
@@ -149,7 +170,7 @@ def run(argv: list[str]) -> int:
         raise UsageError("expected CONFIG.ini COMMAND (see pgferry --help)")
     else:
         config_path, command_name = Path(positionals[0]), positionals[1]
-    cmd = COMMANDS.get(command_name)
+    cmd = load_command(command_name)
     if cmd is None:
         raise UsageError(f"unknown command: {command_name} (see pgferry --help)")
     if flags.get("help"):

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from pgferry import expressions
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.buckets import (
@@ -180,6 +179,8 @@ def _sum_side(
     """Per global bucket: (rows, checksum) of one side (runs on an executor)."""
     where = [plan.key.predicate(KeyRange(group.lower, group.upper))]
     if side.condition:
+        from pgferry import expressions  # pglast: only for a condition
+
         where.append(expressions.as_sql(side.condition))
     row = sql.SQL("row({})").format(sql.SQL(", ").join(map(sql.Identifier, plan.columns)))
     if plan.by_type:

@@ -27,13 +27,17 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from pgferry import expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.buckets import SESSION_SQL, CompareTask, TablePlan, bucket_groups, prepare
 from pgferry.pipeline.keyranges import KeyRange
+from pgferry.pipeline.repair_local import (
+    local_differences,
+    ordered_columns,
+    read_query,
+    small_read,
+)
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark import job_error
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ class _ReadJob:
 
 
 def repair_tables(
-    spark,
+    spark,  # a SparkSession, or a callable that returns one (started only when needed)
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CompareTask],
@@ -121,10 +125,16 @@ def repair_tables(
             (src_connstr, dst_connstr), (src_snap, dst_snap), tuple(prepared.plans), tuple(work)
         )
         try:
-            diffs = _find_differences(spark, job, len(tasks))
+            if small_read(prepared, work):
+                # Few rows to read: joined here, as starting Spark would cost more.
+                diffs = local_differences(job, len(tasks))
+            else:
+                diffs = _find_differences(spark() if callable(spark) else spark, job, len(tasks))
         except PgferryError:
             raise
         except Exception as exc:
+            from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
+
             raise DatabaseError(f"repair failed: {job_error(exc)}") from None
     results = []
     fix_dir.mkdir(parents=True, exist_ok=True)
@@ -246,25 +256,12 @@ def _key_column(table, nkey: int):
     return pc.binary_join_element_wise(*[table.column(f"c{i}") for i in range(nkey)], "\x00")
 
 
-def _ordered_columns(plan: TablePlan) -> list[str]:
-    """Key columns first, then the rest: the join reads keys at fixed positions."""
-    return list(plan.key.names) + [c for c in plan.columns if c not in plan.key.names]
-
-
 def _read_range(conn: psycopg.Connection, plan: TablePlan, side: int, rng: KeyRange, width: int):
     import pyarrow as pa
     from pyarrow import csv
 
-    names = _ordered_columns(plan)
-    target = plan.src if side == 0 else plan.dst
-    where = [plan.key.predicate(rng)]
-    if target.condition:
-        where.append(expressions.as_sql(target.condition))
-    query = sql.SQL("copy (select {} from {} where {}) to stdout (format csv)").format(
-        sql.SQL(", ").join(map(sql.Identifier, names)),
-        target.relation,
-        sql.SQL(" and ").join(where),
-    )
+    names = ordered_columns(plan)
+    query = sql.SQL("copy ({}) to stdout (format csv)").format(read_query(plan, side, rng))
     buf = io.BytesIO()
     with conn.cursor() as cur, cur.copy(query) as copy:
         for data in copy:
@@ -297,7 +294,7 @@ def _fix_sql(
     diffs: list[tuple],
     result: RepairResult,
 ) -> list[str]:
-    names = _ordered_columns(plan)
+    names = ordered_columns(plan)
     nkey = len(plan.key.names)
     dest_rel = plan.dst.relation
     deletes, updates, inserts = [], [], []

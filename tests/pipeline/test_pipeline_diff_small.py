@@ -1,0 +1,116 @@
+"""Small diffs run on the driver: no PySpark imported, the same result as the Spark path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from pipeline_sql import run_sql
+
+from pgferry.pipeline import compare, keyranges, repair_local
+from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.pipeline.repair import repair_tables
+
+DDL = """create table "Odd t" (id int, k text, "Name" text, price numeric, at timestamptz,
+         b bytea, primary key (id, k))"""
+FILL = """insert into "Odd t" select g, 'k' || (g % 3), 'n' || g, g / 3.0,
+          '2026-01-01'::timestamptz + g * interval '1 h', decode(md5(g::text), 'hex')
+          from generate_series(1, 3000) g"""
+CHANGES = (
+    """delete from "Odd t" where id in (5, 2000)""",
+    """update "Odd t" set "Name" = null where id = 77""",
+    """update "Odd t" set b = '\\x00', at = at + interval '1 s' where id = 1500""",
+    """insert into "Odd t" values (9999, 'x', 'extra, "quoted"', null, null, null)""",
+)
+# Modules whose import means a JVM or Arrow on the driver.
+HEAVY = ("pyspark", "py4j", "pyarrow")
+
+
+def _tables(src: str, dst: str) -> None:
+    for connstr in (src, dst):
+        run_sql(connstr, DDL, FILL, "analyze")
+    run_sql(dst, *CHANGES)
+
+
+def _counting(spark, started: list[str], what: str):
+    def session():
+        started.append(what)
+        return spark
+
+    return session
+
+
+def test_small_diff_imports_no_spark_and_matches_spark_path(
+    spark, both, tmp_path, monkeypatch
+) -> None:
+    src, dst = both
+    _tables(src, dst)
+    fix = tmp_path / "driver.sql"
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pgferry", "diff"]
+        + [src, '"Odd t"', dst, 'public."Odd t"', "--repair", str(fix)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "pgferry.pipeline.repair" in imported  # the check sees the repair path's imports
+    assert not [m for m in imported if m.split(".")[0] in HEAVY]
+    assert "missed 2 inserts, 2 updates, 1 deletes (written to" in proc.stdout
+
+    # The same tables through Spark: compare, then repair of the ranges it found.
+    monkeypatch.setattr(compare, "LOCAL_PAGES", -1)
+    monkeypatch.setattr(repair_local, "LOCAL_ROWS", -1)
+    started: list[str] = []
+    task = CompareTask('"Odd t"', 'public."Odd t"')
+    (result,) = compare_tables(_counting(spark, started, "compare"), src, dst, [task])
+    cli = proc.stdout.splitlines()
+    assert cli[:2] == result.lines()[:2]  # rows and checksums
+    assert [x for x in cli if "differs" in x] == [x for x in result.lines() if "differs" in x]
+    (fixed,) = repair_tables(
+        _counting(spark, started, "repair"),
+        src,
+        dst,
+        [task],
+        fix_dir=tmp_path,
+        fix_file=tmp_path / "spark.sql",
+        apply=False,
+        ranges={task.dest_table: result.ranges},
+    )
+    assert started == ["compare", "repair"]
+    assert fixed.changes == 5
+    assert (tmp_path / "spark.sql").read_text() == fix.read_text()
+
+
+def test_few_rows_in_ranges_of_a_large_table_repair_on_the_driver(
+    spark, both, tmp_path, monkeypatch
+) -> None:
+    src, dst = both
+    _tables(src, dst)
+    monkeypatch.setattr(keyranges, "BUCKET_ROWS", 50)  # many buckets, few of them differ
+    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)  # as if large: compare runs on Spark
+    started: list[str] = []
+    tasks = [CompareTask('"Odd t"', '"Odd t"', "id <> 3", "id <> 3")]
+    (result,) = compare_tables(_counting(spark, started, "compare"), src, dst, tasks)
+    assert started == ["compare"] and len(result.ranges) >= 3
+    fixes = {}
+    for rows in (repair_local.LOCAL_ROWS, -1):  # the driver's join, then Spark's
+        monkeypatch.setattr(repair_local, "LOCAL_ROWS", rows)
+        (fixed,) = repair_tables(
+            _counting(spark, started, f"repair {rows}"),
+            src,
+            dst,
+            tasks,
+            fix_dir=tmp_path,
+            apply=False,
+            ranges={tasks[0].dest_table: result.ranges},
+        )
+        assert (fixed.inserts, fixed.updates, fixed.deletes) == (2, 2, 1)
+        fixes[rows] = fixed.sql_path.read_text()
+    assert started == ["compare", "repair -1"]  # the driver's join started no Spark
+    assert len(set(fixes.values())) == 1
