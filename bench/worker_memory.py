@@ -266,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         "systems": {},
     }
     if not args.skip_pgferry:
-        report["pgferry_imports"] = import_costs()
+        try:
+            report["pgferry_imports"] = import_costs()
+        except (RuntimeError, subprocess.SubprocessError) as exc:  # an older pgferry
+            report["pgferry_imports_error"] = _one_line(exc)
     workroot = Path(tempfile.mkdtemp(prefix="pgferry-memory-"))
     if os.geteuid() == 0:
         shutil.chown(workroot, user="postgres")  # Londiste runs as postgres

@@ -87,10 +87,6 @@ class WorkerSpark:
     def idle_timeout(self) -> float:
         return self.config.getfloat("spark_idle_timeout", IDLE_TIMEOUT)
 
-    def running(self) -> bool:
-        """Whether a session is up (for metrics, tests and the benchmark)."""
-        return self._session is not None
-
     # --- starting ------------------------------------------------------------------------
     def get(self) -> SparkSession:
         """The session, started now if it is not up; raises
