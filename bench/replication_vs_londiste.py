@@ -77,6 +77,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="run pgferry's leaf worker with -v (a log line per batch, Spark start time)",
     )
+    p.add_argument(
+        "--pgferry-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more setting of pgferry's leaf worker ini (repeatable)",
+    )
     p.add_argument("--keep", action="store_true", help="keep clusters and logs for inspection")
     p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
     args = p.parse_args(argv)
@@ -123,6 +130,8 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
     try:
         result["seed_rows"] = load_seed(pair, args.base_rows, args.log_rows)
         rig = RIGS[name](pair, workdir, with_seqs=not args.no_seqs, verbose=args.pgferry_verbose)
+        if name == "pgferry":
+            rig.leaf_settings = dict(kv.split("=", 1) for kv in args.pgferry_setting)
         t0 = time.monotonic()
         rig.setup()
         result["setup_s"] = round(time.monotonic() - t0, 2)
@@ -222,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             "clusters": "fast (fsync off)" if args.fast_clusters else "PostgreSQL defaults",
             "quick": args.quick,
             "pgferry_worker_verbose": args.pgferry_verbose,
+            "pgferry_settings": args.pgferry_setting,
         },
         "systems": {},
     }

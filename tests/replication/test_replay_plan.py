@@ -22,7 +22,7 @@ ROUTES = {
 }
 # name, row events, inserts only, barrier, seq value, first ev_id, last ev_id, scripts
 SUMMARY = [
-    ("s.big", 100, False, None, None, 1001, 1200, 0),
+    ("s.big", 100, True, None, None, 1001, 1200, 0),
     ("s.small", 10, True, 1150, None, 1005, 1190, 0),
     ("s.new", 5, True, None, None, 1002, 1003, 0),
     ("s.seq", 0, False, None, 77, None, None, 0),
@@ -53,10 +53,22 @@ def test_no_ranges_without_read_ahead_and_for_tiny_spans() -> None:
         ("s.big", None),
         ("s.small", None),
     ]
-    one_id = [("s.big", 100, False, 1100, None, 1100, 1100, 0)]
+    one_id = [("s.big", 100, True, 1100, None, 1100, 1100, 0)]
     plan = plan_segment(one_id, ROUTES, [], {}, range_events=10)
     assert len(plan.tables) == 1 and plan.tables[0].span is None
     assert [r.table_name for r in plan.truncate] == ["s.big"]
+
+
+def test_only_insert_only_tables_are_split() -> None:
+    """A table with updates or deletes is read whole: each key collapses to one row."""
+    mixed = [("s.big", 100, False, None, None, 1001, 1200, 0)]
+    plan = plan_segment(mixed, ROUTES, [], {}, range_events=30)
+    assert [(w.route.table_name, w.span) for w in plan.tables] == [("s.big", None)]
+    inserts = [("s.big", 100, True, None, None, 1001, 1200, 0)]
+    assert len(plan_segment(inserts, ROUTES, [], {}, range_events=30).tables) == 4
+    # Read by Spark tasks (each part held whole by the driver): split all the same.
+    split = plan_segment(mixed, ROUTES, [], {}, range_events=30, whole_updates=False)
+    assert len(split.tables) == 4
 
 
 def test_segment_filters() -> None:

@@ -278,6 +278,8 @@ class Replayer:
             seqs,
             src_cols,
             range_events=self.settings.read_range_events if read_ahead else None,
+            # A Spark task hands its whole part to the driver: there ranges bound memory.
+            whole_updates=not use_spark,
             binary=_major(provider) == _major(local),
             provider_types=self.shapes.provider_types(provider, active),
         )

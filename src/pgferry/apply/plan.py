@@ -177,12 +177,15 @@ def plan_segment(
     source_columns: dict[str, frozenset[str] | None],
     *,
     range_events: int | None = None,
+    whole_updates: bool = True,
     binary: bool = False,
     provider_types: Mapping[str, bool] | None = None,
 ) -> SegmentPlan:
     """What the segment holds, per table; with ``range_events`` a table with more row
     events is split into ev_id ranges of about that many, read in parallel and applied in
     ev_id order (each range collapses on its own; a later range overrides an earlier one).
+    With ``whole_updates`` only tables that saw nothing but inserts are split (nothing
+    of theirs collapses); a table with updates or deletes is read whole, each key once.
     ``binary``: both servers are of one major version, so tables whose columns all have
     built-in types move in COPY's binary format (no text output and parsing).
     ``provider_types`` says which of the subscriber's own (not built-in) types the provider
@@ -218,7 +221,12 @@ def plan_segment(
                 binary=binary and route.builtin_types,
                 decode=_decode_types(route, cols, provider_types or {}),
             )  # fmt: skip
-            plan.tables.extend(_split(work, first, last, range_events))
+            # Ranges collapse each on its own: a key updated in several of them is applied
+            # once per range, and the subscriber's apply, not the provider's read, is
+            # what a catch-up waits for.  So with ``whole_updates`` only a table that saw
+            # nothing but inserts is split.
+            split = range_events if work.inserts_only or not whole_updates else None
+            plan.tables.extend(_split(work, first, last, split))
     # First ranges first, larger tables before smaller ones: what is read first is applied
     # first, while the rest is read.
     plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
