@@ -387,7 +387,7 @@ def _unused_copy_consumers(
 ) -> list[str]:
     """The provider consumers a copy of ``table`` may hold that no other table of the node
     copies or catches up through: the one recorded, and the name
-    :class:`~pgferry.apply.handover.CopyRun` gives its group's (registered before it is
+    :class:`~pgferry.apply.copyrun.CopyRun` gives its group's (registered before it is
     recorded).  None for a table in state ok: its copy's consumer went at the hand-over."""
     rows = local.execute(
         """

@@ -5,9 +5,11 @@ At most ``parallel_copies`` tables copy at the same time (a group larger than th
 alone).  A group whose copy failed is tried again after ``exception_sleep`` seconds, one
 whose tables the provider does not hold in state ok yet after a second; its last error is
 kept in ``ferry.table_info.copy_error`` for ``tables`` to show.  Each copy is a
-:class:`~pgferry.apply.handover.CopyRun` thread; this module decides when.  Once copied, a
+:class:`~pgferry.apply.copyrun.CopyRun` thread; this module decides when.  Once copied, a
 group replays its own consumer's batches in the worker's loop (:meth:`Copies.catch_up`),
-never past the main stream's tick, and joins it there (see :mod:`.handover`).
+never past the main stream's tick, and joins it there (see :mod:`.handover`).  A group
+copied from a node upstream of the provider reads that node's queue: this module keeps a
+connection and a replayer for each such node while groups read it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgferry.apply import handover, positions
+from pgferry.apply.batch import Replayer
+from pgferry.apply.copyrun import CopyRun
+from pgferry.apply.read import set_text_format
 from pgferry.apply.routes import Route
 from pgferry.db import connect
-from pgferry.node import model
+from pgferry.errors import NodeError, PgferryError
+from pgferry.node import copynode, model
 from pgferry.queue import api as queue_api
 
 if TYPE_CHECKING:
@@ -39,7 +45,9 @@ class Copies:
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.runs: dict[str, handover.CopyRun] = {}
+        self.runs: dict[str, CopyRun] = {}
+        # Upstream nodes whose queues copied groups read: connection and replayer each.
+        self._sources: dict[str, tuple[psycopg.Connection, Replayer]] = {}
         self._retry_at: dict[str, float] = {}
         self._cleaned = False
 
@@ -69,6 +77,7 @@ class Copies:
             stale = handover.forget_stale_consumers(
                 local, self.worker.provider, queue, node.consumer_name
             )
+            stale += self._forget_upstream(local, node)
             if stale:
                 log.info("Dropped stale copy consumers: %s", ", ".join(stale))
             self._cleaned = True
@@ -79,12 +88,12 @@ class Copies:
                 continue
             if busy and busy + len(group.tables) > limit:
                 break
-            run = handover.CopyRun(
+            run = CopyRun(
                 group=group,
-                queue=queue,
-                main_consumer=node.consumer_name,
+                node=node,
                 local_dsn=self.worker.settings.local_dsn,
                 provider_dsn=dsn,
+                dsn_of=self._dsn_of,
                 spark_factory=self.worker._spark.get,
             )
             run.start()
@@ -113,6 +122,54 @@ class Copies:
         for run in self.runs.values():
             run.cancel()
         self.runs.clear()
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections to upstream nodes (the worker disconnects)."""
+        for conn, replayer in self._sources.values():
+            replayer.close()
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._sources.clear()
+
+    def _dsn_of(self, location: str) -> str:
+        return copynode.dsn_of(self.worker.config)(location)
+
+    def _forget_upstream(self, local: psycopg.Connection, node: model.NodeInfo) -> list[str]:
+        """Group consumers this node left on the queues of nodes above its provider."""
+        stale: list[str] = []
+        try:
+            with local.transaction():
+                above = copynode.upstream(self._dsn_of, node, [])[1:]
+            for peer in above:
+                with connect(peer.dsn, autocommit=True) as conn:
+                    stale += handover.forget_stale_consumers(
+                        local, conn, node.queue_name, node.consumer_name, node.node_name
+                    )
+        except (psycopg.Error, PgferryError) as exc:  # looked at again when a worker starts
+            log.warning("Could not look for stale copy consumers upstream: %s", exc)
+        return stale
+
+    def _source(
+        self, local: psycopg.Connection, node: model.NodeInfo, name: str
+    ) -> tuple[psycopg.Connection, Replayer]:
+        """Connection and replayer for the queue of upstream node ``name``."""
+        found = self._sources.get(name)
+        if found is not None and not found[0].closed:
+            return found
+        if found is not None:
+            found[1].close()
+        with local.transaction():
+            members = {m.node_name: m for m in model.members(local, node.queue_name)}
+        if name not in members:
+            raise NodeError(f"Copy node {name} is no longer a member of the cascade")
+        dsn = self._dsn_of(members[name].node_location)
+        conn = connect(dsn, autocommit=True, application_name="pgferry-worker")
+        set_text_format(conn)
+        replayer = Replayer(self.worker.settings.replay, self.worker._spark)
+        replayer.use_provider(dsn)
+        self._sources[name] = (conn, replayer)
+        return conn, replayer
 
     # --- catching up, in the loop ----------------------------------------------------
     def catch_up(
@@ -130,19 +187,25 @@ class Copies:
             groups = handover.catching_up(local, queue)
         applied, hold_at = False, None
         for group in groups:
+            source, replayer = provider, self.worker.replay
+            if group.node is not None:
+                source, replayer = self._source(local, node, group.node)
             if group.tick != node.last_tick_id:
                 if node.last_tick_id is not None and group.tick > node.last_tick_id:
-                    # The group went past the main stream (a crash in between): the main
-                    # stream takes one tick per batch until it meets the group there.
+                    # The group went past the main stream (a crash in between, or it reads
+                    # an upstream node's queue that was ahead): the main stream takes one
+                    # tick per batch until it meets the group there.
                     hold_at = group.tick if hold_at is None else min(hold_at, group.tick)
                     continue
-                reached = self._catchup_batch(local, provider, node, routes, group)
+                reached = self._catchup_batch(local, source, replayer, node, routes, group)
                 applied = applied or reached is not None
                 if reached != node.last_tick_id:
                     continue
+            if not group.may_join:
+                continue  # at the main stream's tick, but not yet past its copy snapshot
             with local.transaction():
                 handover.join_main(local, queue, group)
-            handover.drop_consumer(provider, queue, group.consumer)
+            handover.drop_consumer(source, queue, group.consumer)
             for table in group.tables:
                 log.info("Table %s is now ok", table)
             return None, None
@@ -152,11 +215,13 @@ class Copies:
         self,
         local: psycopg.Connection,
         provider: psycopg.Connection,
+        replayer: Replayer,
         node: model.NodeInfo,
         routes: dict[str, Route],
         group: handover.CatchUp,
     ) -> int | None:
-        """Apply the group's next batch; the tick the group has reached (None: nothing)."""
+        """Apply the group's next batch from ``provider`` (the queue the group reads); the
+        tick the group has reached (None: nothing)."""
         queue, consumer = node.queue_name, group.consumer
         # Large batches, but never past the main stream's tick: the group meets it there.
         assert node.last_tick_id is not None
@@ -175,8 +240,11 @@ class Copies:
             if name in group.tables
         }
         started = time.monotonic()
-        stats = self.worker.replay.apply(local, provider, node, batch, own, [], catchup=group)
+        stats = replayer.apply(local, provider, node, batch, own, [], catchup=group)
         queue_api.finish_batch(provider, batch_id)
+        if group.filtered:
+            with local.transaction():
+                handover.pass_snapshot(local, queue, group, batch.tick_snapshot)
         self.worker.count_applied(batch, stats, started, f" ({', '.join(group.tables)})")
         return batch.tick_id
 

@@ -9,7 +9,7 @@ from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError, UsageError
-from pgferry.node import connect, model, seqops, tableops
+from pgferry.node import connect, copynode, model, seqops, tableops
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     parser.add_argument(
         "--handler-arg", action="append", default=[], metavar="K=V", help="handler argument"
     )
+    _copy_node_options(parser)
     args = parser.parse_args(argv)
     if args.max_parallel_copy is not None and args.max_parallel_copy < 1:
         raise UsageError("add-table: --max-parallel-copy must be at least 1")
@@ -67,6 +68,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         handler_args=args.handler_arg,
         trigger_flags=args.trigger_flags,
         trigger_args=tuple(args.trigger_arg),
+        copy_node=_copy_node(args),
     )
     with local_tx(config) as conn:
         added = tableops.add_tables(config, conn, args.tables, opts)
@@ -75,6 +77,18 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     if args.wait_sync:
         return _wait_sync(ctx, 1.0, None)
     return 0
+
+
+def _copy_node_options(parser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--copy-node", metavar="NODE", help="copy from NODE, not the provider")
+    which.add_argument(
+        "--find-copy-node", action="store_true", help="copy from the nearest node upstream"
+    )
+
+
+def _copy_node(args) -> str | None:
+    return copynode.FIND if args.find_copy_node else args.copy_node
 
 
 @command("remove-table", "detach tables from the local node")
@@ -206,13 +220,14 @@ def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
 
 @command("resync", "copy tables again from the provider")
 def cmd_resync(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("TABLE... [--all]")
+    parser = ctx.parser("TABLE... [--all] [--copy-node=NODE | --find-copy-node]")
     parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true")
+    _copy_node_options(parser)
     args = parser.parse_args(argv)
     config = start(ctx)
     with local_tx(config) as conn:
-        tableops.resync(config, conn, args.tables, args.all)
+        tableops.resync(config, conn, args.tables, args.all, _copy_node(args))
     return 0
 
 

@@ -20,7 +20,7 @@ from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
-from pgferry.node import capture, connect, handlerops, model
+from pgferry.node import capture, connect, copynode, handlerops, model
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
@@ -48,6 +48,7 @@ class AddTableOptions:
     handler_args: list[str] = field(default_factory=list)  # --handler-arg K=V texts
     trigger_flags: str | None = None  # --trigger-flags, as given (root only)
     trigger_args: tuple[str, ...] = ()  # --trigger-arg, as given (root only)
+    copy_node: str | None = None  # --copy-node=NODE, or copynode.FIND (--find-copy-node)
 
 
 def resolve(
@@ -95,6 +96,7 @@ def add_tables(
             ("--dest-table", opts.dest_table),
             ("--copy-condition", opts.copy_condition),
             ("--create", opts.create),
+            ("--copy-node", opts.copy_node),
         ):
             if value:
                 raise UsageError(f"add-table: {flag} is for branch and leaf nodes only")
@@ -112,8 +114,14 @@ def add_tables(
             "add-table: --trigger-flags and --trigger-arg are for the root"
             " (a subscriber takes its provider's capture)"
         )
+    if opts.copy_node and opts.expect_sync:
+        raise UsageError("add-table: --copy-node / --find-copy-node and --expect-sync exclude"
+                         " each other (no copy)")  # fmt: skip
     with provider_conn(config, node) as prov:
-        return _add_on_subscriber(conn, prov, node, args, opts, chosen)
+        added = _add_on_subscriber(conn, prov, node, args, opts, chosen)
+    if opts.copy_node and added:  # in the same transaction: a refusal registers nothing
+        copynode.check(copynode.dsn_of(config), conn, node, added, opts.copy_node)
+    return added
 
 
 def _split_all(names: Iterable[str]) -> list[tuple[str, str]]:
@@ -252,6 +260,8 @@ def _add_on_subscriber(
             attrs["no_triggers"] = True
         if opts.max_parallel_copy:
             attrs["max_parallel_copy"] = opts.max_parallel_copy
+        if opts.copy_node:
+            attrs["copy_node"] = opts.copy_node
         attrs = handlerops.with_handler(attrs, stored, opts.handler is not None)
         entries.register_table(
             conn,
@@ -357,7 +367,14 @@ def removed_upstream(conn: psycopg.Connection, queue: str, table: str) -> entrie
     return entry
 
 
-def resync(config: Config, conn: psycopg.Connection, args: list[str], all_: bool) -> list[str]:
+def resync(
+    config: Config,
+    conn: psycopg.Connection,
+    args: list[str],
+    all_: bool,
+    copy_node: str | None = None,
+) -> list[str]:
+    """Copy ``args`` again; from ``copy_node`` when given (else from the provider)."""
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
     if node.is_root:
@@ -379,8 +396,10 @@ def resync(config: Config, conn: psycopg.Connection, args: list[str], all_: bool
     for fq in names:
         if fq not in on_provider:
             raise TableError(f"Table not replicated on the provider: {fq}")
+    if names and copy_node:
+        copynode.check(copynode.dsn_of(config), conn, node, names, copy_node)
     if names:
-        entries.resync_tables(conn, queue, names)
+        entries.resync_tables(conn, queue, names, copy_node)
     for fq in names:
         log.info("Table %s will be copied again", fq)
     return names

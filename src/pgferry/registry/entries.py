@@ -185,15 +185,25 @@ def set_copy_snapshot(
     )
 
 
-def resync_tables(conn: psycopg.Connection, queue: str, tables: list[str]) -> int:
-    """Put ``tables`` back to copy-pending as one copy group; returns the group id."""
+def resync_tables(
+    conn: psycopg.Connection, queue: str, tables: list[str], copy_node: str | None = None
+) -> int:
+    """Put ``tables`` back to copy-pending as one copy group; returns the group id.
+
+    ``copy_node`` (table_attrs, as add-table stores it) is set, or removed when None: the
+    copy reads from the provider unless the resync names a copy node again.
+    """
     group = next_copy_group(conn)
     conn.execute(
         """
-        update ferry.table_info set merge_state = null, copy_snapshot = null, copy_group = %s
+        update ferry.table_info
+           set merge_state = null, copy_snapshot = null, copy_group = %s,
+               table_attrs = case when %s::text is null then table_attrs - 'copy_node'
+                                  else table_attrs || jsonb_build_object('copy_node', %s::text)
+                             end
          where queue_name = %s and table_name = any(%s)
         """,
-        (group, queue, tables),
+        (group, copy_node, copy_node, queue, tables),
     )
     return group
 
@@ -257,24 +267,27 @@ class CopyProgress:
     total: int | None  # the source's estimated rows (None: unknown, e.g. a copy condition)
     seconds: float  # since the copy started
     error: str | None  # the last failure, until the copy is tried again
+    source: str | None = None  # the copy node it reads from (None: the provider)
 
     def text(self) -> str:
-        """``12,000/50,000 rows (24%, ETA 40s)``, or the failure."""
+        """``12,000/50,000 rows (24%, ETA 40s)``, or the failure; ``from NODE: ...`` when
+        the copy reads from another node than the provider."""
         if self.error and self.merge_state != "catching-up":
             return f"copy failed: {self.error}"
-        if self.merge_state == "catching-up":
-            return f"copied {self.rows:,} rows, catching up"
         if self.merge_state is None:
             return "waiting for copy"
+        where = f"from {self.source}: " if self.source else ""
+        if self.merge_state == "catching-up":
+            return f"{where}copied {self.rows:,} rows, catching up"
         done = f"{self.rows:,}"
         if not self.total:
-            return f"{done} rows"
+            return f"{where}{done} rows"
         share = min(self.rows / self.total, 1.0)
         eta = ""
         if self.rows and self.seconds > 0 and share < 1.0:
             left = (self.total - self.rows) / (self.rows / self.seconds)
             eta = f", ETA {int(left) // 60}m{int(left) % 60:02d}s"
-        return f"{done}/{self.total:,} rows ({share:.0%}{eta})"
+        return f"{where}{done}/{self.total:,} rows ({share:.0%}{eta})"
 
 
 def copy_progress(conn: psycopg.Connection, queue: str) -> list[CopyProgress]:
@@ -293,14 +306,21 @@ def copy_progress(conn: psycopg.Connection, queue: str) -> list[CopyProgress]:
         if have_bookkeeping and have_bookkeeping[0]
         else "0"
     )
+    has_source = conn.execute(
+        "select exists (select 1 from pg_attribute where attrelid = 'ferry.table_info'::regclass"
+        " and attname = 'copy_source' and not attisdropped)"
+    ).fetchone()
+    # status reads other members too, which may not have installed ferry 092 yet.
+    source = "t.copy_source" if has_source and has_source[0] else "null"
     query = sql.SQL(
         """
         select t.table_name, t.merge_state, {done}, t.copy_total,
-               coalesce(extract(epoch from now() - t.copy_started), 0), t.copy_error
+               coalesce(extract(epoch from now() - t.copy_started), 0), t.copy_error,
+               {source}
           from ferry.table_info t
          where t.queue_name = %s and t.local and t.merge_state is distinct from 'ok'
          order by t.table_name
         """
-    ).format(done=sql.SQL(done))
+    ).format(done=sql.SQL(done), source=sql.SQL(source))
     rows = conn.execute(query, (queue,)).fetchall()
-    return [CopyProgress(r[0], r[1], int(r[2]), r[3], float(r[4]), r[5]) for r in rows]
+    return [CopyProgress(r[0], r[1], int(r[2]), r[3], float(r[4]), r[5], r[6]) for r in rows]

@@ -61,6 +61,7 @@ def copy_tables(
     progress: bool | None = None,
     copy_id: str | None = None,
     on_totals: Callable[[dict[str, int | None]], None] | None = None,
+    on_snapshot: Callable[[str], None] | None = None,
     cancelled: threading.Event | None = None,
 ) -> CopyResult:
     """Copy ``tasks`` from source to destination under ONE exported snapshot.
@@ -68,7 +69,9 @@ def copy_tables(
     Returns the snapshot (for the replay hand-over) and the rows copied per dest_table.
     ``copy_id`` names the job's rows in ``ferry_copy.range_done`` (where progress can be
     read while it runs); ``on_totals`` receives the estimated rows per dest_table once
-    planned.  ``cancelled`` set (and the job cancelled in Spark) ends the copy with an
+    planned.  ``on_snapshot`` receives the exported snapshot's id before the destination
+    is touched (to read the source as the copy sees it; raising stops the copy).
+    ``cancelled`` set (and the job cancelled in Spark) ends the copy with an
     error instead of a retry.
     """
     if not tasks:
@@ -76,6 +79,8 @@ def copy_tables(
     started = time.monotonic()
     copy_id = copy_id or uuid.uuid4().hex
     with exported_snapshot(src_connstr) as snap:
+        if on_snapshot is not None:
+            on_snapshot(snap.snapshot_id)
         with connect(src_connstr, autocommit=True) as conn:
             sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
             src_major = conn.info.server_version // 10000

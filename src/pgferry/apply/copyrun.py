@@ -1,0 +1,283 @@
+"""One group's initial copy, run by a thread beside the worker's loop.
+
+The thread chooses where the copy reads from (the provider, or the node of ``--copy-node``
+/ ``--find-copy-node``: :mod:`pgferry.node.copynode`), registers the group's own consumer
+so that no event of its tables is lost, copies the tables under one exported snapshot and
+leaves them ``catching-up`` for the loop (:mod:`.handover` has the rules, :mod:`.copies`
+the catch-up).  Where the consumer is registered, and at which tick:
+
+* from the provider: on the provider's queue at its newest tick, before the snapshot;
+* from a node upstream of the provider: on that node's queue at its newest tick, before
+  the snapshot (taken there);
+* from a node beside: after the snapshot, on the provider's queue at the tick that node
+  had applied in the snapshot.  Its data is exactly that tick's, so the group needs no
+  snapshot filter at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from pgferry.apply.handover import CopyGroup, provider_not_ready, replica_dsn, tick_now
+from pgferry.db import connect
+from pgferry.errors import TableError
+from pgferry.node import copynode, model
+from pgferry.pipeline.snapshot import open_in_snapshot
+from pgferry.queue import api as queue_api
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CopyRun:
+    """One group's copy (see the module docstring).
+
+    The thread opens connections of its own (the loop's are not thread-safe), holds a
+    session lock on the group so that no other worker process copies it at the same time,
+    and submits its Spark job under a job group of its own so that :meth:`cancel` can stop
+    it when the worker stops.
+    """
+
+    group: CopyGroup
+    node: model.NodeInfo
+    local_dsn: str
+    provider_dsn: str
+    dsn_of: Callable[[str], str]  # a member's location -> connection string
+    spark_factory: Callable[[], object]
+    thread: threading.Thread | None = None
+    error: str | None = None
+    waiting: bool = False  # the source does not hold the tables in state ok yet
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _job_group: str = field(default_factory=lambda: f"pgferry-copy-{uuid.uuid4().hex[:12]}")
+    _seen_tick: int | None = None  # BESIDE: the source's tick in the copy's snapshot
+    _spark: Any = None  # the session, once the copy asked for it
+
+    @property
+    def queue(self) -> str:
+        return self.node.queue_name
+
+    def consumer(self, source: copynode.CopySource | None = None) -> str:
+        """The group's own consumer: on the provider, or on an upstream node's queue
+        (named after this node there, where other nodes' consumers live)."""
+        name = f"{self.node.consumer_name}.copy.{self.group.group_id}"
+        if source is not None and source.mode == copynode.UPSTREAM:
+            name += f"@{self.node.node_name}"
+        return name
+
+    def start(self) -> None:
+        self.thread = threading.Thread(
+            target=self._run, name=f"pgferry-copy-{self.group.group_id}", daemon=True
+        )
+        self.thread.start()
+
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def cancel(self, wait: float = 30.0) -> None:
+        if not self.running():
+            return
+        self.cancelled.set()
+        if self._spark is not None:  # a copy on the driver never started Spark
+            with contextlib.suppress(Exception):  # already stopped
+                self._spark.sparkContext.cancelJobGroup(self._job_group)
+        assert self.thread is not None
+        self.thread.join(timeout=wait)
+
+    def _session(self):
+        """The worker's Spark session, the copy's job group set on it."""
+        self._spark = self.spark_factory()
+        self._spark.sparkContext.setJobGroup(self._job_group, "pgferry copy", True)
+        return self._spark
+
+    def _run(self) -> None:
+        try:
+            self._copy()
+        except Exception as exc:  # noqa: BLE001 - reported by the loop, retried later
+            from pgferry.daemon import exc_message
+
+            if self.cancelled.is_set():
+                log.info("copy of %s stopped", ", ".join(self.group.tables))
+                return
+            self.error = exc_message(exc)
+            log.error("copy of %s failed: %s", ", ".join(self.group.tables), self.error)
+
+    def _source(
+        self, local: psycopg.Connection, prov: psycopg.Connection
+    ) -> copynode.CopySource | None:
+        """Where the copy reads from, or None when a table is not ok there yet."""
+        names = list(self.group.tables)
+        if self.group.copy_node is None:
+            waiting = provider_not_ready(prov, self.queue, names)
+            source = copynode.CopySource(
+                self.node.provider_node or "", self.provider_dsn, copynode.PROVIDER
+            )
+        else:
+            with local.transaction():
+                source = copynode.choose(self.dsn_of, local, self.node, names, self.group.copy_node)
+            waiting = list(source.not_ready)
+        if waiting:
+            self.waiting = True
+            where = "provider" if source.mode == copynode.PROVIDER else "copy node"
+            log.info("Table %s not OK on %s %s, waiting", ", ".join(waiting), where,
+                     source.node_name)  # fmt: skip
+            return None
+        return source
+
+    def _copy(self) -> None:
+        from pgferry.pipeline.copy import CopyTask, copy_tables
+
+        names = list(self.group.tables)
+        with (
+            connect(self.local_dsn, autocommit=True, application_name="pgferry-copy") as local,
+            connect(self.provider_dsn, autocommit=True, application_name="pgferry-copy") as prov,
+        ):
+            if not _lock_group(local, self.queue, self.group.group_id):
+                log.info("Copy of %s runs elsewhere, not starting it", ", ".join(names))
+                return
+            source = self._source(local, prov)
+            if source is None:
+                return
+            consumer = self.consumer(source)
+            copied_from = None if source.mode == copynode.PROVIDER else source.node_name
+            catchup_node = source.node_name if source.mode == copynode.UPSTREAM else None
+            start_tick = None
+            if source.mode != copynode.BESIDE:
+                # L0: made before the copy's snapshot, so every event after it is kept for
+                # us, on the queue the group will read.
+                with connect(source.dsn, autocommit=True) as src:
+                    start_tick = queue_api.last_tick(src, self.queue)[0]
+                    if start_tick is None:
+                        raise TableError(f"queue {self.queue} has no tick on {source.node_name}")
+                    queue_api.register_at(src, self.queue, consumer, start_tick)
+            copy_id = uuid.uuid4().hex
+            with local.transaction():
+                _set(local, self.queue, names, "in-copy", consumer=consumer, tick=start_tick,
+                     copy_id=copy_id, source=copied_from, catchup_node=catchup_node)  # fmt: skip
+            exprs = self.group.column_exprs or ((),) * len(names)
+            excluded = self.group.excluded or ((),) * len(names)
+            sets = self.group.settings or ((),) * len(names)
+            only = self.group.only or (None,) * len(names)
+            tasks = [
+                CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
+                         column_exprs=x, exclude_columns=i, settings=g, only_columns=o)
+                for s, d, c, k, x, i, g, o in zip(names, self.group.dest_tables,
+                                                  self.group.conditions, self.group.skip_truncate,
+                                                  exprs, excluded, sets, only, strict=True)
+            ]  # fmt: skip
+            log.info("Copying %s from %s %s", ", ".join(names),
+                     "provider" if copied_from is None else "node", source.node_name)  # fmt: skip
+            result = copy_tables(
+                self._session,  # called only for tables too large for the driver
+                source.dsn,
+                replica_dsn(self.local_dsn),
+                tasks,
+                max_parallel=self.group.max_parallel,
+                copy_id=copy_id,
+                on_totals=lambda totals: _record_totals(self.local_dsn, self.queue, totals),
+                on_snapshot=None if copied_from is None else self._check_snapshot(source),
+                progress=False,
+                cancelled=self.cancelled,
+            )
+            if self.cancelled.is_set():
+                return  # the worker stops: the tables stay in-copy
+            if not result.snapshot:
+                raise TableError(f"copy of {', '.join(names)} returned no snapshot")
+            snapshot: str | None = str(result.snapshot)
+            if source.mode == copynode.BESIDE:
+                # The copy holds the source's data as of its tick: catch up from there on
+                # the provider's queue, with nothing to filter.
+                start_tick, snapshot = self._seen_tick, None
+                assert start_tick is not None
+                queue_api.register_at(prov, self.queue, consumer, start_tick)
+                queue_api.rewind(prov, self.queue, consumer, start_tick)  # its events are there
+            assert start_tick is not None
+            with local.transaction():
+                _set(local, self.queue, names, "catching-up", consumer=consumer,
+                     tick=start_tick, copy_id=copy_id, source=copied_from,
+                     catchup_node=catchup_node, snapshot=snapshot)  # fmt: skip
+            if source.mode == copynode.UPSTREAM:
+                with connect(source.dsn, autocommit=True) as src:
+                    tick_now(src, self.queue)
+            else:
+                tick_now(prov, self.queue)
+            log.info(
+                "Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values())
+            )
+
+    def _check_snapshot(self, source: copynode.CopySource) -> Callable[[str], None]:
+        """What the copy's snapshot on another node must show: every table ok there (a
+        resync there may have started meanwhile) and, for a node beside, its tick."""
+
+        def check(snapshot_id: str) -> None:
+            names = list(self.group.tables)
+            with open_in_snapshot(source.dsn, snapshot_id) as conn:
+                missing = copynode.not_ready(conn, self.queue, names)
+                tick = copynode.last_tick_in_snapshot(conn, self.queue)
+            if missing:
+                raise TableError(
+                    f"Table {', '.join(missing)} is no longer ok on copy node {source.node_name}"
+                )
+            if source.mode == copynode.BESIDE:
+                if tick is None:
+                    raise TableError(f"copy node {source.node_name} has applied no tick yet")
+                self._seen_tick = tick
+
+        return check
+
+
+def _lock_group(conn: psycopg.Connection, queue: str, group_id: str) -> bool:
+    """A session lock for the copy of one group (released when the thread's session ends)."""
+    row = conn.execute(
+        "select pg_try_advisory_lock(hashtext('pgferry-copy'), hashtext(%s))",
+        (f"{queue}/{group_id}",),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _set(
+    conn: psycopg.Connection,
+    queue: str,
+    tables: list[str],
+    state: str,
+    *,
+    consumer: str,
+    tick: int | None,
+    copy_id: str,
+    source: str | None,
+    catchup_node: str | None,
+    snapshot: str | None = None,
+) -> None:
+    conn.execute(
+        """
+        update ferry.table_info
+           set merge_state = %s, copy_snapshot = %s::pg_snapshot, copy_consumer = %s,
+               catchup_tick = %s, copy_id = %s, copy_source = %s, catchup_node = %s,
+               copy_started = case when %s = 'in-copy' then now() else copy_started end,
+               copy_total = case when %s = 'in-copy' then null else copy_total end,
+               copy_error = null
+         where queue_name = %s and table_name = any(%s)
+        """,
+        (state, snapshot, consumer, tick, copy_id, source, catchup_node, state, state, queue,
+         tables),
+    )  # fmt: skip
+
+
+def _record_totals(local_dsn: str, queue: str, totals: dict[str, int | None]) -> None:
+    """The source tables' estimated rows, for the progress shown by tables / status."""
+    with connect(local_dsn, autocommit=True) as conn:
+        for dest, total in totals.items():
+            conn.execute(
+                """
+                update ferry.table_info set copy_total = %s
+                 where queue_name = %s and coalesce(dest_table, table_name) = %s
+                """,
+                (total, queue, dest),
+            )
