@@ -90,7 +90,7 @@ def test_copy_from_upstream_and_beside_under_writes(tree, new_db_a) -> None:
     assert tree.cli("branch", "add-table", BIG).code == 0
     tree.start("branch")
     tree.start_ticker()
-    tree.wait_for(lambda: _state(tree, "branch")[0][0] == "ok", 120, "branch copy")
+    tree.wait_for(lambda: _state(tree, "branch")[0][0] == "ok", 300, "branch copy")
 
     changes = Changes(tree.dsns["root"])
     writer = Writer([tree.dsns["root"]], 1000)
@@ -111,7 +111,7 @@ def test_copy_from_upstream_and_beside_under_writes(tree, new_db_a) -> None:
         tree.stop("leaf")  # the worker dies in the middle of the copy
         assert _state(tree, "leaf")[0][0] in ("in-copy", "catching-up")
         tree.start("leaf")
-        tree.wait_for(lambda: _state(tree, "leaf")[0][0] == "ok", 180, "leaf copy")
+        tree.wait_for(lambda: _state(tree, "leaf")[0][0] == "ok", 400, "leaf copy")
         assert _state(tree, "leaf")[0][1:] == ("root", "root")
 
         # leaf3 copies from its sibling, leaf2 from a node under another branch (its
@@ -121,14 +121,14 @@ def test_copy_from_upstream_and_beside_under_writes(tree, new_db_a) -> None:
             assert res.code == 0, res.err
             tree.start(node)
         for node in ("leaf3", "leaf2"):
-            tree.wait_for(lambda n=node: _state(tree, n)[0][0] == "ok", 180, f"{node} copy")
+            tree.wait_for(lambda n=node: _state(tree, n)[0][0] == "ok", 400, f"{node} copy")
             assert _state(tree, node)[0][1:] == ("leaf", "leaf")
         tree.wait_for(lambda: changes.done > 50, 60, "changes")
     finally:
         changes.stop()
         writer.stop()
         tree.stop_ticker()
-    tree.catch_up(*everyone[1:], timeout=120)
+    tree.catch_up(*everyone[1:], timeout=300)
     expected = _big(tree, "root")
     for node in everyone[1:]:
         assert _big(tree, node) == expected, node
@@ -161,7 +161,7 @@ def test_find_copy_node_takes_the_nearest_that_holds_it(tree) -> None:
         )
         tree.start("branch")
         tree.wait_for(lambda: _state(tree, "leaf", small)[0][0] == "ok", 120, "leaf copy")
-        tree.wait_for(lambda: _state(tree, "branch", small)[0][0] == "ok", 120, "branch copy")
+        tree.wait_for(lambda: _state(tree, "branch", small)[0][0] == "ok", 300, "branch copy")
         tree.sql("root", "update \"Small\" set v = 'x' where id <= 10")
         # Now the provider holds it: a resync reads from the branch.
         assert tree.cli("leaf", "resync", small, "--find-copy-node").code == 0
@@ -213,10 +213,10 @@ def test_bad_copy_nodes_register_nothing(tree) -> None:
     res = tree.cli("root", "add-table", 'public."Tbl é"', "--force", "--copy-node=branch")
     assert res.code != 0 and "--copy-node is for branch and leaf nodes only" in res.err
     # Nothing up to the root can serve it: the root's table is applied by a handler that
-    # keeps no rows (as a queue-only table would be).
+    # keeps no rows (vtable).
     tree.sql(
         "root",
-        'update ferry.table_info set table_attrs = \'{"handler": "qtable"}\' where table_name = %s',
+        'update ferry.table_info set table_attrs = \'{"handler": "vtable"}\' where table_name = %s',
         (other,),
     )
     res = tree.cli("leaf", "add-table", other, "--find-copy-node")

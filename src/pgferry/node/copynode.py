@@ -2,8 +2,8 @@
 ``--find-copy-node``).
 
 A table can be copied from any node of the cascade that holds it whole (under its own name,
-without a copy condition, with a handler that keeps its rows) and in state ok.  How the copied group
-then catches up with its events depends on where that node stands:
+without a copy condition, with a handler that keeps its rows) and in state ok.  How the
+copied group then catches up with its events depends on where that node stands:
 
 * :data:`PROVIDER`: the provider itself, as without the option.
 * :data:`UPSTREAM`: a node on the path from the provider up to the root.  The group's

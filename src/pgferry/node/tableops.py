@@ -233,7 +233,7 @@ def _add_on_subscriber(
             added.append(src)
             continue
         copied = handler.copies and not opts.expect_sync
-        if copied:
+        if copied and not opts.copy_node:  # a copy node is checked below (copynode.check)
             handlerops.check_source(prov_entries.get(src), src, f"provider {node.provider_node}")
         condition = None
         if opts.copy_condition:
