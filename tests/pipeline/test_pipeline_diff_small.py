@@ -8,7 +8,7 @@ import sys
 from pipeline_sql import run_sql
 
 from pgferry.pipeline import compare, keyranges, repair_local
-from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
 from pgferry.pipeline.repair import repair_tables
 
 DDL = """create table "Odd t" (id int, k text, "Name" text, price numeric, at timestamptz,
@@ -98,6 +98,11 @@ def test_few_rows_in_ranges_of_a_large_table_repair_on_the_driver(
     tasks = [CompareTask('"Odd t"', '"Odd t"', "id <> 3", "id <> 3")]
     (result,) = compare_tables(_counting(spark, started, "compare"), src, dst, tasks)
     assert started == ["compare"] and len(result.ranges) >= 3
+    # In local mode the driver's threads run the same sums, whatever the size.
+    (threaded,) = compare_tables(_counting(spark, started, "x"), src, dst, tasks, threads=2)
+    assert started == ["compare"]
+    for field in ("src_rows", "src_checksum", "dst_rows", "dst_checksum", "ranges"):
+        assert getattr(threaded, field) == getattr(result, field), field
     fixes = {}
     for rows in (repair_local.LOCAL_ROWS, -1):  # the driver's join, then Spark's
         monkeypatch.setattr(repair_local, "LOCAL_ROWS", rows)
@@ -114,3 +119,12 @@ def test_few_rows_in_ranges_of_a_large_table_repair_on_the_driver(
         fixes[rows] = fixed.sql_path.read_text()
     assert started == ["compare", "repair -1"]  # the driver's join started no Spark
     assert len(set(fixes.values())) == 1
+
+
+def test_driver_threads_stand_in_for_local_mode_only() -> None:
+    assert driver_threads({}) == driver_threads({"spark_master": "local[*]"}) >= 1
+    assert driver_threads({"spark_master": "local"}) == 1
+    assert driver_threads({"spark_master": "local[3]"}) == 3
+    assert driver_threads({"spark_master": "local[2,4]"}) == 2
+    assert driver_threads({"spark_master": "spark://host:7077"}) == 0
+    assert driver_threads({"spark_remote": "sc://host:15002"}) == 0

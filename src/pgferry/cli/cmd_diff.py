@@ -62,7 +62,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
             expressions.check_on_table(conn, dst.schema, dst.name, where, "--where")
     require_same_columns(src, dst)
 
-    from pgferry.pipeline.compare import CompareTask, compare_tables
+    from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
 
     def spark():
         """Spark, started only for work that needs it (small tables are compared without)."""
@@ -71,7 +71,8 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         return spark_for(SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1))
 
     task = CompareTask(src.display, dst.display, where, where)
-    (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task])
+    threads = driver_threads(overrides)  # local mode: the driver's threads instead
+    (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
     for line in result.lines():
         print(line)
     if result.matches:
@@ -90,6 +91,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         fix_file=args.repair,
         apply=args.apply,
         ranges={task.dest_table: result.ranges},
+        threads=threads,
     )
     print(fixed.line())
     return 0 if fixed.applied or (args.apply and not fixed.changes) else 1

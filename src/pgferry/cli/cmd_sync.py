@@ -95,7 +95,7 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     config = ctx.config()
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     from pgferry.apply.sync import sync_point
-    from pgferry.pipeline.compare import compare_tables
+    from pgferry.pipeline.compare import compare_tables, driver_threads
 
     tasks = _tasks(config, args.tables)
     differ = 0
@@ -108,6 +108,7 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
             tasks,
             src_snapshot=point.src_snapshot,
             dst_snapshot=point.dst_snapshot,
+            threads=driver_threads(config.values),  # local mode: the driver's threads instead
         )
     for res in results:
         src = _fmt(config, res.src_rows, res.src_checksum)
@@ -131,10 +132,12 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     from pgferry.apply.handover import replica_dsn
     from pgferry.apply.sync import sync_point
+    from pgferry.pipeline.compare import driver_threads
     from pgferry.pipeline.repair import repair_tables
 
     tasks = _tasks(config, args.tables)
-    spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
+    threads = driver_threads(config.values)
+    spark = _spark(config, ctx.verbose) if not threads and _large(config, tasks) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         results = repair_tables(
@@ -146,6 +149,7 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
             apply=args.apply,
             src_snapshot=point.src_snapshot,
             dst_snapshot=point.dst_snapshot,
+            threads=threads,
         )
     total = 0
     for res in results:

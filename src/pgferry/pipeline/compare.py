@@ -20,6 +20,10 @@ tick by the replication worker) or exported here for the duration of the job.
 from __future__ import annotations
 
 import logging
+import os
+import re
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psycopg
@@ -101,8 +105,13 @@ def compare_tables(
     *,
     src_snapshot: str | None = None,
     dst_snapshot: str | None = None,
+    threads: int = 0,
 ) -> list[TableComparison]:
-    """Compare each task's tables; the result lists per table totals and differing ranges."""
+    """Compare each task's tables; the result lists per table totals and differing ranges.
+
+    With ``threads`` (see :func:`driver_threads`) tables of any size are summed on the driver
+    by that many threads; otherwise only small ones are, and larger ones by a Spark job.
+    """
     if not tasks:
         raise PgferryError("compare: no tables given")
     with (
@@ -113,11 +122,11 @@ def compare_tables(
         job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
         groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
         units = [(side, g) for g in groups for side in (0, 1)]
-        if _small(prepared):
+        if threads or _small(prepared):
             # The same per-bucket sums, run here: starting Spark would cost more than the
             # whole comparison.
             log.debug("compare: %d bucket groups summed on the driver", len(groups))
-            results = [(g.table_no, side, _sum_group(job, g, side)) for side, g in units]
+            results = _on_driver(job, units, threads)
         else:
             results = _on_spark(spark() if callable(spark) else spark, job, units)
     out = []
@@ -138,6 +147,36 @@ def compare_tables(
         comparison.ranges = merge_buckets(prepared.boundaries[table_no], differing)
         out.append(comparison)
     return out
+
+
+def driver_threads(values: Mapping[str, str]) -> int:
+    """Threads that sum on the driver in place of Spark in local mode (0: use Spark).
+
+    A local-mode job would run the same queries from threads of this machine, after a JVM
+    start that costs seconds; a cluster master (or Spark Connect) is left to Spark.
+    """
+    if values.get("spark_remote"):
+        return 0
+    master = values.get("spark_master") or "local[*]"
+    found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if found is None:
+        return 0
+    if found[1] is None:
+        return 1
+    return (os.cpu_count() or 1) if found[1] == "*" else int(found[1])
+
+
+def _on_driver(job: _Job, units: list, threads: int) -> list[tuple]:
+    """``_sum_group`` of every unit here, in ``threads`` threads (the databases do the work)."""
+
+    def run(unit):
+        side, group = unit
+        return group.table_no, side, _sum_group(job, group, side)
+
+    if threads <= 1 or len(units) <= 1:
+        return [run(u) for u in units]
+    with ThreadPoolExecutor(min(threads, len(units)), thread_name_prefix="compare") as pool:
+        return list(pool.map(run, units))
 
 
 def _small(prepared) -> bool:

@@ -89,8 +89,12 @@ def repair_tables(
     dst_snapshot: str | None = None,
     ranges: Mapping[str, Sequence[KeyRange]] | None = None,
     fix_file: Path | None = None,
+    threads: int = 0,
 ) -> list[RepairResult]:
     """Find and fix differences; ``ranges`` (per dest_table) limits where to look.
+
+    With ``threads`` (compare's :func:`~.compare.driver_threads`: Spark would run in local
+    mode) more rows are joined on the driver before a Spark job is worth its start.
 
     The fix for each table goes to ``fix_dir/fix.<dest_table>.sql`` (or ``fix_file`` when
     there is exactly one table).
@@ -125,7 +129,7 @@ def repair_tables(
             (src_connstr, dst_connstr), (src_snap, dst_snap), tuple(prepared.plans), tuple(work)
         )
         try:
-            if small_read(prepared, work):
+            if small_read(prepared, work, src_connstr, threads):
                 # Few rows to read: joined here, as starting Spark would cost more.
                 diffs = local_differences(job, len(tasks))
             else:

@@ -10,19 +10,26 @@ Nothing here imports PySpark or pyarrow: a small repair starts no JVM.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import psycopg
 from psycopg import sql
 
-from pgferry.db import error_text
+from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
 from pgferry.pipeline import compare
 from pgferry.pipeline.buckets import SESSION_SQL, TablePlan
-from pgferry.pipeline.keyranges import BUCKET_ROWS, KeyRange
+from pgferry.pipeline.keyranges import KeyRange
 from pgferry.pipeline.snapshot import open_in_snapshot
 
 # Tables within compare's LOCAL_PAGES are read whole on the driver; larger ones when at
 # most this many rows (estimated, per side) inside the differing key ranges.
 LOCAL_ROWS = 200_000
+# Ranges read by one query (OR'd: the server scans the key index once per range).
+CHUNK_RANGES = 64
+# The limit when Spark would run in local mode anyway: its JVM start costs seconds, and the
+# driver reads one range at a time, so memory stays at one range's rows.
+LOCAL_MODE_ROWS = 2_000_000
 
 
 def ordered_columns(plan: TablePlan) -> list[str]:
@@ -30,10 +37,13 @@ def ordered_columns(plan: TablePlan) -> list[str]:
     return list(plan.key.names) + [c for c in plan.columns if c not in plan.key.names]
 
 
-def read_query(plan: TablePlan, side: int, rng: KeyRange) -> sql.Composable:
-    """The rows of one side inside ``rng``, key columns first."""
+def read_query(plan: TablePlan, side: int, *ranges: KeyRange) -> sql.Composable:
+    """The rows of one side inside any of ``ranges``, key columns first."""
     target = plan.src if side == 0 else plan.dst
-    where = [plan.key.predicate(rng)]
+    preds = [plan.key.predicate(rng) for rng in ranges]
+    where: list[sql.Composable] = [
+        preds[0] if len(preds) == 1 else sql.SQL("(({}))").format(sql.SQL(") or (").join(preds))
+    ]
     if target.condition:
         from pgferry import expressions  # pglast: only for a condition
 
@@ -45,27 +55,33 @@ def read_query(plan: TablePlan, side: int, rng: KeyRange) -> sql.Composable:
     )
 
 
-def small_read(prepared, work: list[tuple[int, KeyRange]]) -> bool:
+def small_read(
+    prepared, work: list[tuple[int, KeyRange]], src_connstr: str, local_mode: int = 0
+) -> bool:
     """Whether the ranges to read are few enough rows to join on the driver."""
     if all(
         max(src.pages, dst.pages) <= compare.LOCAL_PAGES
         for src, dst in zip(prepared.sources, prepared.dests, strict=True)
     ):
         return True
-    rows = 0
+    limit = LOCAL_MODE_ROWS if local_mode else LOCAL_ROWS
+    by_table: dict[int, list[KeyRange]] = {}
     for table_no, rng in work:
-        bounds = prepared.boundaries[table_no]
-        where = {key: i for i, key in enumerate(bounds)}
-        # Compare's ranges start and end on bucket boundaries: count the buckets spanned.
-        first = 0 if rng.lower is None else where.get(rng.lower, -1) + 1
-        last = len(bounds) if rng.upper is None else where.get(rng.upper, -1)
-        if (first == 0 and rng.lower is not None) or last < 0:
-            return False  # a range of another origin: no estimate
-        table_rows = max(prepared.sources[table_no].est_rows, prepared.dests[table_no].est_rows)
-        per_bucket = table_rows / (len(bounds) + 1) if table_rows > 0 else BUCKET_ROWS
-        rows += int((last - first + 1) * per_bucket)
-        if rows > LOCAL_ROWS:
-            return False
+        by_table.setdefault(table_no, []).append(rng)
+    rows = 0
+    with connect(src_connstr, autocommit=True) as conn:
+        for table_no, ranges in by_table.items():
+            # The planner's estimate of the source rows in the ranges (the ranges may come
+            # from another sampling of the keys than this one's buckets).
+            select = read_query(prepared.plans[table_no], 0, *ranges)
+            query = sql.SQL("explain (format json) {}").format(select)
+            try:
+                plan = conn.execute(query).fetchone()[0]  # type: ignore[index]
+            except psycopg.Error as exc:
+                raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
+            rows += int(plan[0]["Plan"]["Plan Rows"])
+            if rows > limit:
+                return False
     return True
 
 
@@ -80,10 +96,18 @@ def local_differences(job, tables: int) -> list[list[tuple]]:
         for connstr, snapshot in zip(job.connstrs, job.snapshots, strict=True):
             conns.append(open_in_snapshot(connstr, snapshot))
             conns[-1].execute(SESSION_SQL)
+        chunks: list[tuple[int, list[KeyRange]]] = []
         for table_no, rng in job.ranges:
-            plan = job.plans[table_no]
-            src, dst = (_read(conn, plan, side, rng) for side, conn in enumerate(conns))
-            out[table_no] += _differ(src, dst, len(ordered_columns(plan)))
+            if chunks and chunks[-1][0] == table_no and len(chunks[-1][1]) < CHUNK_RANGES:
+                chunks[-1][1].append(rng)
+            else:
+                chunks.append((table_no, [rng]))
+        # Both sides at once: each query is the server's work, in its own connection.
+        with ThreadPoolExecutor(2, thread_name_prefix="repair") as pool:
+            for table_no, ranges in chunks:
+                plan = job.plans[table_no]
+                src, dst = pool.map(_read, conns, (plan, plan), (0, 1), (ranges, ranges))
+                out[table_no] += _differ(src, dst, len(ordered_columns(plan)))
     except psycopg.Error as exc:
         raise DatabaseError(f"repair read: {error_text(exc)}") from None
     finally:
@@ -92,11 +116,11 @@ def local_differences(job, tables: int) -> list[list[tuple]]:
     return out
 
 
-def _read(conn: psycopg.Connection, plan: TablePlan, side: int, rng: KeyRange) -> dict:
+def _read(conn: psycopg.Connection, plan: TablePlan, side: int, ranges: list[KeyRange]) -> dict:
     """Join key -> row (all values text, as the Spark tasks read them)."""
     width = len(ordered_columns(plan))
     nkey = len(plan.key.names)
-    query = sql.SQL("copy ({}) to stdout").format(read_query(plan, side, rng))
+    query = sql.SQL("copy ({}) to stdout").format(read_query(plan, side, *ranges))
     rows = {}
     with conn.cursor() as cur, cur.copy(query) as copy:
         copy.set_types(["text"] * width)
