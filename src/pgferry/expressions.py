@@ -12,9 +12,6 @@ expression is first used, in a read-only transaction (see :func:`check_on_table`
 from __future__ import annotations
 
 import psycopg
-from pglast import ast, parse_sql
-from pglast.parser import ParseError, scan
-from pglast.stream import RawStream
 from psycopg import sql
 
 from pgferry.db import error_text
@@ -38,7 +35,15 @@ def one_expression(text: str, what: str = "expression") -> str:
     return _one(text, what, "one expression")
 
 
+# pglast is imported where an expression is parsed: loading its parser costs a tenth of a
+# second, which every worker and command would pay at start without an expression to read.
+
+
 def _one(text: str, what: str, kind: str) -> str:
+    from pglast import ast, parse_sql
+    from pglast.parser import ParseError, scan
+    from pglast.stream import RawStream
+
     if not text or not text.strip():
         raise UsageError(f"{what}: empty expression")
     try:
@@ -62,6 +67,8 @@ def _one(text: str, what: str, kind: str) -> str:
 
 
 def _is_star(node: object) -> bool:
+    from pglast import ast
+
     return isinstance(node, ast.ColumnRef) and any(
         isinstance(f, ast.A_Star) for f in node.fields or ()
     )
@@ -121,6 +128,8 @@ def conjunction(*texts: str | None) -> str | None:
 def column_names(text: str, what: str = "condition") -> set[str] | None:
     """The column names ``text`` refers to, or None when that cannot be told for sure
     (a sub-query, a qualified or whole-row reference)."""
+    from pglast import ast, parse_sql
+
     expr = parse_sql("select " + boolean_expression(text, what))[0].stmt.targetList[0].val
     names: set[str] = set()
     for node in _walk(expr):
@@ -136,6 +145,8 @@ def column_names(text: str, what: str = "condition") -> set[str] | None:
 
 def _walk(node: object):
     """Every AST node under ``node`` (itself included)."""
+    from pglast import ast
+
     if isinstance(node, ast.Node):
         yield node
         for name in node:
