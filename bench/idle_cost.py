@@ -92,11 +92,19 @@ class Groups:
     pids: dict[str, list[int]]
     names: dict[int, str] = field(default_factory=dict)  # backend pid: side:application_name
 
-    def cpu(self) -> dict[str, float]:
-        out = {}
-        for group, pids in self.pids.items():
-            out[group] = sum(c for p in pids if (c := cpu_seconds(p)) is not None)
-        return out
+    def cpu(self) -> dict[int, float]:
+        """CPU seconds so far of every process still running."""
+        return {
+            p: c for pids in self.pids.values() for p in pids if (c := cpu_seconds(p)) is not None
+        }
+
+    def used(self, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+        """CPU used per group between two readings, by the processes present at both
+        (one that exited meanwhile, such as a stopped JVM, is left out)."""
+        return {
+            group: round(sum(after[p] - before[p] for p in pids if p in before and p in after), 4)
+            for group, pids in self.pids.items()
+        }
 
 
 def classify(sides: list[Side], daemons: dict[str, int]) -> Groups:
@@ -187,7 +195,7 @@ def measure_idle(sides: list[Side], daemons: dict[str, int], seconds: float) -> 
     }
     elapsed = time.monotonic() - t0
     after = {s.name: counters(s) for s in sides}
-    cpu = {g: round(cpu1[g] - cpu0[g], 4) for g in cpu0}
+    cpu = groups.used(cpu0, cpu1)
     writes = {s.name: _delta(before[s.name], after[s.name]) for s in sides}
     return {
         "seconds": round(elapsed, 2),

@@ -32,6 +32,7 @@ def test_idle_call_takes_no_transaction_id(qdb: str, scalar: Scalar) -> None:
         assert conn.execute("select * from ferry_queue.ticker_round()").fetchone() == (0, 0)
         assert conn.execute("select pg_current_xact_id_if_assigned()").fetchone() == (None,)
     # A due tick does lock and write.
+    scalar("select ferry_queue.set_queue_config('q', 'ticker_max_count', '1')")
     scalar("select ferry_queue.insert_event('q', 't', 'd')")
     with psycopg.connect(qdb) as conn:
         assert conn.execute("select ferry_queue.ticker('q')").fetchone()[0] is not None  # type: ignore[index]

@@ -18,12 +18,17 @@
 
 alter table ferry_queue.queue alter column queue_ticker_max_lag set default '50 milliseconds';
 
+-- Generic plans: the late-commit lookups below are index probes whatever the values, and a
+-- custom plan would be planned again at every call (an idle round a second).
 create function ferry_queue.tick_due(q ferry_queue.queue, out due boolean, out waiting boolean)
-language plpgsql as $$
+language plpgsql set plan_cache_mode = force_generic_plan as $$
 declare
     v_last ferry_queue.tick;
     v_new  bigint;
     v_lag  interval;
+    v_now  pg_snapshot;
+    v_x    xid8;
+    v_n    integer := 0;
 begin
     select * into v_last from ferry_queue.tick
      where tick_queue = q.queue_id order by tick_id desc limit 1;
@@ -44,15 +49,34 @@ begin
     elsif v_lag < q.queue_ticker_max_lag then
         due := false;
     else
-        -- Late commits: events of a transaction that was running at the last tick (in its
-        -- snapshot's xip list, or started after the snapshot but numbered before the
-        -- tick's event position), visible now.  The ev_txid index makes this a few probes.
-        due := exists (
-            select 1 from ferry_queue.event e
+        -- Late commits: a transaction running at the last tick is in its snapshot's xip
+        -- list or at or above its xmax.  Those in the list that have committed since are
+        -- found from the snapshots and looked up in the ev_txid index; above xmax the
+        -- index is walked one transaction at a time (few: the writers of that moment).
+        due := false;
+        v_now := pg_current_snapshot();
+        for v_x in select x from pg_snapshot_xip(v_last.tick_snapshot) x
+                    where pg_visible_in_snapshot(x, v_now) loop
+            if exists (select 1 from ferry_queue.event e
+                        where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
+                          and e.ev_txid = v_x) then
+                due := true;
+                exit;
+            end if;
+        end loop;
+        v_x := pg_snapshot_xmax(v_last.tick_snapshot);
+        while not due and v_n < 100 loop
+            select e.ev_txid into v_x from ferry_queue.event e
              where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
-               and (e.ev_txid >= pg_snapshot_xmax(v_last.tick_snapshot)
-                    or e.ev_txid = any (array(select pg_snapshot_xip(v_last.tick_snapshot))))
-               and pg_visible_in_snapshot(e.ev_txid, pg_current_snapshot()));
+               and e.ev_txid >= v_x
+             order by e.ev_txid limit 1;
+            exit when not found;
+            -- Visible now: committed since the tick.  Otherwise still running (or rolled
+            -- back): look past it.
+            due := pg_visible_in_snapshot(v_x, v_now);
+            v_x := (v_x::text::bigint + 1)::text::xid8;
+            v_n := v_n + 1;
+        end loop;
         waiting := due;
     end if;
 end;
