@@ -172,10 +172,10 @@ def test_resync_of_one_table_does_not_stall_the_others(pair) -> None:
     pair.root(f"insert into b select g, 0, 'b' from generate_series(1, {ROWS}) g")
     pair.add_tables("public.a", "public.b")
     worker = pair.catch_up()
-    from pgferry.node import tableops
+    from pgferry.node import resync
 
     with psycopg.connect(pair.leaf_dsn) as conn:
-        tableops.resync(pair.leaf_cfg, conn, ["public.b"], False)
+        resync.resync(pair.leaf_cfg, conn, ["public.b"], False)
     _run_until(pair, worker, lambda: worker.copies_running() > 0)
     seen_during_copy = False
     for _ in range(3):

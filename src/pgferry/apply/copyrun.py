@@ -29,7 +29,7 @@ import psycopg
 from pgferry.apply.handover import CopyGroup, provider_not_ready, replica_dsn, tick_now
 from pgferry.db import connect
 from pgferry.errors import TableError
-from pgferry.node import copynode, model
+from pgferry.node import copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
 
@@ -142,6 +142,9 @@ class CopyRun:
             if not _lock_group(local, self.queue, self.group.group_id):
                 log.info("Copy of %s runs elsewhere, not starting it", ", ".join(names))
                 return
+            truncate_held = self._merged_parts(local)
+            if truncate_held is None:
+                return
             source = self._source(local, prov)
             if source is None:
                 return
@@ -165,11 +168,14 @@ class CopyRun:
             excluded = self.group.excluded or ((),) * len(names)
             sets = self.group.settings or ((),) * len(names)
             only = self.group.only or (None,) * len(names)
+            skips = [k or d in truncate_held
+                     for k, d in zip(self.group.skip_truncate, self.group.dest_tables,
+                                     strict=True)]  # fmt: skip
             tasks = [
                 CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
                          column_exprs=x, exclude_columns=i, settings=g, only_columns=o)
                 for s, d, c, k, x, i, g, o in zip(names, self.group.dest_tables,
-                                                  self.group.conditions, self.group.skip_truncate,
+                                                  self.group.conditions, skips,
                                                   exprs, excluded, sets, only, strict=True)
             ]  # fmt: skip
             log.info("Copying %s from %s %s", ", ".join(names),
@@ -211,6 +217,22 @@ class CopyRun:
             log.info(
                 "Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values())
             )
+
+    def _merged_parts(self, local: psycopg.Connection) -> set[str] | None:
+        """For merged tables (:mod:`pgferry.node.merge`): lock them against the other
+        parts' copies and return those another part holds rows of (not to be truncated);
+        None when another part's copy runs now (we wait)."""
+        dests = [d for d, m in zip(self.group.dest_tables, self.group.merged, strict=False) if m]
+        if not dests:
+            return set()
+        if not merge.lock_destinations(local, dests):
+            self.waiting = True
+            log.info("Another part copies %s, waiting", ", ".join(dests))
+            return None
+        held = set(merge.others_hold(local, self.queue, dests))
+        if held:
+            log.info("Other parts hold rows of %s: copying without truncate", ", ".join(held))
+        return held
 
     def _check_snapshot(self, source: copynode.CopySource) -> Callable[[str], None]:
         """What the copy's snapshot on another node must show: every table ok there (a

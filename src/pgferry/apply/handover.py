@@ -69,6 +69,9 @@ class CopyGroup:
     settings: tuple[tuple[tuple[str, str], ...], ...] = field(default=(), repr=False)
     only: tuple[tuple[str, ...] | None, ...] = ()  # per table: the only columns copied
     copy_node: str | None = None  # --copy-node (a node name, or "?" to find one)
+    # Per table: merged with other queues' parts (node/merge.py); skip_truncate is then the
+    # operator's --skip-truncate, and the copy adds that it truncates only as the first part.
+    merged: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,11 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
         """
         select coalesce(copy_group::text, table_name), table_name,
                coalesce(dest_table, table_name), copy_condition, skip_truncate,
-               max_parallel_copy, table_attrs
-          from ferry.table_info
+               max_parallel_copy, table_attrs,
+               (select n.combined_queue is not null from ferry_node.node_info n
+                 where n.queue_name = t.queue_name)
+               and not coalesce((table_attrs->>'no_merge')::bool, false)
+          from ferry.table_info t
          where queue_name = %s and local and (merge_state is null or merge_state = 'in-copy')
          order by copy_group nulls last, table_name
         """,
@@ -117,7 +123,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
                 tuple(m[1] for m in members),
                 tuple(m[2] for m in members),
                 tuple(filters),
-                tuple(bool(m[4]) for m in members),
+                tuple(bool(m[6].get("skip_truncate") if m[7] else m[4]) for m in members),
                 min(caps) if caps else None,
                 tuple(tuple(h.copy_column_exprs().items()) for h in hs),
                 tuple(f[1] for f in specs),
@@ -125,6 +131,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
                 tuple(None if (o := h.copy_columns()) is None else tuple(o) for h in hs),
                 # One command chose it for the whole group (add-table, resync).
                 next((m[6].get("copy_node") for m in members if m[6].get("copy_node")), None),
+                tuple(bool(m[7]) for m in members),
             )
         )
     return result

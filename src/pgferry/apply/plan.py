@@ -11,6 +11,7 @@ what was learnt of the provider's tables and types between batches.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -28,6 +29,8 @@ from pgferry.apply.batch_sql import (
 from pgferry.apply.routes import Route, source_columns, types_present
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
+
+log = logging.getLogger(__name__)
 
 
 class ReplayError(PgferryError):
@@ -213,6 +216,8 @@ def plan_segment(
             continue
         if barrier is not None and not route.skip_truncate and route.handler.truncates:
             plan.truncate.append(route)
+        elif barrier is not None and route.skip_truncate:  # also: merged (node/merge.py)
+            log.warning("TRUNCATE of %s not replayed (skip_truncate)", name)
         if count:
             cols = apply_columns(route, source_columns.get(name))
             work = TableWork(

@@ -26,6 +26,10 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
             help="keep this branch's watermark in sync with these nodes (so that they can"
             " take each other's subscribers)",
         )
+    if node_type == "leaf":
+        parser.add_argument(
+            "--merge", metavar="QUEUE", help="feed the merged set QUEUE with this partition"
+        )
     parser.add_argument("--nocheck", action="store_true", help="skip the public connstr check")
     args = parser.parse_args(argv)
     config = start(ctx)
@@ -37,6 +41,7 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
         getattr(args, "provider", None),
         check_location=not args.nocheck,
         sync_watermark=getattr(args, "sync_watermark", None),
+        merge=getattr(args, "merge", None),
     )
     setup.create_node(config, req)
     return 0
@@ -128,6 +133,7 @@ def cmd_node_info(ctx: Context, argv: list[str]) -> int:
         "local_location": mask_connstr(connect.local_connstr(config)),
         "public_location": mask_connstr(node.location or ""),
         "provider_location": mask_connstr(node.provider_location or "") or None,
+        "combined_queue": node.combined_queue,
         "last_tick": state.last_tick_id if state else None,
         "error": state.cur_error if state else None,
     }

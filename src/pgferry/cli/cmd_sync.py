@@ -25,6 +25,7 @@ def _tasks(config: Config, names: list[str]):
     from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.handlers import registry as handler_registry
+    from pgferry.node import merge
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
@@ -32,13 +33,22 @@ def _tasks(config: Config, names: list[str]):
     handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
         routes = load_routes(conn, queue_name(config))
+        merged = merge.merged_tables(conn, queue_name(config))
     routes = {t: r for t, r in routes.items() if r.handler.needs_table}  # holding rows here
-    chosen = list(routes)
+    chosen = [t for t in routes if t not in merged]
     if names:
         patterns = [parse_pattern(n) for n in names]
         chosen = [t for t in routes if any(p.select([split_qualified(t)]) for p in patterns)]
         if not chosen:
             raise TableError(f"Table not found: {', '.join(names)}")
+        if merged.intersection(chosen):
+            # The table holds the other parts' rows too: repair would delete them.
+            raise TableError(
+                f"Table {', '.join(sorted(merged.intersection(chosen)))} is merged from"
+                " several partitions: compare and repair take one source only"
+            )
+    elif merged:
+        log.info("Merged tables left out: %s", ", ".join(sorted(merged)))
     if not chosen:
         raise TableError("no tables registered on this node")
     not_ok = [t for t in chosen if routes[t].merge_state != "ok"]

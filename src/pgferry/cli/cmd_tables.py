@@ -9,7 +9,7 @@ from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError, UsageError
-from pgferry.node import connect, copynode, model, seqops, tableops
+from pgferry.node import connect, copynode, model, resync, seqops, tableops
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,8 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         "--handler-arg", action="append", default=[], metavar="K=V", help="handler argument"
     )
     _copy_node_options(parser)
+    parser.add_argument("--merge-all", action="store_true", help="on every part (merge leaf)")
+    parser.add_argument("--no-merge", action="store_true", help="this part's own (merge leaf)")
     args = parser.parse_args(argv)
     if args.max_parallel_copy is not None and args.max_parallel_copy < 1:
         raise UsageError("add-table: --max-parallel-copy must be at least 1")
@@ -69,6 +71,8 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         trigger_flags=args.trigger_flags,
         trigger_args=tuple(args.trigger_arg),
         copy_node=_copy_node(args),
+        merge_all=args.merge_all,
+        no_merge=args.no_merge,
     )
     with local_tx(config) as conn:
         added = tableops.add_tables(config, conn, args.tables, opts)
@@ -220,14 +224,17 @@ def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
 
 @command("resync", "copy tables again from the provider")
 def cmd_resync(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("TABLE... [--all] [--copy-node=NODE | --find-copy-node]")
+    parser = ctx.parser("TABLE... [--all] [--copy-node=NODE | --find-copy-node] [--merge-all]")
     parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true")
     _copy_node_options(parser)
+    parser.add_argument("--merge-all", action="store_true", help="every part (merge leaf)")
     args = parser.parse_args(argv)
     config = start(ctx)
     with local_tx(config) as conn:
-        tableops.resync(config, conn, args.tables, args.all, _copy_node(args))
+        resync.resync(
+            config, conn, args.tables, args.all, _copy_node(args), merge_all=args.merge_all
+        )
     return 0
 
 

@@ -5,7 +5,8 @@ subscriber's job_name, subscriber_info row) and the provider's member list is co
 new node.  The provider's transaction commits just before the local one, so a failure at any
 step before that leaves both databases untouched; the provider steps are idempotent, so
 re-running after a late local failure completes the node.  A branch created with
-``--sync-watermark`` records its node list in ``node_attrs`` (:mod:`.watermarks`).
+``--sync-watermark`` records its node list in ``node_attrs`` (:mod:`.watermarks`); a leaf
+created with ``--merge=SET`` records SET in ``combined_queue`` (:mod:`.merge`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class NodeRequest:
     provider_location: str | None = None
     check_location: bool = True
     sync_watermark: tuple[str, ...] = ()  # branch: nodes whose watermarks it keeps in sync
+    combined_queue: str | None = None  # leaf: the merged set it feeds (--merge)
 
 
 def build_request(
@@ -49,10 +51,12 @@ def build_request(
     provider_location: str | None,
     check_location: bool = True,
     sync_watermark: str | None = None,
+    merge: str | None = None,
 ) -> NodeRequest:
     """Fill missing arguments from the ini (node_name, public_node_location,
     initial_provider_location), as the original does.  ``sync_watermark`` is a branch's
-    ``NODE[,NODE...]`` (see :mod:`pgferry.node.watermarks`)."""
+    ``NODE[,NODE...]`` (see :mod:`pgferry.node.watermarks`), ``merge`` a leaf's merged set
+    (see :mod:`pgferry.node.merge`)."""
     if node_type not in NODE_TYPES:
         raise UsageError(f"unknown node type: {node_type}")
     sync_nodes: tuple[str, ...] = ()
@@ -63,6 +67,11 @@ def build_request(
             sync_nodes = watermarks.parse_sync_nodes(sync_watermark)
         except ValueError as exc:
             raise UsageError(f"create-branch: --sync-watermark: {exc}") from None
+    if merge is not None:
+        if node_type != "leaf":
+            raise UsageError(f"create-{node_type}: --merge is for leaf nodes")
+        if not merge.strip() or merge == config.get("queue_name"):
+            raise UsageError("create-leaf: --merge needs a name other than this node's queue")
     name = node_name or config.getopt("node_name")
     if not name:
         raise UsageError(f"create-{node_type}: NODE name is required")
@@ -74,7 +83,7 @@ def build_request(
         provider = None
     if node_type != "root" and not provider:
         raise UsageError(f"create-{node_type}: --provider=CONNSTR is required")
-    return NodeRequest(node_type, name, location, provider, check_location, sync_nodes)
+    return NodeRequest(node_type, name, location, provider, check_location, sync_nodes, merge)
 
 
 def create_node(config: Config, req: NodeRequest) -> bool:
@@ -224,10 +233,17 @@ def _insert_node(conn: psycopg.Connection, queue: str, req: NodeRequest, worker:
     conn.execute(
         """
         insert into ferry_node.node_info (queue_name, node_type, node_name, worker_name,
-                                          node_attrs)
-        values (%s, %s, %s, %s, %s)
+                                          node_attrs, combined_queue)
+        values (%s, %s, %s, %s, %s, %s)
         """,
-        (queue, req.node_type, req.node_name, worker, watermarks.attrs_text(req.sync_watermark)),
+        (
+            queue,
+            req.node_type,
+            req.node_name,
+            worker,
+            watermarks.attrs_text(req.sync_watermark),
+            req.combined_queue,
+        ),  # fmt: skip
     )
 
 

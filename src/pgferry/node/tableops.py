@@ -20,7 +20,7 @@ from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
-from pgferry.node import capture, connect, copynode, handlerops, model
+from pgferry.node import capture, connect, copynode, handlerops, merge, model
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
@@ -49,6 +49,8 @@ class AddTableOptions:
     trigger_flags: str | None = None  # --trigger-flags, as given (root only)
     trigger_args: tuple[str, ...] = ()  # --trigger-arg, as given (root only)
     copy_node: str | None = None  # --copy-node=NODE, or copynode.FIND (--find-copy-node)
+    merge_all: bool = False  # on a merge leaf: on every part of its merged set
+    no_merge: bool = False  # on a merge leaf: this queue's own table, not merged
 
 
 def resolve(
@@ -91,6 +93,12 @@ def add_tables(
     chosen = handlerops.choose(
         config, opts.handler, opts.handler_args, root=node.is_root, command="add-table"
     )
+    if opts.merge_all and opts.no_merge:
+        raise UsageError("add-table: --merge-all and --no-merge exclude each other")
+    if (opts.merge_all or opts.no_merge) and node.combined_queue is None:
+        raise UsageError(
+            "add-table: --merge-all and --no-merge are for merge leaves (create-leaf --merge)"
+        )
     if node.is_root:
         for flag, value in (
             ("--dest-table", opts.dest_table),
@@ -117,10 +125,13 @@ def add_tables(
     if opts.copy_node and opts.expect_sync:
         raise UsageError("add-table: --copy-node / --find-copy-node and --expect-sync exclude"
                          " each other (no copy)")  # fmt: skip
-    with provider_conn(config, node) as prov:
-        added = _add_on_subscriber(conn, prov, node, args, opts, chosen)
-    if opts.copy_node and added:  # in the same transaction: a refusal registers nothing
-        copynode.check(copynode.dsn_of(config), conn, node, added, opts.copy_node)
+    added: list[str] = []
+    for part in merge.parts(conn, node) if opts.merge_all else [node]:
+        with provider_conn(config, part) as prov:
+            names = _add_on_subscriber(conn, prov, part, args, opts, chosen)
+        if opts.copy_node and names:  # in the same transaction: a refusal registers nothing
+            copynode.check(copynode.dsn_of(config), conn, part, names, opts.copy_node)
+        added += names
     return added
 
 
@@ -262,6 +273,10 @@ def _add_on_subscriber(
             attrs["max_parallel_copy"] = opts.max_parallel_copy
         if opts.copy_node:
             attrs["copy_node"] = opts.copy_node
+        if opts.no_merge:
+            attrs["no_merge"] = True
+        merged = merge.is_merged(node, attrs)
+        merge.check_registration(conn, node, src, dest, opts.no_merge)
         attrs = handlerops.with_handler(attrs, stored, opts.handler is not None)
         entries.register_table(
             conn,
@@ -273,7 +288,8 @@ def _add_on_subscriber(
                 dest_table=dest if dest != src else None,
                 copy_condition=condition,
                 copy_snapshot=None,
-                skip_truncate=opts.skip_truncate and not opts.expect_sync,
+                # A merged table's TRUNCATE events would erase the other parts' rows.
+                skip_truncate=(opts.skip_truncate and not opts.expect_sync) or merged,
                 table_attrs=attrs,
                 copy_group=group,
                 max_parallel_copy=opts.max_parallel_copy,
@@ -365,44 +381,6 @@ def removed_upstream(conn: psycopg.Connection, queue: str, table: str) -> entrie
         return None
     _detach(conn, queue, entry)
     return entry
-
-
-def resync(
-    config: Config,
-    conn: psycopg.Connection,
-    args: list[str],
-    all_: bool,
-    copy_node: str | None = None,
-) -> list[str]:
-    """Copy ``args`` again; from ``copy_node`` when given (else from the provider)."""
-    queue = connect.queue_name(config)
-    node = model.require_node(conn, queue)
-    if node.is_root:
-        raise NodeError(f"resync is not possible on the root node: {node.node_name}")
-    registered = [t.table_name for t in entries.list_tables(conn, queue)]
-    if all_:
-        names = registered
-    else:
-        if not args:
-            raise UsageError("resync: give TABLE names or --all")
-        keys = _split_all(registered)
-        fq_of = dict(zip(keys, registered, strict=True))
-        try:
-            names = [fq_of[k] for k in resolve(map(parse_pattern, args), keys, "Table")]
-        except TableError as exc:
-            raise TableError(f"{exc} (not added on this node)") from None
-    with provider_conn(config, node) as prov:
-        on_provider = {t.table_name for t in entries.list_tables(prov, queue)}
-    for fq in names:
-        if fq not in on_provider:
-            raise TableError(f"Table not replicated on the provider: {fq}")
-    if names and copy_node:
-        copynode.check(copynode.dsn_of(config), conn, node, names, copy_node)
-    if names:
-        entries.resync_tables(conn, queue, names, copy_node)
-    for fq in names:
-        log.info("Table %s will be copied again", fq)
-    return names
 
 
 def missing(config: Config, conn: psycopg.Connection) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.errors import NodeError, PgferryError
-from pgferry.node import capture
+from pgferry.node import capture, merge
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
 from pgferry.registry import entries
@@ -180,6 +180,9 @@ def apply_script_event(
     script = Script.from_text(file_name, script_sql)
     if _applied_hash(conn, queue, file_name) == script.sha256:
         log.info("%s: already executed here, skipping", file_name)
+        return False
+    if merge.script_applied(conn, queue, file_name, script.sha256):
+        log.info("%s: already executed here by another part of the merged set", file_name)
         return False
     attrs = ScriptAttrs.from_text(attrs_text)
     queue_tables = set(json.loads(queue_tables_json)) if queue_tables_json else set(local_names)

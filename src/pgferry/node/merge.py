@@ -1,0 +1,177 @@
+"""Merged partitions: several partition queues feeding the same tables of one database.
+
+Each partition is a cascade of its own (a root per shard database, say).  The combined
+database holds one leaf node of every partition queue, each created with
+``create-leaf --merge=SET`` (``node_info.combined_queue`` = SET; several nodes in one
+database are allowed, since every node's bookkeeping is keyed by its queue) and each run
+by its own worker.  A table such a leaf adds is *merged* unless added with ``--no-merge``:
+every part's leaf registers it in its own queue and applies its own part's rows to it.
+
+What keeps the parts apart:
+
+* The copy of a part truncates the table only when no other part holds it (in state
+  ``catching-up`` or ``ok``): the first part's copy clears what was there, the others copy
+  their rows on top.  Copies of one merged table never run at the same time
+  (:func:`lock_destinations`), so that decision cannot race with another part's copy.
+* A TRUNCATE of a part's source is not replayed (it would erase the other parts' rows):
+  merged tables are registered with ``skip_truncate``, and replay logs each one it passes.
+* A single part cannot be copied again while others hold the table (its old rows cannot be
+  told from the others' without a truncate): ``resync --merge-all`` copies every part again.
+* ``add-table --merge-all`` adds the table on every leaf of the set, in one transaction.
+* A queued script (``execute``) runs once in the database: a part whose sibling already ran
+  the same file skips it (:func:`script_applied`).
+* ``compare`` and ``repair`` leave merged tables alone: the table holds the other parts'
+  rows, which repair would delete.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from pgferry.errors import TableError, UsageError
+from pgferry.node import model
+
+COPIED = ("catching-up", "ok")  # a part in these states holds its rows in the table
+
+
+def parts(conn: psycopg.Connection, node: model.NodeInfo) -> list[model.NodeInfo]:
+    """The leaves of this database that feed ``node``'s merged set, ``node`` included, in
+    queue order."""
+    if node.combined_queue is None:
+        raise UsageError(
+            f"Node {node.node_name} is not a merge leaf (create-leaf --merge): no --merge-all"
+        )
+    rows = conn.execute(
+        "select queue_name from ferry_node.node_info where combined_queue = %s order by 1",
+        (node.combined_queue,),
+    ).fetchall()
+    found = [model.load_node(conn, r[0]) for r in rows]
+    return [n for n in found if n is not None]
+
+
+def is_merged(node: model.NodeInfo, attrs: dict) -> bool:
+    """Whether a table with these table_attrs is merged on ``node``."""
+    return node.combined_queue is not None and not attrs.get("no_merge")
+
+
+def check_registration(
+    conn: psycopg.Connection, node: model.NodeInfo, table: str, dest: str, no_merge: bool
+) -> None:
+    """A destination of a merge leaf is merged by every queue that registers it, or is one
+    queue's own (``--no-merge``); anything else is refused."""
+    if node.combined_queue is None:
+        return
+    rows = conn.execute(
+        """
+        select t.queue_name, n.combined_queue, coalesce((t.table_attrs->>'no_merge')::bool, false)
+          from ferry.table_info t join ferry_node.node_info n on n.queue_name = t.queue_name
+         where t.queue_name <> %s and t.local and coalesce(t.dest_table, t.table_name) = %s
+         order by 1
+        """,
+        (node.queue_name, dest),
+    ).fetchall()
+    for queue, combined, other_no_merge in rows:
+        if no_merge or other_no_merge or combined != node.combined_queue:
+            raise TableError(
+                f"Table {dest} is also replicated by queue {queue}: merge conflict (a table"
+                f" merged into {node.combined_queue} is fed by every part, one added with"
+                " --no-merge by one queue only)"
+            )
+
+
+def others_hold(conn: psycopg.Connection, queue: str, dests: list[str]) -> list[str]:
+    """Destinations that another queue's part holds rows of (its copy must not truncate)."""
+    rows = conn.execute(
+        """
+        select distinct coalesce(dest_table, table_name) from ferry.table_info
+         where queue_name <> %s and local and merge_state = any(%s)
+           and coalesce(dest_table, table_name) = any(%s)
+        """,
+        (queue, list(COPIED), dests),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def lock_destinations(conn: psycopg.Connection, dests: list[str]) -> bool:
+    """Session locks on merged destinations for one part's copy (released when the copy's
+    session ends); False, holding none, when another part's copy holds one."""
+    taken: list[str] = []
+    for dest in sorted(set(dests)):
+        row = conn.execute(
+            "select pg_try_advisory_lock(hashtext('pgferry-merge'), hashtext(%s))", (dest,)
+        ).fetchone()
+        if not (row and row[0]):
+            for done in taken:
+                conn.execute(
+                    "select pg_advisory_unlock(hashtext('pgferry-merge'), hashtext(%s))", (done,)
+                )
+            return False
+        taken.append(dest)
+    return True
+
+
+def check_resync(
+    conn: psycopg.Connection, node: model.NodeInfo, tables: list[str], merge_all: bool
+) -> list[model.NodeInfo]:
+    """The parts a resync of ``tables`` copies again: this node's alone, or with
+    ``merge_all`` every part of the set that has them.  A single part of a merged table that
+    other parts hold is refused."""
+    if merge_all:
+        return parts(conn, node)
+    if node.combined_queue is None:
+        return [node]
+    rows = conn.execute(
+        """
+        select t.table_name, o.queue_name
+          from ferry.table_info t
+          join ferry.table_info o
+            on o.queue_name <> t.queue_name and o.local and o.merge_state = any(%s)
+           and coalesce(o.dest_table, o.table_name) = coalesce(t.dest_table, t.table_name)
+         where t.queue_name = %s and t.table_name = any(%s)
+           and not coalesce((t.table_attrs->>'no_merge')::bool, false)
+         order by 1, 2
+        """,
+        (list(COPIED), node.queue_name, tables),
+    ).fetchall()
+    if rows:
+        table, queue = rows[0]
+        raise TableError(
+            f"Table {table} is merged with queue {queue}, which holds its rows: one part"
+            " cannot be copied again without wiping the others' (resync --merge-all copies"
+            " every part again)"
+        )
+    return [node]
+
+
+def merged_tables(conn: psycopg.Connection, queue: str) -> set[str]:
+    """The tables of ``queue`` merged here (none unless this node is a merge leaf)."""
+    rows = conn.execute(
+        """
+        select t.table_name from ferry.table_info t
+          join ferry_node.node_info n on n.queue_name = t.queue_name
+         where t.queue_name = %s and t.local and n.combined_queue is not null
+           and not coalesce((t.table_attrs->>'no_merge')::bool, false)
+        """,
+        (queue,),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def script_applied(conn: psycopg.Connection, queue: str, name: str, sha256: str) -> bool:
+    """Whether another part of ``queue``'s merged set ran script ``name`` (same text) in
+    this database.  Waits, in the caller's transaction, for a part running it right now."""
+    conn.execute(
+        "select pg_advisory_xact_lock(hashtext('pgferry-merge-execute'), hashtext(%s))", (name,)
+    )
+    row = conn.execute(
+        """
+        select exists (
+            select 1 from ferry.applied_execute a
+              join ferry_node.node_info o on o.queue_name = a.queue_name
+              join ferry_node.node_info me on me.combined_queue = o.combined_queue
+             where me.queue_name = %s and a.queue_name <> %s
+               and a.file_name = %s and a.file_hash = %s)
+        """,
+        (queue, queue, name, sha256),
+    ).fetchone()
+    return bool(row and row[0])
