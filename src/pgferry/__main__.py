@@ -1,5 +1,5 @@
 """Allow ``python -m pgferry``."""
 
-from pgferry.cli.main import main
+from pgferry.cli.main import entry
 
-raise SystemExit(main())
+entry()

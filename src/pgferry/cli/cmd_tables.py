@@ -241,7 +241,7 @@ def cmd_resync(ctx: Context, argv: list[str]) -> int:
 @command("wait-sync", "wait until every local table is in state ok")
 def cmd_wait_sync(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("[--poll=SECONDS] [--timeout=SECONDS]")
-    parser.add_argument("--poll", type=float, default=2.0, help="seconds between checks")
+    parser.add_argument("--poll", type=float, default=2.0, help="most seconds between checks")
     parser.add_argument("--timeout", type=float, help="give up after this many seconds")
     args = parser.parse_args(argv)
     start(ctx)
@@ -254,6 +254,9 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     done: set[str] = set()
     last_msg = None
+    # Checks start 0.1 s apart and grow to ``poll``: a small table's copy takes under a
+    # second, a large one's minutes.
+    interval = min(poll, 0.1)
     while True:
         with local_tx(config) as conn:
             model.require_node(conn, queue)
@@ -273,4 +276,5 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
             last_msg = msg
         if deadline is not None and time.monotonic() >= deadline:
             raise PgferryError(f"wait-sync: timed out, {msg}")
-        time.sleep(poll)  # polling the state written by the worker, not synchronising
+        time.sleep(interval)  # polling the state written by the worker, not synchronising
+        interval = min(poll, interval * 2)

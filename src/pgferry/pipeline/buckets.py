@@ -95,8 +95,18 @@ def prepare(
     src_connstr: str, dst_connstr: str, tasks: list[CompareTask], src_snapshot: str
 ) -> Prepared:
     """Resolve both sides, check keys, sample key boundaries on the source snapshot."""
-    with connect(dst_connstr, autocommit=True) as conn:
-        dests = [resolve_table(conn, t.dest_table, describe(dst_connstr)) for t in tasks]
+    with connect(dst_connstr, autocommit=True) as dst_conn:
+        dests = [resolve_table(dst_conn, t.dest_table, describe(dst_connstr)) for t in tasks]
+        return _prepare(src_connstr, dst_conn, tasks, src_snapshot, dests)
+
+
+def _prepare(
+    src_connstr: str,
+    dst_conn: psycopg.Connection,
+    tasks: list[CompareTask],
+    src_snapshot: str,
+    dests: list[TableInfo],
+) -> Prepared:
     conn = open_in_snapshot(src_connstr, src_snapshot)
     try:
         sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
@@ -106,7 +116,7 @@ def prepare(
             have = set(dst.column_names) - set(task.exclude_columns)
             columns = tuple(c for c in src.column_names if c in have)
             by_type = all(src.column(c).type == dst.column(c).type for c in columns) and all(
-                _hashable([src.column(c).type for c in columns], c_) for c_ in (conn, dst_connstr)
+                _hashable([src.column(c).type for c in columns], c_) for c_ in (conn, dst_conn)
             )
             plans.append(
                 TablePlan(
