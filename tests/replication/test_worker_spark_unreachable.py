@@ -26,7 +26,15 @@ def _run_until(worker: Worker, check, timeout: float = 60, what: str = "conditio
     return wait_until(step, timeout=timeout, interval=0.02, what=what)
 
 
-def test_unreachable_master_replays_on_the_driver(pair, caplog) -> None:
+@pytest.fixture
+def copies_need_spark(monkeypatch) -> None:
+    """Copies of any size go through Spark (small ones would run on the driver)."""
+    import pgferry.pipeline.copy as copy_pkg
+
+    monkeypatch.setattr(copy_pkg, "LOCAL_PAGES", -1)
+
+
+def test_unreachable_master_replays_on_the_driver(pair, caplog, copies_need_spark) -> None:
     bad = f"spark://127.0.0.1:{free_port()}"
     pair.root(TABLE.format(t="items"))
     pair.leaf(TABLE.format(t="items"))
@@ -85,7 +93,7 @@ def test_unreachable_master_replays_on_the_driver(pair, caplog) -> None:
     "setting",
     ["spark_remote=sc://spark.example:15002/;token=hush", "spark.remote=sc://x:1/;token=hush"],
 )
-def test_spark_connect_is_refused_in_one_line(pair, caplog, setting) -> None:
+def test_spark_connect_is_refused_in_one_line(pair, setting, copies_need_spark) -> None:
     key, value = setting.split("=", 1)
     pair.root(TABLE.format(t="items"))
     pair.leaf(TABLE.format(t="items"))
@@ -101,3 +109,17 @@ def test_spark_connect_is_refused_in_one_line(pair, caplog, setting) -> None:
     worker.cancel_copies()
     assert error.startswith("Spark Connect (sc://") and "is not supported" in error
     assert "hush" not in error and "\n" not in error
+
+
+def test_small_copy_needs_no_master(pair) -> None:
+    """A table small enough for the driver is copied and replayed with the master down."""
+    pair.root(TABLE.format(t="items"))
+    pair.leaf(TABLE.format(t="items"))
+    pair.root("insert into items select g, 'v' from generate_series(1, 500) g")
+    pair.add_tables("public.items")
+    worker = pair.worker(spark_master=f"spark://127.0.0.1:{free_port()}")
+    pair.catch_up(worker)
+    pair.root("update items set v = 'w' where id % 3 = 0")
+    pair.catch_up(worker)
+    pair.same("items")
+    assert pair.leaf("select copy_error from ferry.table_info") == [(None,)]

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 # Seconds an unused session stays up (spark_idle_timeout): a copy's job or a large batch
 # that follows within a minute finds it up; a caught-up worker drops ~400 MB after it.
 IDLE_TIMEOUT = 60.0
+# Seconds the worker's exit waits for a background start of Spark.
+START_JOIN = 15.0
 
 
 def _read_task(provider_dsn: str) -> Callable[[tuple[str, bool]], list[bytes]]:
@@ -218,10 +220,14 @@ class WorkerSpark:
             self._stopping = None
 
     def stop(self) -> None:
-        """Wait for a start under way, then stop the session if this worker started it."""
-        for thread in (self._starting, self._stopping):
-            if thread is not None:
-                thread.join()
+        """Wait for a start under way (a while), then stop the session if this worker
+        started it."""
+        if self._starting is not None:
+            # A start waiting for a busy cluster's cores (spark_wait) must not hold the
+            # worker's exit that long; a JVM left starting exits with this process.
+            self._starting.join(timeout=START_JOIN)
+        if self._stopping is not None:
+            self._stopping.join()
         if self._session is not None and self._owned:
             from pgferry.pipeline.spark import stop_spark
 
