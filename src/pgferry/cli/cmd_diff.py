@@ -71,7 +71,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         return spark_for(SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1))
 
     task = CompareTask(src.display, dst.display, where, where)
-    threads = driver_threads(overrides)  # local mode: the driver's threads instead
+    threads = driver_threads(overrides)  # small tables: the driver's threads
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
     for line in result.lines():
         print(line)

@@ -118,7 +118,7 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
             tasks,
             src_snapshot=point.src_snapshot,
             dst_snapshot=point.dst_snapshot,
-            threads=driver_threads(config.values),  # local mode: the driver's threads instead
+            threads=driver_threads(config.values),  # small tables: the driver's threads
         )
     for res in results:
         src = _fmt(config, res.src_rows, res.src_checksum)
@@ -147,7 +147,7 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
 
     tasks = _tasks(config, args.tables)
     threads = driver_threads(config.values)
-    spark = _spark(config, ctx.verbose) if not threads and _large(config, tasks) else None
+    spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         results = repair_tables(

@@ -109,8 +109,8 @@ def compare_tables(
 ) -> list[TableComparison]:
     """Compare each task's tables; the result lists per table totals and differing ranges.
 
-    With ``threads`` (see :func:`driver_threads`) tables of any size are summed on the driver
-    by that many threads; otherwise only small ones are, and larger ones by a Spark job.
+    Small tables (``LOCAL_PAGES``) are summed on the driver, by ``threads`` threads (see
+    :func:`driver_threads`); larger ones by a Spark job, local or on a cluster.
     """
     if not tasks:
         raise PgferryError("compare: no tables given")
@@ -122,7 +122,7 @@ def compare_tables(
         job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
         groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
         units = [(side, g) for g in groups for side in (0, 1)]
-        if threads or _small(prepared):
+        if _small(prepared):
             # The same per-bucket sums, run here: starting Spark would cost more than the
             # whole comparison.
             log.debug("compare: %d bucket groups summed on the driver", len(groups))
@@ -150,11 +150,8 @@ def compare_tables(
 
 
 def driver_threads(values: Mapping[str, str]) -> int:
-    """Threads that sum on the driver in place of Spark in local mode (0: use Spark).
-
-    A local-mode job would run the same queries from threads of this machine, after a JVM
-    start that costs seconds; a cluster master (or Spark Connect) is left to Spark.
-    """
+    """Threads that sum a small comparison on the driver: in local mode as many as Spark
+    would use; with a cluster master (or Spark Connect) 0, one after the other."""
     if values.get("spark_remote"):
         return 0
     master = values.get("spark_master") or "local[*]"

@@ -93,8 +93,8 @@ def repair_tables(
 ) -> list[RepairResult]:
     """Find and fix differences; ``ranges`` (per dest_table) limits where to look.
 
-    With ``threads`` (compare's :func:`~.compare.driver_threads`: Spark would run in local
-    mode) more rows are joined on the driver before a Spark job is worth its start.
+    Few rows to read (``repair_local.LOCAL_ROWS``) are joined on the driver, with
+    ``threads`` threads where it reads in parallel; more by a Spark job.
 
     The fix for each table goes to ``fix_dir/fix.<dest_table>.sql`` (or ``fix_file`` when
     there is exactly one table).
@@ -129,7 +129,7 @@ def repair_tables(
             (src_connstr, dst_connstr), (src_snap, dst_snap), tuple(prepared.plans), tuple(work)
         )
         try:
-            if small_read(prepared, work, src_connstr, threads):
+            if small_read(prepared, work, src_connstr):
                 # Few rows to read: joined here, as starting Spark would cost more.
                 diffs = local_differences(job, len(tasks))
             else:

@@ -27,9 +27,6 @@ from pgferry.pipeline.snapshot import open_in_snapshot
 LOCAL_ROWS = 200_000
 # Ranges read by one query (OR'd: the server scans the key index once per range).
 CHUNK_RANGES = 64
-# The limit when Spark would run in local mode anyway: its JVM start costs seconds, and the
-# driver reads one range at a time, so memory stays at one range's rows.
-LOCAL_MODE_ROWS = 2_000_000
 
 
 def ordered_columns(plan: TablePlan) -> list[str]:
@@ -55,16 +52,14 @@ def read_query(plan: TablePlan, side: int, *ranges: KeyRange) -> sql.Composable:
     )
 
 
-def small_read(
-    prepared, work: list[tuple[int, KeyRange]], src_connstr: str, local_mode: int = 0
-) -> bool:
+def small_read(prepared, work: list[tuple[int, KeyRange]], src_connstr: str) -> bool:
     """Whether the ranges to read are few enough rows to join on the driver."""
     if all(
         max(src.pages, dst.pages) <= compare.LOCAL_PAGES
         for src, dst in zip(prepared.sources, prepared.dests, strict=True)
     ):
         return True
-    limit = LOCAL_MODE_ROWS if local_mode else LOCAL_ROWS
+    limit = LOCAL_ROWS
     by_table: dict[int, list[KeyRange]] = {}
     for table_no, rng in work:
         by_table.setdefault(table_no, []).append(rng)
