@@ -185,6 +185,11 @@ class Copies:
         queue = node.queue_name
         with local.transaction():
             groups = handover.catching_up(local, queue)
+            if groups:
+                # Read after the groups: a copy thread may have moved a group to
+                # catching-up since the caller read the routes, and its tables' routes must
+                # carry the copy snapshot that filters the events the copy already holds.
+                routes = self.worker.replay.routes(local, queue)
         applied, hold_at = False, None
         for group in groups:
             source, replayer = provider, self.worker.replay
