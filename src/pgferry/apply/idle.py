@@ -4,11 +4,13 @@ An idle worker should cost next to nothing, yet notice within ``loop_delay`` any
 operator asks of it.  :class:`IdleWatch` gives the loop three answers:
 
 * :meth:`IdleWatch.wait` blocks until the provider's next tick (a notification), a signal
-  or the end of ``loop_delay``: no CPU between them.
+  or the end of ``loop_delay``: no CPU between them.  A root waits for its own queue's
+  ticks (writes move the sequences it publishes), at most once per ``loop_delay``, and
+  while nothing changes it doubles its wait up to ``ROOT_IDLE_WAIT``.
 * :meth:`IdleWatch.take_due` says whether the provider may have a batch: a tick was
-  announced, the last loop applied one, the connection is new, or the batch choice depends
-  on time (``pgq_keep_lag``, ``pgq_batch_collect_interval``).  Otherwise the provider is not
-  asked at all (asking writes the consumer's row there).
+  announced, more ticks waited behind the last batch, the connection is new, or the batch
+  choice depends on time (``pgq_keep_lag``, ``pgq_batch_collect_interval``).  Otherwise the
+  provider is not asked at all (asking writes the consumer's row there).
 * :meth:`IdleWatch.quiet` says whether a whole loop can be skipped: no tick came, every
   table is ``ok``, no compare request waits, nothing periodic is due, and one query (the
   *wake state*) shows that nothing the loop reads has changed since the last full loop:
@@ -17,8 +19,9 @@ operator asks of it.  :class:`IdleWatch` gives the loop three answers:
 
 Periodic writes are spaced out while idle: the heartbeat (``local_state.last_seen``) at
 most every ``HEARTBEAT_EVERY`` seconds (a batch refreshes it too; at once after an error or
-a pause change), the watermark when the node's position moved or every
-``WATERMARK_REFRESH`` seconds.
+a pause change), the watermark every ``watermark_period`` after batches with events, and
+every ``WATERMARK_REFRESH`` seconds otherwise (an idle queue's ticks do not need it:
+rotation keeps what the last report keeps).
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ from pgferry.queue import api as queue_api
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live
 # worker (an idle queue's tick, every ticker_idle_period, refreshes it too).
 HEARTBEAT_EVERY = 60.0
-# Seconds after which an unchanged watermark is reported again.
-WATERMARK_REFRESH = 60.0
+# Seconds after which a watermark is reported again when no event was applied since.
+WATERMARK_REFRESH = 300.0
+# Longest wait of an idle root: its own queue's ticks wake it, so this only bounds how late
+# it sees a sequence that moved without any replicated write (or a local change).
+ROOT_IDLE_WAIT = 8.0
 # Seconds after which an idle worker runs a whole loop even though nothing seems to have
 # changed (what the wake state does not cover: a destination's columns, Spark's start).
 FULL_LOOP_EVERY = 60.0
@@ -89,6 +95,8 @@ class IdleWatch:
     def __init__(self) -> None:
         self.tick_heard = False  # a tick was announced since the provider was last asked
         self.applied = False  # the last loop did some work (a batch)
+        self.behind = False  # more ticks waited behind the last batch taken
+        self.timed = False  # batches become due with time (pgq_keep_lag, collect interval)
         self.polling = False  # a provider that does not announce its ticks: ask every loop
         self._baseline: WakeState | None = None
         self._full_at = 0.0  # when the last whole loop ran
@@ -97,24 +105,40 @@ class IdleWatch:
         self._heartbeat_now = True  # start, error, pause change: write one at once
         self._watermark_at = time.monotonic()  # the first a period after start
         self._watermark_moved = True
+        self._quiet_loops = 0  # loops skipped in a row
+        self._loop_at = 0.0  # when the last loop ran (a root's pace)
 
     # --- the wait ------------------------------------------------------------------------
     def wait(
         self,
-        provider: psycopg.Connection | None,
+        source: psycopg.Connection | None,
         queue: str,
         seconds: float,
         wait_readable: Callable[[list[int], float], set[int]],
         stop: Callable[[], bool],
+        *,
+        root: bool = False,
     ) -> None:
-        """Until the provider's next tick of ``queue``, a signal or ``seconds``."""
-        deadline = time.monotonic() + seconds
-        while not stop() and not self.listen(provider, queue):
+        """Until the next tick of ``queue`` announced on ``source`` (the provider; a
+        root's own database), a signal or ``seconds``.  A root waits longer while its loops
+        find nothing to do, and a tick ends its wait no sooner than ``seconds`` after its
+        last loop."""
+        start = time.monotonic()
+        deadline = start + seconds
+        if root and self._quiet_loops:
+            deadline = start + min(seconds * 2**self._quiet_loops, max(seconds, ROOT_IDLE_WAIT))
+        ready = True  # notifications may have come with the last statements
+        while not stop():
+            if ready and self.listen(source, queue):
+                if not root:
+                    return
+                self.tick_heard = False  # the sequences it moved show in the wake state
+                deadline = min(deadline, max(start, self._loop_at + seconds))
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            open_ = provider is not None and not provider.closed
-            wait_readable([provider.fileno()] if open_ else [], left)  # type: ignore[union-attr]
+            usable = source is not None and not source.closed
+            ready = bool(wait_readable([source.fileno()] if usable else [], left))  # type: ignore[union-attr]
 
     def listen(self, provider: psycopg.Connection | None, queue: str) -> bool:
         """Whether a tick of ``queue`` was announced (read without waiting, no round trip:
@@ -134,14 +158,14 @@ class IdleWatch:
         self.tick_heard = True
 
     # --- what to do ----------------------------------------------------------------------
-    def take_due(self, timed_batches: bool) -> bool:
+    def take_due(self) -> bool:
         """Whether to ask the provider for a batch now."""
         now = time.monotonic()
         due = (
-            timed_batches
+            self.timed
             or self.polling
             or self.tick_heard
-            or self.applied
+            or self.behind
             or now - self._taken_at >= TAKE_EVERY
         )
         if due:
@@ -156,16 +180,20 @@ class IdleWatch:
         change made while it runs wakes the next one.
         """
         now = time.monotonic()
-        busy = self.applied or self.tick_heard or self.polling or copying
+        self._loop_at = now
+        busy = self.applied or self.tick_heard or self.polling or self.timed or copying
         if conn is None or busy or self._periodic_due(now):
             self._baseline = None
             self._full_at = now
+            self._quiet_loops = 0
             return False
         state = wake_state(conn, queue)
         if state.settled and state == self._baseline and now - self._full_at < FULL_LOOP_EVERY:
+            self._quiet_loops += 1
             return True
         self._baseline = state if state.settled else None
         self._full_at = now
+        self._quiet_loops = 0
         return False
 
     def _periodic_due(self, now: float) -> bool:
@@ -190,7 +218,8 @@ class IdleWatch:
         self._heartbeat_now = True
 
     def watermark_due(self, moved: bool) -> bool:
-        """Whether to report the watermark now; ``moved``: the node's position changed."""
+        """Whether to report the watermark now; ``moved``: events were applied since the
+        last report."""
         now = time.monotonic()
         self._watermark_moved = self._watermark_moved or moved
         if now - self._watermark_at < self.watermark_period:

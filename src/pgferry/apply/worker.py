@@ -133,7 +133,8 @@ class Worker(Service):
         self._connected_at = 0.0
         self._replica_conn: psycopg.Connection | None = None
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
-        self._watermark_tick: int | None = None  # the position last reported up
+        self._applied_events = True  # events applied since the last watermark report
+        self._listening_root: psycopg.Connection | None = None  # a root's own tick source
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self._copies = Copies(self)  # copies running beside the loop
@@ -148,6 +149,7 @@ class Worker(Service):
         handler_registry.use_config(self.config)
         self.loop_delay = self.settings.loop_delay
         self._idle.watermark_period = self.settings.watermark_period
+        self._idle.timed = bool(self.settings.keep_lag or self.settings.collect_interval)
         self.exception_sleep = self.settings.exception_sleep
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
@@ -296,8 +298,12 @@ class Worker(Service):
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
-        # Nothing waits on the root worker: it keeps the original's 1 s default pace.
+        # Nothing waits on the root worker: it keeps the original's 1 s default pace, and
+        # its own queue's ticks wake it (the writes move the sequences it publishes).
         self.loop_delay = self.config.getfloat("loop_delay", 1.0)
+        if self._lock_conn is not None and self._listening_root is not self._lock_conn:
+            queue_api.listen_for_ticks(self._lock_conn)
+            self._listening_root = self._lock_conn
         self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
@@ -308,6 +314,7 @@ class Worker(Service):
 
     def _subscriber_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         assert node.provider_location is not None
+        self._listening_root = None  # (a root that became a subscriber)
         self._set_replica_role(local)
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
@@ -364,14 +371,15 @@ class Worker(Service):
         # the main stream at its tick: the worker must stop exactly there.
         min_count = None
         one_tick = request is not None or hold_at is not None
-        timed = bool(self.settings.keep_lag or self.settings.collect_interval)
-        if not self._idle.take_due(timed):
+        if not self._idle.take_due():
             # No tick announced since the provider last had nothing: asking again would
             # only write the consumer's row there.
             self._caught_up(local, queue, consumer)
             return False
+        self._idle.behind = one_tick  # asked again after this batch: one tick at a time
         if not one_tick:
             ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
+            self._idle.behind = ticks > 1
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
         batch_id = positions.take_batch(
@@ -404,6 +412,8 @@ class Worker(Service):
             mirror()
         queue_api.finish_batch(provider, batch_id)
         self._idle.heartbeat_done()  # the batch's tick record set last_seen
+        if stats.upserts or stats.deletes or stats.truncates or stats.sequences:
+            self._applied_events = True
         self.count_applied(batch, stats, started, "")
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
@@ -439,20 +449,23 @@ class Worker(Service):
     ) -> None:
         """Tell the provider what this node's subtree still needs (see node/watermarks.py),
         at most every ``watermark_period`` seconds (the first one a period after start),
-        and while the position stands still only every ``idle.WATERMARK_REFRESH``."""
-        if self._idle.watermark_due(moved=node.last_tick_id != self._watermark_tick):
-            self._watermark_tick = node.last_tick_id
+        and without events applied since only every ``idle.WATERMARK_REFRESH``."""
+        if self._idle.watermark_due(moved=self._applied_events):
+            self._applied_events = False
             watermarks.publish(local, provider, node.queue_name, node.node_name, config=self.config)
 
     def sleep(self, seconds: float) -> None:
-        """Idle until the provider's next tick (a batch to take), a signal or ``seconds``."""
-        provider = self.provider if self.provider is not None and not self.provider.closed else None
+        """Idle until the provider's next tick (a batch to take), a signal or ``seconds``;
+        a root until its own queue's next tick."""
+        root = self._listening_root is not None and self._listening_root is self._lock_conn
+        source = self._lock_conn if root else self.provider
         self._idle.wait(
-            provider,
+            source if source is not None and not source.closed else None,
             self.settings.queue,
             seconds,
             self.wait_readable,
             lambda: self.stopping or self._reload_requested,
+            root=root,
         )
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
