@@ -36,8 +36,9 @@ from psycopg import sql
 from pgferry.queue import api as queue_api
 
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live
-# worker (an idle queue's tick, every ticker_idle_period, refreshes it too).
-HEARTBEAT_EVERY = 60.0
+# worker.  Longer than ticker_idle_period (60 s): on a subscriber the idle queue's tick
+# refreshes it first, so an idle subscriber writes no heartbeat of its own.
+HEARTBEAT_EVERY = 90.0
 # Seconds after which a watermark is reported again when no event was applied since.
 WATERMARK_REFRESH = 300.0
 # Longest wait of an idle root: its own queue's ticks wake it, so this only bounds how late
@@ -46,8 +47,9 @@ ROOT_IDLE_WAIT = 8.0
 # Seconds after which an idle worker runs a whole loop even though nothing seems to have
 # changed (what the wake state does not cover: a destination's columns, Spark's start).
 FULL_LOOP_EVERY = 60.0
-# Seconds after which the provider is asked for a batch without a tick announced.
-TAKE_EVERY = 60.0
+# Seconds after which the provider is asked for a batch without a tick announced (a
+# notification cannot get lost on a live connection; a new one asks at once).
+TAKE_EVERY = 300.0
 
 # One statement, so one round trip on an autocommit connection.  xmin changes with every
 # insert and update of a row; a deleted row drops out of the text.
