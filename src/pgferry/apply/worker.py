@@ -28,7 +28,7 @@ from datetime import timedelta
 
 import psycopg
 
-from pgferry.apply import forward, idle, positions, publish_seqs, sync
+from pgferry.apply import forward, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
 from pgferry.apply.copies import Copies
 from pgferry.apply.read import set_text_format
@@ -48,13 +48,13 @@ from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
 
-# Seconds between watermark reports up the cascade (watermark_period) while the node's
-# position moves: rotation on a provider runs every few minutes at most, so a report every
-# few seconds keeps it exact at a small cost.
+HEARTBEAT_EVERY = 1.0  # seconds between heartbeat writes while idle
+# Seconds between watermark reports up the cascade (watermark_period): rotation on a
+# provider runs every few minutes at most, so a report every few seconds keeps it exact at
+# a small cost.
 WATERMARK_EVERY = 5.0
-# Longest idle wait of a subscriber: a tick wakes it at once, so this only bounds how late
-# it notices a local change (add-table, pause, a compare request).
-SUBSCRIBER_LOOP_DELAY = 1.0
+# Subscribers poll the provider this often when idle: the lag goal is measured in seconds.
+SUBSCRIBER_LOOP_DELAY = 0.25
 
 REPLICA_REMEDY = (
     "cannot set session_replication_role = replica: {detail}; "
@@ -123,7 +123,6 @@ class Worker(Service):
         self.overrides = dict(overrides or {})
         self.verbose = verbose
         self.settings = WorkerSettings.from_config(config)
-        self._idle = idle.IdleWatch()  # waits, heartbeat and watermark timing
         self._spark = WorkerSpark(config, verbose)
         self.replay = Replayer(self.settings.replay, self._spark)
         self._use_settings()
@@ -133,8 +132,8 @@ class Worker(Service):
         self._connected_at = 0.0
         self._replica_conn: psycopg.Connection | None = None
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
-        self._applied_events = True  # events applied since the last watermark report
-        self._listening_root: psycopg.Connection | None = None  # a root's own tick source
+        self._last_heartbeat = 0.0
+        self._watermark_at = time.monotonic()
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self._copies = Copies(self)  # copies running beside the loop
@@ -148,8 +147,6 @@ class Worker(Service):
     def _use_settings(self) -> None:
         handler_registry.use_config(self.config)
         self.loop_delay = self.settings.loop_delay
-        self._idle.watermark_period = self.settings.watermark_period
-        self._idle.timed = bool(self.settings.keep_lag or self.settings.collect_interval)
         self.exception_sleep = self.settings.exception_sleep
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
@@ -180,7 +177,6 @@ class Worker(Service):
 
     def on_error(self, exc: BaseException) -> None:
         self.errors_total += 1
-        self._idle.heartbeat_soon()  # clears the error line once working again
         self._disconnect()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
@@ -191,14 +187,7 @@ class Worker(Service):
 
     def work(self) -> bool:
         try:
-            self.claim()  # again after a lost connection: another worker may have started
-            self._spark.idle()  # an unused session goes (spark_idle_timeout)
-            copying = self._copies.running_tables() > 0
-            self._idle.listen(self.provider, self.settings.queue)
-            if self._idle.quiet(self._lock_conn, self.settings.queue, copying):
-                return False
-            more = self._idle.applied = self._work()
-            return more
+            return self._work()
         except psycopg.Error as exc:
             # One line for the log and status; the connection is reopened next loop.
             raise DatabaseError(error_text(exc)) from None
@@ -241,7 +230,6 @@ class Worker(Service):
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             set_text_format(self.provider)
             queue_api.listen_for_ticks(self.provider)
-            self._idle.connected(queue_api.announces_ticks(self.provider))
             self.provider_dsn = dsn
             self.replay.use_provider(dsn)
         return self.provider
@@ -276,11 +264,11 @@ class Worker(Service):
 
     # --- the loop ------------------------------------------------------------------------
     def _work(self) -> bool:
+        self.claim()  # again after a lost connection: another worker may have started
+        self._spark.idle()  # an unused session goes (spark_idle_timeout)
         local = self._local()
         with local.transaction():
             node = model.require_node(local, self.settings.queue)
-        if not node.uptodate:
-            self._idle.heartbeat_soon()  # a pause or resume waits for it
         if node.node_type != "root" and node.provider_location is None:
             # A node without a provider (an old root after resurrect) waits for
             # change-provider; nothing to apply until then.
@@ -298,12 +286,8 @@ class Worker(Service):
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
-        # Nothing waits on the root worker: it keeps the original's 1 s default pace, and
-        # its own queue's ticks wake it (the writes move the sequences it publishes).
+        # Nothing waits on the root worker: it keeps the original's 1 s default pace.
         self.loop_delay = self.config.getfloat("loop_delay", 1.0)
-        if self._lock_conn is not None and self._listening_root is not self._lock_conn:
-            queue_api.listen_for_ticks(self._lock_conn)
-            self._listening_root = self._lock_conn
         self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
@@ -314,7 +298,6 @@ class Worker(Service):
 
     def _subscriber_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         assert node.provider_location is not None
-        self._listening_root = None  # (a root that became a subscriber)
         self._set_replica_role(local)
         provider = self._provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
@@ -371,15 +354,8 @@ class Worker(Service):
         # the main stream at its tick: the worker must stop exactly there.
         min_count = None
         one_tick = request is not None or hold_at is not None
-        if not self._idle.take_due():
-            # No tick announced since the provider last had nothing: asking again would
-            # only write the consumer's row there.
-            self._caught_up(local, queue, consumer)
-            return False
-        self._idle.behind = one_tick  # asked again after this batch: one tick at a time
         if not one_tick:
             ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
-            self._idle.behind = ticks > 1
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
         batch_id = positions.take_batch(
@@ -392,7 +368,11 @@ class Worker(Service):
             collect_interval=self.settings.collect_interval,
         )
         if batch_id is None:
-            self._caught_up(local, queue, consumer)
+            self._heartbeat(local, queue, consumer)
+            if self.may_warm_spark and self.settings.warm_spark:
+                # Caught up: a good moment to start Spark for the next copy or large batch,
+                # rather than during a catch-up, where its start would compete for the CPU.
+                self._spark.ready()
             return False
         batch = queue_api.batch_info(provider, batch_id)
         mirror = None
@@ -411,9 +391,6 @@ class Worker(Service):
         if mirror is not None:
             mirror()
         queue_api.finish_batch(provider, batch_id)
-        self._idle.heartbeat_done()  # the batch's tick record set last_seen
-        if stats.upserts or stats.deletes or stats.truncates or stats.sequences:
-            self._applied_events = True
         self.count_applied(batch, stats, started, "")
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
@@ -425,13 +402,6 @@ class Worker(Service):
                 with local.transaction():
                     sync.mark_missed(local, queue, consumer)
         return True
-
-    def _caught_up(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
-        self._heartbeat(local, queue, consumer)
-        if self.may_warm_spark and self.settings.warm_spark:
-            # Caught up: a good moment to start Spark for the next copy or large batch,
-            # rather than during a catch-up, where its start would compete for the CPU.
-            self._spark.ready()
 
     def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
         """Count a batch applied (main stream or a copied group's) for metrics and tests,
@@ -448,33 +418,37 @@ class Worker(Service):
         self, local: psycopg.Connection, provider: psycopg.Connection | None, node: model.NodeInfo
     ) -> None:
         """Tell the provider what this node's subtree still needs (see node/watermarks.py),
-        at most every ``watermark_period`` seconds (the first one a period after start),
-        and without events applied since only every ``idle.WATERMARK_REFRESH``."""
-        if self._idle.watermark_due(moved=self._applied_events):
-            self._applied_events = False
+        at most every ``watermark_period`` seconds (the first one a period after start)."""
+        now = time.monotonic()
+        if now - self._watermark_at >= self.settings.watermark_period:
+            self._watermark_at = now
             watermarks.publish(local, provider, node.queue_name, node.node_name, config=self.config)
 
     def sleep(self, seconds: float) -> None:
-        """Idle until the provider's next tick (a batch to take), a signal or ``seconds``;
-        a root until its own queue's next tick."""
-        root = self._listening_root is not None and self._listening_root is self._lock_conn
-        source = self._lock_conn if root else self.provider
-        self._idle.wait(
-            source if source is not None and not source.closed else None,
-            self.settings.queue,
-            seconds,
-            self.wait_readable,
-            lambda: self.stopping or self._reload_requested,
-            root=root,
-        )
+        """Idle until the provider's next tick (a batch to take) or ``seconds``, in steps
+        short enough to notice stop and reload requests."""
+        provider = self.provider
+        if provider is None or provider.closed:
+            super().sleep(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            while not self.stopping and not self._reload_requested:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                if queue_api.wait_for_tick(provider, self.settings.queue, min(left, 0.1)):
+                    return
+        except psycopg.Error:
+            return  # the connection broke: the next loop reconnects
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
-        """At most one write per ``idle.HEARTBEAT_EVERY`` seconds while idle (at once after
-        an error or a pause change)."""
-        if self._idle.heartbeat_due(time.monotonic()):
+        """At most one write per HEARTBEAT_EVERY seconds while idle."""
+        now = time.monotonic()
+        if now - self._last_heartbeat >= HEARTBEAT_EVERY:
             with local.transaction():
                 model.heartbeat(local, queue, consumer)
-            self._idle.heartbeat_done()
+            self._last_heartbeat = now
 
 
 def _log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> None:

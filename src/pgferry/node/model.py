@@ -72,7 +72,6 @@ class NodeInfo:
     consumer_name: str  # the worker's consumer on the provider's queue
     last_tick_id: int | None  # last tick applied here
     paused: bool
-    uptodate: bool = True  # False after a pause change until the worker writes again
 
     @property
     def is_root(self) -> bool:
@@ -98,7 +97,7 @@ def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
                s.provider_node, p.node_location, l.node_location,
                coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
-               coalesce(s.paused, false), coalesce(s.uptodate, true)
+               coalesce(s.paused, false)
           from ferry_node.node_info n
           left join ferry_node.local_state s
                  on s.queue_name = n.queue_name and s.consumer_name = n.worker_name

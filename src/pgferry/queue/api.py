@@ -560,12 +560,6 @@ def listen_for_ticks(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("listen {}").format(sql.Identifier(TICK_CHANNEL)))
 
 
-def announces_ticks(conn: psycopg.Connection) -> bool:
-    """Whether the queue on ``conn`` notifies its ticks (queue version 8 and later)."""
-    row = conn.execute("select to_regprocedure('ferry_queue.notify_tick()') is not null").fetchone()
-    return bool(row and row[0])
-
-
 def wait_for_tick(conn: psycopg.Connection, queue: str, timeout: float) -> bool:
     """Wait at most ``timeout`` seconds for a tick of ``queue`` on a listening ``conn``;
     True when one came (or had come since the last wait)."""

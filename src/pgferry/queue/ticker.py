@@ -313,20 +313,18 @@ class TickerService(Service):
         ``seconds`` (the loop delay) only bounds the wait: the timers decide.
         """
         deadline = min(time.monotonic() + seconds, self._next_due())
-        ready: set[int] | None = None  # None: every connection (a round just ran queries)
         while not self.stopping and not self._reload_requested:
             conns = {
                 db.conn.fileno(): db
                 for db in self.databases.values()
                 if db.conn is not None and not db.conn.closed
             }
-            looked = conns.values() if ready is None else [conns[f] for f in ready if f in conns]
-            if any([self._woken(db) for db in looked]):  # a list: drain them all
+            if any([self._woken(db) for db in conns.values()]):  # a list: drain them all
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            ready = self.wait_readable(conns, left)
+            self.wait_readable(conns, left)
 
     def _woken(self, db: DatabaseState) -> bool:
         """Whether a force_tick notification came for ``db`` (its tick is then due now)."""

@@ -15,12 +15,8 @@
 -- * ticker_round(): ticker() of every queue, and how many queues have events waiting, so
 --   that the daemon knows when to look again soon.
 -- * force_tick(queue) also wakes a listening ticker daemon (channel ferry_queue_ticker).
--- * The tick notification (008) fires in every session_replication_role: a branch's worker
---   mirrors its provider's ticks with replica role set, and its own subscribers wait for
---   the notification instead of asking for batches.
 
 alter table ferry_queue.queue alter column queue_ticker_max_lag set default '50 milliseconds';
-alter table ferry_queue.tick enable always trigger notify_tick;
 
 -- Generic plans: the late-commit lookups below are index probes whatever the values, and a
 -- custom plan would be planned again at every call (an idle round a second).
