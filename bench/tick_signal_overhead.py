@@ -83,7 +83,10 @@ def listener(connstr: str, stop: threading.Event, seen: list[int]) -> None:
     with psycopg.connect(connstr, autocommit=True) as conn:
         conn.execute("listen ferry_queue_ticker")
         while not stop.is_set():
-            seen[0] += sum(1 for _ in conn.notifies(timeout=0.5))
+            try:
+                seen[0] += sum(1 for _ in conn.notifies(timeout=0.5))
+            except psycopg.Error:
+                return  # the cluster goes away at the end
 
 
 def main() -> None:
