@@ -14,11 +14,13 @@ defaults, as in ``replication_vs_londiste.py``, whose set-up and seed load this 
    ``statement_timestamp()`` on the leaf. Latency = seen − at (one machine, one clock), so
    it includes the probe's own commit and at most one poll interval.  p50/p95/p99 over
    all probes.
-3. **idle** — once the leaf has caught up, two windows of IDLE_S seconds (30) in which
-   nobody writes: right after the load, and a steady one starting SETTLE_S (120) after the
-   load ended.  For each: CPU of the daemons (ticker, root and leaf workers; for native LR
-   the server's walsender and apply workers), of the backends serving them and of the
-   rest of the servers; rows written, transactions and WAL on both clusters
+3. **idle** — once the leaf has caught up, windows of IDLE_S seconds (30) in which
+   nobody writes: one right after the load, and IDLE_WINDOWS (4) consecutive steady ones
+   starting SETTLE_S (120) after the load ended, of which the medians are reported (and
+   the totals: an idle queue ticks once a minute, so every other window holds a tick).
+   For each: CPU of the daemons (ticker, root and leaf workers; for native LR the
+   server's walsender and apply workers), of the backends serving them and of the rest of
+   the servers; rows written, transactions and WAL on both clusters
    (``bench/idle_cost.py``); the consumer's lag as status shows it at the window's end.
 
 Figures are printed and written as JSON under ``bench/results/``.
@@ -95,6 +97,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--idle-s", type=int, help="seconds of each idle window (30)")
     p.add_argument(
         "--settle-s", type=int, help="steady idle window starts this long after the load (120)"
+    )
+    p.add_argument(
+        "--idle-windows", type=int, default=4, help="steady idle windows, medians reported (4)"
     )
     p.add_argument("--probe-ms", type=float, default=50.0)
     p.add_argument("--poll-ms", type=float, default=5.0)
@@ -422,9 +427,8 @@ def idle_phase(system: Trigger | Native, args: argparse.Namespace, load_end: flo
         Side("leaf", pair.conn("leaf"), pair.leaf.datadir, own["leaf"]),
     ]
     out: dict = {}
-    for window, start_at in (("after_load", 0.0), ("steady", float(args.settle_s))):
-        if window == "steady" and args.settle_s <= 0:
-            continue
+
+    def window(start_at: float) -> dict:
         wait = load_end + start_at - time.monotonic()
         if wait > 0:
             time.sleep(wait)
@@ -434,8 +438,45 @@ def idle_phase(system: Trigger | Native, args: argparse.Namespace, load_end: flo
         res["ticks"] = len(system.ticks_between(t_start, t_end))
         res["lag_at_end_s"] = system.lag()
         res["starts_after_load_s"] = round(start_at, 1)
-        out[window] = res
+        return res
+
+    out["after_load"] = window(0.0)
+    if args.settle_s > 0:
+        windows = [window(args.settle_s + i * args.idle_s) for i in range(args.idle_windows)]
+        out["steady"] = {**_medians(windows), "windows": windows}
     return out
+
+
+def _medians(windows: list[dict]) -> dict:
+    """The median of each figure over consecutive idle windows (an idle queue ticks once a
+    minute, so one window holds a tick and the next may not)."""
+
+    def med(get) -> float:
+        return round(statistics.median(get(w) for w in windows), 4)
+
+    first = windows[0]
+    return {
+        "seconds": first["seconds"],
+        "cpu_s": {g: med(lambda w, g=g: w["cpu_s"][g]) for g in first["cpu_s"]},
+        "replication_cpu_s": med(lambda w: w["replication_cpu_s"]),
+        "cpu_by_daemon_s": {
+            d: med(lambda w, d=d: w["cpu_by_daemon_s"].get(d, 0.0))
+            for d in first["cpu_by_daemon_s"]
+        },
+        "rows": med(lambda w: w["rows"]),
+        "commits": med(lambda w: w["commits"]),
+        "wal_bytes": med(lambda w: w["wal_bytes"]),
+        "ticks": med(lambda w: w["ticks"]),
+        "lag_at_end_s": windows[-1]["lag_at_end_s"],
+        "totals": {
+            "windows": len(windows),
+            "replication_cpu_s": round(sum(w["replication_cpu_s"] for w in windows), 4),
+            "daemons_cpu_s": round(sum(w["cpu_s"]["daemons"] for w in windows), 4),
+            "rows": sum(w["rows"] for w in windows),
+            "ticks": sum(w["ticks"] for w in windows),
+            "wal_bytes": sum(w["wal_bytes"] for w in windows),
+        },
+    }
 
 
 # --- driver -----------------------------------------------------------------------------------
@@ -540,6 +581,22 @@ def report(systems: dict) -> None:
             (f"idle {window}: ticks", lambda r, w=window: r["idle"][w]["ticks"]),
             (f"idle {window}: lag at end (s)", lambda r, w=window: r["idle"][w]["lag_at_end_s"]),
         ]
+    rows += [
+        (
+            "idle steady, all windows: replication CPU (s)",
+            lambda r: r["idle"]["steady"]["totals"]["replication_cpu_s"],
+        ),
+        (
+            "idle steady, all windows: daemons CPU (s)",
+            lambda r: r["idle"]["steady"]["totals"]["daemons_cpu_s"],
+        ),
+        ("idle steady, all windows: rows written", lambda r: r["idle"]["steady"]["totals"]["rows"]),
+        ("idle steady, all windows: ticks", lambda r: r["idle"]["steady"]["totals"]["ticks"]),
+        (
+            "idle steady, all windows: WAL bytes",
+            lambda r: r["idle"]["steady"]["totals"]["wal_bytes"],
+        ),
+    ]
     print()
     print("| figure | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
