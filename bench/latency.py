@@ -464,6 +464,7 @@ def _medians(windows: list[dict]) -> dict:
             for d in first["cpu_by_daemon_s"]
         },
         "rows": med(lambda w: w["rows"]),
+        "rows_outside_catalog": med(lambda w: w.get("rows_outside_catalog", w["rows"])),
         "commits": med(lambda w: w["commits"]),
         "wal_bytes": med(lambda w: w["wal_bytes"]),
         "ticks": med(lambda w: w["ticks"]),
@@ -473,6 +474,7 @@ def _medians(windows: list[dict]) -> dict:
             "replication_cpu_s": round(sum(w["replication_cpu_s"] for w in windows), 4),
             "daemons_cpu_s": round(sum(w["cpu_s"]["daemons"] for w in windows), 4),
             "rows": sum(w["rows"] for w in windows),
+            "rows_outside_catalog": sum(w.get("rows_outside_catalog", w["rows"]) for w in windows),
             "ticks": sum(w["ticks"] for w in windows),
             "wal_bytes": sum(w["wal_bytes"] for w in windows),
         },
@@ -576,6 +578,10 @@ def report(systems: dict) -> None:
                 lambda r, w=window: r["idle"][w]["cpu_s"]["server_other"],
             ),
             (f"idle {window}: rows written", lambda r, w=window: r["idle"][w]["rows"]),
+            (
+                f"idle {window}: rows written outside pg_catalog",
+                lambda r, w=window: r["idle"][w].get("rows_outside_catalog", "-"),
+            ),
             (f"idle {window}: transactions", lambda r, w=window: r["idle"][w]["commits"]),
             (f"idle {window}: WAL bytes", lambda r, w=window: r["idle"][w]["wal_bytes"]),
             (f"idle {window}: ticks", lambda r, w=window: r["idle"][w]["ticks"]),
@@ -591,6 +597,10 @@ def report(systems: dict) -> None:
             lambda r: r["idle"]["steady"]["totals"]["daemons_cpu_s"],
         ),
         ("idle steady, all windows: rows written", lambda r: r["idle"]["steady"]["totals"]["rows"]),
+        (
+            "idle steady, all windows: rows written outside pg_catalog",
+            lambda r: r["idle"]["steady"]["totals"].get("rows_outside_catalog", "-"),
+        ),
         ("idle steady, all windows: ticks", lambda r: r["idle"]["steady"]["totals"]["ticks"]),
         (
             "idle steady, all windows: WAL bytes",

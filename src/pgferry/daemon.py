@@ -301,9 +301,10 @@ def run_service(
     except Exception as exc:
         if daemonize:
             log.error("%s", exc_message(exc))  # the foreground process prints it too
-        report_started(pipe, exc_message(exc))
+        # The pidfile goes first: the foreground process returns as soon as it hears.
         if pidfile is not None:
             remove_pidfile(pidfile)
+        report_started(pipe, exc_message(exc))
         raise
     report_started(pipe)
     try:

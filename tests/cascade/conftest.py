@@ -250,6 +250,11 @@ class Tree:
         root = self.root()
         self.sql(root, "select ferry_queue.force_tick(%s)", (self.queue,))
         tick = self.sql(root, "select ferry_queue.ticker(%s)", (self.queue,))[0][0]
+        if tick is None:
+            # A running ticker made the forced tick first.
+            tick = self.sql(
+                root, "select last_tick_id from ferry_queue.get_queue_info(%s)", (self.queue,)
+            )[0][0]
         assert tick is not None
         return tick
 

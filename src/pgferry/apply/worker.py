@@ -31,6 +31,7 @@ import psycopg
 from pgferry.apply import forward, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
 from pgferry.apply.copies import Copies
+from pgferry.apply.idle import IdleWatch
 from pgferry.apply.read import set_text_format
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
@@ -48,13 +49,13 @@ from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = 1.0  # seconds between heartbeat writes while idle
 # Seconds between watermark reports up the cascade (watermark_period): rotation on a
 # provider runs every few minutes at most, so a report every few seconds keeps it exact at
 # a small cost.
 WATERMARK_EVERY = 5.0
-# Subscribers poll the provider this often when idle: the lag goal is measured in seconds.
-SUBSCRIBER_LOOP_DELAY = 0.25
+# The longest idle wait (the original's default): a tick announced by the provider ends it
+# at once, so this bounds how late a change on the node itself is noticed.
+LOOP_DELAY = 1.0
 
 REPLICA_REMEDY = (
     "cannot set session_replication_role = replica: {detail}; "
@@ -84,7 +85,7 @@ class WorkerSettings:
         return cls(
             queue=queue_name(config),
             local_dsn=local_connstr(config),
-            loop_delay=config.getfloat("loop_delay", SUBSCRIBER_LOOP_DELAY),
+            loop_delay=config.getfloat("loop_delay", LOOP_DELAY),
             exception_sleep=config.getfloat("exception_sleep", 20.0),
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
@@ -132,8 +133,7 @@ class Worker(Service):
         self._connected_at = 0.0
         self._replica_conn: psycopg.Connection | None = None
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
-        self._last_heartbeat = 0.0
-        self._watermark_at = time.monotonic()
+        self._idle = IdleWatch(self.settings.watermark_period)
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self._copies = Copies(self)  # copies running beside the loop
@@ -148,6 +148,8 @@ class Worker(Service):
         handler_registry.use_config(self.config)
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
+        if hasattr(self, "_idle"):
+            self._idle.watermark_period = self.settings.watermark_period
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
 
@@ -177,6 +179,7 @@ class Worker(Service):
 
     def on_error(self, exc: BaseException) -> None:
         self.errors_total += 1
+        self._idle.failed()
         self._disconnect()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
@@ -267,8 +270,23 @@ class Worker(Service):
         self.claim()  # again after a lost connection: another worker may have started
         self._spark.idle()  # an unused session goes (spark_idle_timeout)
         local = self._local()
+        assert self._lock_conn is not None  # autocommit, on the node: the idle reads
+        copying = self._copies.running_tables() > 0
+        if self._idle.quiet(self._lock_conn, self.provider, self.settings.queue, copying=copying):
+            return False
+        more = self._whole_loop(local)
+        self._idle.loop_done(more)
+        return more
+
+    def _whole_loop(self, local: psycopg.Connection) -> bool:
         with local.transaction():
             node = model.require_node(local, self.settings.queue)
+        # Whom the next idle loops look for on the provider (nobody: nothing to take).
+        self._idle.consumer = (
+            node.consumer_name
+            if node.node_type != "root" and node.provider_location and not node.paused
+            else None
+        )
         if node.node_type != "root" and node.provider_location is None:
             # A node without a provider (an old root after resurrect) waits for
             # change-provider; nothing to apply until then.
@@ -286,8 +304,6 @@ class Worker(Service):
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
-        # Nothing waits on the root worker: it keeps the original's 1 s default pace.
-        self.loop_delay = self.config.getfloat("loop_delay", 1.0)
         self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
@@ -392,6 +408,7 @@ class Worker(Service):
             mirror()
         queue_api.finish_batch(provider, batch_id)
         self.count_applied(batch, stats, started, "")
+        self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
         if request is not None and request.tick_id and request.state == "wait":
             if batch.tick_id == request.tick_id:
                 self.holder.post(self.settings.local_dsn, queue, consumer)
@@ -410,6 +427,8 @@ class Worker(Service):
         self.batches_applied += 1
         self.spark_batches += stats.spark
         self.events_applied += stats.upserts + stats.deletes
+        if stats.upserts or stats.deletes or stats.truncates:
+            self._idle.events_applied()
         for observe in self.batch_observers:
             observe(batch, stats, seconds)
         _log_batch(batch, stats, seconds, what)
@@ -418,37 +437,41 @@ class Worker(Service):
         self, local: psycopg.Connection, provider: psycopg.Connection | None, node: model.NodeInfo
     ) -> None:
         """Tell the provider what this node's subtree still needs (see node/watermarks.py),
-        at most every ``watermark_period`` seconds (the first one a period after start)."""
-        now = time.monotonic()
-        if now - self._watermark_at >= self.settings.watermark_period:
-            self._watermark_at = now
+        when :meth:`IdleWatch.watermark_due` says so."""
+        if self._idle.watermark_due():
             watermarks.publish(local, provider, node.queue_name, node.node_name, config=self.config)
 
     def sleep(self, seconds: float) -> None:
-        """Idle until the provider's next tick (a batch to take) or ``seconds``, in steps
-        short enough to notice stop and reload requests."""
+        """Idle until the provider's next tick (a batch to take), a signal or ``seconds``.
+
+        Blocks in poll() on the provider's socket and reads notifications only when it is
+        readable: psycopg's own timed wait for notifications wakes every few milliseconds.
+        """
         provider = self.provider
         if provider is None or provider.closed:
             super().sleep(seconds)
             return
         deadline = time.monotonic() + seconds
+        readable = True  # notifications may have come with the last statements
         try:
             while not self.stopping and not self._reload_requested:
+                if readable and queue_api.wait_for_tick(provider, self.settings.queue, 0):
+                    self._idle.tick_heard = True
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
-                if queue_api.wait_for_tick(provider, self.settings.queue, min(left, 0.1)):
-                    return
+                readable = bool(self.wait_readable([provider.fileno()], left))
         except psycopg.Error:
+            self._idle.failed()
             return  # the connection broke: the next loop reconnects
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
-        """At most one write per HEARTBEAT_EVERY seconds while idle."""
-        now = time.monotonic()
-        if now - self._last_heartbeat >= HEARTBEAT_EVERY:
+        """At most one write per ``idle.HEARTBEAT_EVERY`` seconds while idle."""
+        if self._idle.heartbeat_due():
             with local.transaction():
                 model.heartbeat(local, queue, consumer)
-            self._last_heartbeat = now
+            self._idle.heartbeat_done()
 
 
 def _log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> None:

@@ -555,6 +555,24 @@ def ticked_by_provider(conn: psycopg.Connection, queue: str) -> bool:
 TICK_CHANNEL = "ferry_queue_tick"  # notified with the queue's name at every tick
 
 
+def batch_waiting(conn: psycopg.Connection, queue: str, consumer: str) -> bool:
+    """Whether ``consumer`` has a batch to take on ``queue``: one open, or a tick past its
+    position (True as well when it is not registered: taking a batch says why).  Read only:
+    ``next_batch`` writes the consumer's row even when it finds nothing."""
+    row = conn.execute(
+        """
+        select s.sub_batch is not null
+               or exists (select 1 from ferry_queue.tick t
+                           where t.tick_queue = s.sub_queue and t.tick_id > s.sub_last_tick)
+          from ferry_queue.subscription s
+          join ferry_queue.queue q on q.queue_id = s.sub_queue
+         where q.queue_name = %s and s.sub_consumer = %s
+        """,
+        (queue, consumer),
+    ).fetchone()
+    return row is None or bool(row[0])
+
+
 def listen_for_ticks(conn: psycopg.Connection) -> None:
     """Have ``conn`` (autocommit) receive a notification at every tick of its database."""
     conn.execute(sql.SQL("listen {}").format(sql.Identifier(TICK_CHANNEL)))

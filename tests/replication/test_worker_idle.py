@@ -1,0 +1,96 @@
+"""An idle worker writes nothing and asks its provider one read-only question per loop; a
+tick, heard or not, and a local change wake it.
+
+The rows checked are the ones an idle loop used to write: the consumer's row on the
+provider (``next_batch`` stamps it) and the node's ``local_state`` (the heartbeat).
+``watermark_period`` is set high so that the test does not depend on the clock.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pgferry.apply.worker import Worker
+
+
+def _setup(pair) -> Worker:
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key)")
+    pair.add_tables("public.t")
+    worker = pair.worker(watermark_period="3600")
+    pair.catch_up(worker)
+    # After its last batch the worker looks once more, and then has nothing to do.
+    while worker.work():
+        pass
+    for _ in range(3):
+        worker.work()
+    return worker
+
+
+def _apply(pair, worker: Worker, tick: int) -> None:
+    deadline = time.monotonic() + 30
+    while pair.last_tick() != tick:
+        assert time.monotonic() < deadline, f"tick {tick} was not applied"
+        worker.work()
+        time.sleep(0.02)
+
+
+def _unchanged(pair):
+    return (
+        pair.root("select xmin::text, sub_active from ferry_queue.subscription order by sub_id"),
+        pair.leaf("select xmin::text, last_seen from ferry_node.local_state"),
+    )
+
+
+def test_idle_loops_write_nothing_until_a_tick(pair) -> None:
+    worker = _setup(pair)
+    before = _unchanged(pair)
+    for _ in range(20):
+        assert worker.work() is False
+        time.sleep(0.02)
+    assert _unchanged(pair) == before
+    pair.root("insert into t values (1)")
+    _apply(pair, worker, pair.tick())
+    assert pair.leaf("select id from t") == [(1,)]
+
+
+def test_a_tick_nobody_announced_is_taken(pair) -> None:
+    """The provider is asked every loop: a tick whose notification never came (a lost
+    connection, a provider without notifications) is applied all the same."""
+    worker = _setup(pair)
+    assert worker.provider is not None
+    worker.provider.execute("unlisten *")
+    pair.root("insert into t values (2)")
+    tick = pair.tick()
+    _apply(pair, worker, tick)
+    assert pair.leaf("select id from t") == [(2,)]
+
+
+def test_a_pause_is_confirmed_at_once(pair) -> None:
+    worker = _setup(pair)
+    # What `pause` does: the flag, which clears uptodate (sql/node/010_pause.sql); the
+    # worker's next write sets it again, and `pause --wait` waits for that.
+    pair.leaf("update ferry_node.local_state set paused = true")
+    assert pair.leaf("select uptodate from ferry_node.local_state") == [(False,)]
+    deadline = time.monotonic() + 10
+    while pair.leaf("select uptodate from ferry_node.local_state") != [(True,)]:
+        assert time.monotonic() < deadline, "the pause was not confirmed"
+        worker.work()
+        time.sleep(0.02)
+
+
+def test_a_table_added_on_the_node_wakes_it(pair) -> None:
+    worker = _setup(pair)
+    for side in (pair.root, pair.leaf):
+        side("create table public.u (id int primary key)")
+    pair.root("insert into u values (7)")
+    pair.add_tables("public.u")
+    deadline = time.monotonic() + 60
+    while pair.leaf("select merge_state from ferry.table_info where table_name = 'public.u'") != [
+        ("ok",)
+    ]:
+        assert time.monotonic() < deadline, "the added table was not copied"
+        if not worker.work():
+            time.sleep(0.02)
+        pair.tick()
+    assert pair.leaf("select id from u") == [(7,)]
