@@ -94,3 +94,30 @@ def test_a_table_added_on_the_node_wakes_it(pair) -> None:
             time.sleep(0.02)
         pair.tick()
     assert pair.leaf("select id from u") == [(7,)]
+
+
+def test_an_idle_root_backs_off_and_still_sees_a_sequence_move(pair) -> None:
+    import psycopg
+
+    from pgferry.node import seqops
+
+    for side in (pair.root, pair.leaf):
+        side("create sequence public.s")
+    for cfg, dsn in ((pair.root_cfg, pair.root_dsn), (pair.leaf_cfg, pair.leaf_dsn)):
+        with psycopg.connect(dsn) as conn:
+            seqops.add_seqs(cfg, conn, ["public.s"])
+    root = pair.root_worker()
+    while root.work():
+        pass
+    root.work()  # takes the wake state as its baseline
+    state = pair.root("select xmin::text, last_seen from ferry_node.local_state")
+    for _ in range(6):
+        assert root.work() is False
+    assert root._idle.quiet_loops >= 5
+    assert root._idle.root_wait(1.0) == 8.0
+    assert pair.root("select xmin::text, last_seen from ferry_node.local_state") == state
+    # A sequence that moved is published by the next loop, whatever the wait was.
+    pair.root("select setval('public.s', 100000)")
+    root.work()
+    published = pair.root("select last_value from ferry.seq_info where seq_name = 'public.s'")
+    assert published == [(100000 + seqops.DEFAULT_SEQ_BUFFER,)]

@@ -19,7 +19,9 @@ before each loop, whether the loop can be skipped:
 The provider is asked every loop and does not depend on notifications: a notification
 lost with a connection, or a tick made where none is sent, delays a batch by at most
 ``loop_delay``, never longer.  An idle subscriber thus costs two reads per ``loop_delay``
-and no write; a root one read.
+and no write.  A root, which only publishes its sequences ahead, one read per wait, and
+its wait doubles up to ``ROOT_BACKOFF`` loop_delays while nothing changes; a tick of its
+queue (a write) ends it.
 
 Periodic writes are spaced out while idle: the heartbeat (``local_state.last_seen``) at
 most every ``HEARTBEAT_EVERY`` seconds (a batch refreshes it too; at once when the node is
@@ -39,14 +41,19 @@ from psycopg import sql
 from pgferry.queue import api as queue_api
 
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live,
-# idle worker.
-HEARTBEAT_EVERY = 30.0
+# idle worker.  Longer than ticker_idle_period (60 s): on a subscriber the idle queue's
+# tick is a batch, whose tick record refreshes last_seen first.
+HEARTBEAT_EVERY = 90.0
 # Seconds after which a watermark is reported again when no event was applied since.
 WATERMARK_REFRESH = 300.0
 # Seconds after which an idle worker runs a whole loop even though nothing seems to have
 # changed (what the wake state does not cover: a destination's columns, the provider's
-# view of the consumer, last seen as the original shows it).
-FULL_LOOP_EVERY = 30.0
+# view of the consumer).  On a subscriber the idle queue's tick comes first.
+FULL_LOOP_EVERY = 90.0
+# A root's idle wait doubles, up to this many loop_delays, while its loops find nothing
+# to do; a tick of its queue (writes: the sequences may have moved) ends the wait, at most
+# once per loop_delay.
+ROOT_BACKOFF = 8
 
 # One statement, so one round trip.  xmin changes with every insert and update of a row; a
 # deleted row drops out of the text.  local_state is read by column: the heartbeat and
@@ -110,6 +117,11 @@ class IdleWatch:
         self._heartbeat_now = True  # start, error, pause change: write one at once
         self._watermark_at = time.monotonic()  # the first a period after start
         self._watermark_moved = True
+        self.quiet_loops = 0  # loops skipped in a row
+
+    def root_wait(self, loop_delay: float) -> float:
+        """How long an idle root waits for a tick before its next loop."""
+        return loop_delay * min(2**self.quiet_loops, ROOT_BACKOFF)
 
     def quiet(
         self,
@@ -134,12 +146,14 @@ class IdleWatch:
                 return self._whole_loop(now, state)
             if queue_api.batch_waiting(provider, queue, self.consumer):
                 return self._whole_loop(now, state)
+        self.quiet_loops += 1
         return True
 
     def _whole_loop(self, now: float, baseline: WakeState | None) -> bool:
         self._baseline = baseline
         self._full_at = now
         self.tick_heard = False
+        self.quiet_loops = 0
         return False
 
     def loop_done(self, more: bool) -> None:

@@ -133,6 +133,8 @@ class Worker(Service):
         self._connected_at = 0.0
         self._replica_conn: psycopg.Connection | None = None
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
+        self._root_listens = False  # the lock connection hears the root queue's ticks
+        self._loop_at = 0.0  # when the last loop started (a root's pace)
         self._idle = IdleWatch(self.settings.watermark_period)
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
@@ -208,6 +210,7 @@ class Worker(Service):
             with contextlib.suppress(Exception):
                 self._lock_conn.close()
             self._lock_conn = None
+            self._root_listens = False
         self.replay.close()
 
     def _local(self) -> psycopg.Connection:
@@ -271,6 +274,7 @@ class Worker(Service):
         self._spark.idle()  # an unused session goes (spark_idle_timeout)
         local = self._local()
         assert self._lock_conn is not None  # autocommit, on the node: the idle reads
+        self._loop_at = time.monotonic()
         copying = self._copies.running_tables() > 0
         if self._idle.quiet(self._lock_conn, self.provider, self.settings.queue, copying=copying):
             return False
@@ -304,6 +308,11 @@ class Worker(Service):
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
+        if not self._root_listens and self._lock_conn is not None:
+            # Ticks of its own queue wake an idle root (see sleep).  Only a root listens:
+            # nobody would read the notifications on another node's lock connection.
+            queue_api.listen_for_ticks(self._lock_conn)
+            self._root_listens = True
         self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
@@ -446,7 +455,11 @@ class Worker(Service):
 
         Blocks in poll() on the provider's socket and reads notifications only when it is
         readable: psycopg's own timed wait for notifications wakes every few milliseconds.
+        A root waits on its own database for its queue's ticks instead (:meth:`_root_sleep`).
         """
+        if self._root_listens and self._idle.consumer is None:
+            self._root_sleep(seconds)
+            return
         provider = self.provider
         if provider is None or provider.closed:
             super().sleep(seconds)
@@ -465,6 +478,28 @@ class Worker(Service):
         except psycopg.Error:
             self._idle.failed()
             return  # the connection broke: the next loop reconnects
+
+    def _root_sleep(self, seconds: float) -> None:
+        """An idle root's wait: ``seconds`` doubled per quiet loop (up to ROOT_BACKOFF
+        times), ended by a tick of its queue no sooner than ``seconds`` after the last
+        loop started."""
+        conn = self._lock_conn
+        if conn is None or conn.closed:
+            super().sleep(seconds)
+            return
+        deadline = time.monotonic() + self._idle.root_wait(seconds)
+        readable = True
+        try:
+            while not self.stopping and not self._reload_requested:
+                if readable and queue_api.wait_for_tick(conn, self.settings.queue, 0):
+                    self._idle.quiet_loops = 0
+                    deadline = min(deadline, self._loop_at + seconds)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                readable = bool(self.wait_readable([conn.fileno()], left))
+        except psycopg.Error:
+            self._idle.failed()
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per ``idle.HEARTBEAT_EVERY`` seconds while idle."""

@@ -313,18 +313,20 @@ class TickerService(Service):
         ``seconds`` (the loop delay) only bounds the wait: the timers decide.
         """
         deadline = min(time.monotonic() + seconds, self._next_due())
+        conns = {
+            db.conn.fileno(): db
+            for db in self.databases.values()
+            if db.conn is not None and not db.conn.closed
+        }
+        readable = set(conns)  # notifications may have come with the last statements
         while not self.stopping and not self._reload_requested:
-            conns = {
-                db.conn.fileno(): db
-                for db in self.databases.values()
-                if db.conn is not None and not db.conn.closed
-            }
-            if any([self._woken(db) for db in conns.values()]):  # a list: drain them all
+            # A list, not a generator: drain every readable connection.
+            if any([self._woken(conns[fd]) for fd in readable if fd in conns]):
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            self.wait_readable(conns, left)
+            readable = self.wait_readable(conns, left)
 
     def _woken(self, db: DatabaseState) -> bool:
         """Whether a force_tick notification came for ``db`` (its tick is then due now)."""
