@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -106,8 +107,6 @@ def standalone(tmp_path_factory) -> Iterator[Standalone]:
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOG_DIR": str(work),
     }
-    port, ui = free_port(), free_port()
-    url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     procs = []
     try:
@@ -119,15 +118,18 @@ def standalone(tmp_path_factory) -> Iterator[Standalone]:
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(port),
+                    str(free_port()),
                     "--webui-port",
-                    str(ui),
+                    str(free_port()),
                 ],
                 env=env,
                 stdout=(work / "master.log").open("w"),
                 stderr=subprocess.STDOUT,
             )
         )
+        # A port found free may be taken before the master binds it (Spark then moves to
+        # the next one): the worker and the tests use the ports the master reports.
+        url, ui = _master_ports(procs, work)
         procs.append(
             subprocess.Popen(
                 [
@@ -169,13 +171,31 @@ def _pythonpath() -> str:
     return os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
 
 
+def _master_ports(procs: list[subprocess.Popen], work: Path) -> tuple[str, int]:
+    """The master's URL and web UI port, as its log reports them once it is up."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        _fail_if_exited(procs, work)
+        text = (work / "master.log").read_text()
+        url = re.search(r"Starting Spark master at (spark://\S+)", text)
+        ui = re.search(r"Successfully started service 'MasterUI' on port (\d+)", text)
+        if url and ui:
+            return url.group(1), int(ui.group(1))
+        time.sleep(0.2)
+    pytest.fail("Spark master did not start in time")
+
+
+def _fail_if_exited(procs: list[subprocess.Popen], work: Path) -> None:
+    for proc in procs:
+        if proc.poll() is not None:
+            logs = "".join(p.read_text()[-2000:] for p in work.glob("*.log"))
+            pytest.fail(f"Spark standalone process exited early:\n{logs}")
+
+
 def _wait_for_worker(ui_port: int, procs: list[subprocess.Popen], work: Path) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.poll() is not None:
-                logs = "".join(p.read_text()[-2000:] for p in work.glob("*.log"))
-                pytest.fail(f"Spark standalone process exited early:\n{logs}")
+        _fail_if_exited(procs, work)
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
                 if json.load(resp).get("aliveworkers", 0) >= 1:
