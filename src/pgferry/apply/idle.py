@@ -33,6 +33,7 @@ events the last report does not already cover).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psycopg
@@ -85,6 +86,31 @@ WAKE_STATE = sql.SQL(
                     where s.queue_name = %(q)s and (not s.uptodate or s.cur_error is not null))
     """
 )
+
+
+def wait_for_ticks(
+    conn: psycopg.Connection,
+    queue: str,
+    deadline: float,
+    on_tick: Callable[[float], float | None],
+    wait_readable: Callable[[Iterable[int], float], set[int]],
+    stop: Callable[[], bool],
+) -> None:
+    """Block in poll() on ``conn`` (listening to ticks) until ``deadline``, a signal or
+    ``stop()``; notifications are read only when the socket is readable (psycopg's own
+    timed wait for them wakes every few milliseconds).  At a tick of ``queue``,
+    ``on_tick(deadline)`` gives the new deadline, or None to return at once."""
+    readable = True  # notifications may have come with the last statements
+    while not stop():
+        if readable and queue_api.wait_for_tick(conn, queue, 0):
+            moved = on_tick(deadline)
+            if moved is None:
+                return
+            deadline = moved
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        readable = bool(wait_readable([conn.fileno()], left))
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,9 @@ from datetime import timedelta
 
 import psycopg
 
-from pgferry.apply import forward, positions, publish_seqs, sync
+from pgferry.apply import forward, idle, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer, ReplaySettings
 from pgferry.apply.copies import Copies
-from pgferry.apply.idle import IdleWatch
 from pgferry.apply.read import set_text_format
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
@@ -124,6 +123,7 @@ class Worker(Service):
         self.overrides = dict(overrides or {})
         self.verbose = verbose
         self.settings = WorkerSettings.from_config(config)
+        self._idle = idle.IdleWatch(self.settings.watermark_period)
         self._spark = WorkerSpark(config, verbose)
         self.replay = Replayer(self.settings.replay, self._spark)
         self._use_settings()
@@ -135,7 +135,6 @@ class Worker(Service):
         self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
         self._root_listens = False  # the lock connection hears the root queue's ticks
         self._loop_at = 0.0  # when the last loop started (a root's pace)
-        self._idle = IdleWatch(self.settings.watermark_period)
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         self._copies = Copies(self)  # copies running beside the loop
@@ -150,8 +149,7 @@ class Worker(Service):
         handler_registry.use_config(self.config)
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
-        if hasattr(self, "_idle"):
-            self._idle.watermark_period = self.settings.watermark_period
+        self._idle.watermark_period = self.settings.watermark_period
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
 
@@ -453,53 +451,35 @@ class Worker(Service):
     def sleep(self, seconds: float) -> None:
         """Idle until the provider's next tick (a batch to take), a signal or ``seconds``.
 
-        Blocks in poll() on the provider's socket and reads notifications only when it is
-        readable: psycopg's own timed wait for notifications wakes every few milliseconds.
-        A root waits on its own database for its queue's ticks instead (:meth:`_root_sleep`).
+        A root waits on its own database for its queue's ticks instead: ``seconds`` doubled
+        per quiet loop (up to ``idle.ROOT_BACKOFF`` times), a tick ending the wait no sooner
+        than ``seconds`` after the last loop started.
         """
-        if self._root_listens and self._idle.consumer is None:
-            self._root_sleep(seconds)
-            return
-        provider = self.provider
-        if provider is None or provider.closed:
-            super().sleep(seconds)
-            return
-        deadline = time.monotonic() + seconds
-        readable = True  # notifications may have come with the last statements
-        try:
-            while not self.stopping and not self._reload_requested:
-                if readable and queue_api.wait_for_tick(provider, self.settings.queue, 0):
-                    self._idle.tick_heard = True
-                    return
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                readable = bool(self.wait_readable([provider.fileno()], left))
-        except psycopg.Error:
-            self._idle.failed()
-            return  # the connection broke: the next loop reconnects
-
-    def _root_sleep(self, seconds: float) -> None:
-        """An idle root's wait: ``seconds`` doubled per quiet loop (up to ROOT_BACKOFF
-        times), ended by a tick of its queue no sooner than ``seconds`` after the last
-        loop started."""
-        conn = self._lock_conn
+        root = self._root_listens and self._idle.consumer is None
+        conn = self._lock_conn if root else self.provider
         if conn is None or conn.closed:
             super().sleep(seconds)
             return
-        deadline = time.monotonic() + self._idle.root_wait(seconds)
-        readable = True
+
+        def on_tick(deadline: float) -> float | None:
+            if not root:
+                self._idle.tick_heard = True
+                return None  # a batch to take
+            self._idle.quiet_loops = 0
+            return min(deadline, self._loop_at + seconds)
+
+        wait = self._idle.root_wait(seconds) if root else seconds
         try:
-            while not self.stopping and not self._reload_requested:
-                if readable and queue_api.wait_for_tick(conn, self.settings.queue, 0):
-                    self._idle.quiet_loops = 0
-                    deadline = min(deadline, self._loop_at + seconds)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                readable = bool(self.wait_readable([conn.fileno()], left))
+            idle.wait_for_ticks(
+                conn,
+                self.settings.queue,
+                time.monotonic() + wait,
+                on_tick,
+                self.wait_readable,
+                lambda: self.stopping or self._reload_requested,
+            )
         except psycopg.Error:
-            self._idle.failed()
+            self._idle.failed()  # the connection broke: the next loop reconnects
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per ``idle.HEARTBEAT_EVERY`` seconds while idle."""

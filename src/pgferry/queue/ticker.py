@@ -321,7 +321,7 @@ class TickerService(Service):
         readable = set(conns)  # notifications may have come with the last statements
         while not self.stopping and not self._reload_requested:
             # A list, not a generator: drain every readable connection.
-            if any([self._woken(conns[fd]) for fd in readable if fd in conns]):
+            if any([self._woken(conns[fd]) for fd in readable]):
                 return
             left = deadline - time.monotonic()
             if left <= 0:
