@@ -3,7 +3,8 @@
 An idle queue writes nothing when asked (no transaction id: no lock, no WAL); it ticks once
 per idle period, without the doubling interval of earlier versions; events committed late
 by a transaction that was running at the last tick get a tick of their own; ticker_round
-says when events wait; force_tick wakes a listening ticker.
+says when events wait; force_tick wakes a listening ticker.  Version 12: the late-commit
+check of a tick stops once settled, and still finds a transaction that commits late.
 """
 
 from __future__ import annotations
@@ -88,3 +89,60 @@ def test_force_tick_wakes_a_listener(qdb: str, scalar: Scalar) -> None:
         scalar("select ferry_queue.force_tick('q')")
         got = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert got == ["q"]
+
+
+def _event_scans(conn: psycopg.Connection) -> int:
+    """Index scans of the event partitions so far in ``conn``'s open transaction."""
+    row = conn.execute(
+        "select coalesce(sum(idx_scan), 0)::int from pg_stat_xact_user_tables"
+        " where schemaname = 'ferry_queue' and relname like 'event\\_%'"
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_settled_late_check_is_not_repeated(
+    qdb: str, qconn: psycopg.Connection, scalar: Scalar
+) -> None:
+    # Version 12: once no transaction that was running at the last tick is left, one more
+    # check settles it and idle rounds stop looking at the events.
+    _queue(scalar, ticker_max_lag="0", ticker_idle_period="1 hour")
+    tick(qconn, "q")
+    with psycopg.connect(qdb) as conn:  # one transaction: its statistics count every scan
+        rounds = []
+        for _ in range(50):
+            before = _event_scans(conn)
+            assert conn.execute("select * from ferry_queue.ticker_round()").fetchone() == (0, 0)
+            rounds.append(_event_scans(conn) - before)
+            if rounds[-1] == 0:
+                break
+        assert rounds[0] > 0  # the first round does check for late commits
+        assert rounds[-1] == 0, rounds
+        for _ in range(3):
+            before = _event_scans(conn)
+            assert conn.execute("select * from ferry_queue.ticker_round()").fetchone() == (0, 0)
+            assert _event_scans(conn) == before
+        assert conn.execute("select pg_current_xact_id_if_assigned()").fetchone() == (None,)
+    # A settled queue still ticks for a new event, at once with max_lag 0.
+    scalar("select ferry_queue.insert_event('q', 't', 'new')")
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "1/1"
+
+
+def test_late_commit_ticks_after_many_idle_rounds(
+    qdb: str, qconn: psycopg.Connection, scalar: Scalar
+) -> None:
+    # The check stays unsettled while a transaction running at the tick may still commit.
+    _queue(scalar, ticker_max_lag="0", ticker_idle_period="1 hour")
+    scalar("select ferry_queue.register_consumer('q', 'c')")
+    tick(qconn, "q")
+    with psycopg.connect(qdb) as writer:
+        writer.execute("select ferry_queue.insert_event('q', 't', 'late')")
+        assert scalar("select ferry_queue.ticker('q')") is not None
+        for _ in range(5):
+            assert scalar("select ticks from ferry_queue.ticker_round()") == 0
+        writer.commit()
+    assert scalar("select ticks from ferry_queue.ticker_round()") == 1
+    events = []
+    while (batch := take_batch(qconn, "q", "c")) is not None:
+        events += [row[5] for row in batch]
+    assert events == ["late"]
