@@ -11,9 +11,13 @@ ranges), ``pgferry diff --repair FILE`` (the exact rows, written as fix SQL, not
 ``reladiff`` (the exact rows, comparing every column).  Medians are printed and written as JSON
 under bench/results/.  Every run is checked: both tools find exactly the planted differences.
 
+With ``--connect`` a Spark Connect server (local mode, started once before the runs and not
+timed: a Spark that is already running) serves a third pair of commands, the same two with
+``--set spark_remote=sc://...``: no JVM starts in the command.
+
 reladiff lives in its own virtualenv so that it cannot change pgferry's dependencies:
     python3 -m venv .bench-venv && .bench-venv/bin/pip install reladiff psycopg2-binary
-    PYTHONPATH=src .venv/bin/python bench/diff_vs_reladiff.py [--reps 5] [--big-reps 3]
+    PYTHONPATH=src .venv/bin/python bench/diff_vs_reladiff.py [--reps 5] [--big-reps 3] [--connect]
 """
 
 from __future__ import annotations
@@ -115,12 +119,16 @@ def uri(cluster: LocalCluster, db: str) -> str:
     return f"postgresql://postgres@127.0.0.1:{cluster.port}/{db}"
 
 
-def run_pgferry(cluster: LocalCluster, table: str, fix: Path | None) -> tuple[float, str]:
+def run_pgferry(
+    cluster: LocalCluster, table: str, fix: Path | None, remote: str | None = None
+) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     cmd = [sys.executable, "-m", "pgferry", "diff"]
     cmd += [cluster.connstr("src"), table, cluster.connstr("dst"), table]
     if fix is not None:
         cmd += ["--repair", str(fix)]
+    if remote is not None:
+        cmd += ["--set", f"spark_remote={remote}"]
     seconds, proc = timed(cmd, env)
     if proc.returncode != 1:  # 1: the tables differ
         raise SystemExit(f"pgferry diff: exit {proc.returncode}\n{proc.stderr}")
@@ -171,21 +179,26 @@ def ranges_cover(out: str, keys: set[int]) -> bool:
     )
 
 
-def bench_pair(cluster, table, rows, count, reps, reladiff, workdir) -> dict:
+def bench_pair(cluster, table, rows, count, reps, reladiff, workdir, remote=None) -> dict:
     expected = planted(rows, count)
     every = set().union(*expected.values())
     for db in ("src", "dst"):  # the cluster was just started: read the tables in once
         with psycopg.connect(cluster.connstr(db)) as conn:
             conn.execute(f"select count(*), sum(hashtext(name)) from {table}").fetchone()
     times: dict[str, list[float]] = {"pgferry_diff": [], "pgferry_repair": [], "reladiff": []}
+    ways = [("", None)]
+    if remote:
+        times.update(pgferry_diff_connect=[], pgferry_repair_connect=[])
+        ways.append(("_connect", remote))
     for _ in range(reps):
-        seconds, out = run_pgferry(cluster, table, None)
-        assert ranges_cover(out, every), out
-        times["pgferry_diff"].append(seconds)
-        fix = workdir / f"{table}.sql"
-        seconds, _ = run_pgferry(cluster, table, fix)
-        assert fix_keys(fix) == expected, "pgferry repair found other differences"
-        times["pgferry_repair"].append(seconds)
+        for suffix, url in ways:
+            seconds, out = run_pgferry(cluster, table, None, url)
+            assert ranges_cover(out, every), out
+            times[f"pgferry_diff{suffix}"].append(seconds)
+            fix = workdir / f"{table}.sql"
+            seconds, _ = run_pgferry(cluster, table, fix, url)
+            assert fix_keys(fix) == expected, "pgferry repair found other differences"
+            times[f"pgferry_repair{suffix}"].append(seconds)
         seconds, out = run_reladiff(cluster, table, reladiff)
         assert reladiff_keys(out) == expected, "reladiff found other differences"
         times["reladiff"].append(seconds)
@@ -197,9 +210,9 @@ def bench_pair(cluster, table, rows, count, reps, reladiff, workdir) -> dict:
         "reps": reps,
         "runs": times,
         "median": medians,
-        "ratio_diff": medians["pgferry_diff"] / medians["reladiff"],
-        "ratio_repair": medians["pgferry_repair"] / medians["reladiff"],
-    }
+        **{f"ratio_{k[len('pgferry_'):]}": medians[k] / medians["reladiff"] for k in medians
+           if k.startswith("pgferry_")},
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -210,6 +223,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path("/tmp/pgferry-diffbench"))
     parser.add_argument("--fresh", action="store_true", help="rebuild the cached cluster")
     parser.add_argument("--reladiff", type=Path, default=ROOT / ".bench-venv/bin/reladiff")
+    parser.add_argument("--connect", action="store_true", help="also on a Spark Connect server")
     args = parser.parse_args()
     print(machine(), flush=True)
     cluster = open_cluster(args.cache_dir, args.fresh)
@@ -230,14 +244,26 @@ def main() -> None:
     pairs = [("t_small", 1000, 5, args.reps)]
     if args.big_rows:
         pairs.append(("t_big", args.big_rows, 1000, args.big_reps))
+    server = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            if args.connect:
+                from pgferry.testing.spark_connect import start_connect_server
+
+                started = time.monotonic()
+                server = start_connect_server(Path(tmp))
+                result["connect_server_start_s"] = time.monotonic() - started
+                print(f"Spark Connect server {server.url} up in"
+                      f" {result['connect_server_start_s']:.1f} s", flush=True)  # fmt: skip
             for table, rows, count, reps in pairs:
                 build(cluster, table, rows, count)
                 result["pairs"][table] = bench_pair(
-                    cluster, table, rows, count, reps, args.reladiff, Path(tmp)
-                )
+                    cluster, table, rows, count, reps, args.reladiff, Path(tmp),
+                    server.url if server else None,
+                )  # fmt: skip
     finally:
+        if server is not None:
+            server.stop()
         cluster.stop()
     result["load_after"] = os.getloadavg()
     print(f"\n{'pair':<8} {'rows':>9} {'pgferry diff':>13} {'--repair':>9} {'reladiff':>9}")
@@ -248,6 +274,12 @@ def main() -> None:
             f" {m['reladiff']:>8.2f}s   diff/reladiff {r['ratio_diff']:.2f},"
             f" repair/reladiff {r['ratio_repair']:.2f}"
         )
+        if "pgferry_diff_connect" in m:
+            print(
+                f"{'':<8} {'connect':>9} {m['pgferry_diff_connect']:>12.2f}s"
+                f" {m['pgferry_repair_connect']:>8.2f}s {'':>9}   diff/reladiff"
+                f" {r['ratio_diff_connect']:.2f}, repair/reladiff {r['ratio_repair_connect']:.2f}"
+            )
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"diff_vs_reladiff-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -119,3 +119,13 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One Spark Connect server (local mode, 2 cores) for the session's Connect tests."""
+    from pgferry.testing.spark_connect import start_connect_server
+
+    server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
+    yield server
+    server.stop()

@@ -62,7 +62,7 @@ NODE_SETTINGS: list[Setting] = [
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),
     ("spark_wait", "120", "seconds a job waits for its first executor on a cluster"),
     ("spark_master_ui", "(master host):8080", "standalone master's web UI: who holds the cores"),
-    ("spark_remote", "", "Spark Connect (sc://...): not supported, refused with a message"),
+    ("spark_remote", "", "Spark Connect server (sc://host:15002) for compare, repair, diff"),
     ("spark.executor.memory", "", "any spark.* key is passed to the SparkSession"),
 ]
 

@@ -56,7 +56,9 @@ def test_node_commands_and_diff(db_a, db_b, write_ini, cli, tmp_path) -> None:
         leaf_ini, "repair", "big", "--set", "spark_remote=sc://spark.example:15002/;token=hush"
     )
     line = _one_line(connect)
-    assert line.startswith("pgferry: Spark Connect (sc://spark.example:15002/;token=[...])")
+    assert line.startswith(
+        "pgferry: Spark Connect server sc://spark.example:15002/;token=[...] cannot be reached: "
+    )
     assert "hush" not in connect.stderr
 
     # diff: a small table is compared and repaired on the driver, without the master.

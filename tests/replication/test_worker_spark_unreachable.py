@@ -91,7 +91,7 @@ def test_unreachable_master_replays_on_the_driver(pair, caplog, copies_need_spar
 
 @pytest.mark.parametrize(
     "setting",
-    ["spark_remote=sc://spark.example:15002/;token=hush", "spark.remote=sc://x:1/;token=hush"],
+    ["spark_master=sc://spark.example:15002/;token=hush", "spark.remote=sc://x:1/;token=hush"],
 )
 def test_spark_connect_is_refused_in_one_line(pair, setting, copies_need_spark) -> None:
     key, value = setting.split("=", 1)
@@ -107,7 +107,7 @@ def test_spark_connect_is_refused_in_one_line(pair, setting, copies_need_spark) 
 
     error = _run_until(worker, copy_error, what="the copy's error")
     worker.cancel_copies()
-    assert error.startswith("Spark Connect (sc://") and "is not supported" in error
+    assert error.startswith("Spark Connect (sc://") and "is not supported by the worker" in error
     assert "hush" not in error and "\n" not in error
 
 

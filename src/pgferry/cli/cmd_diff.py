@@ -68,7 +68,8 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         """Spark, started only for work that needs it (small tables are compared without)."""
         from pgferry.pipeline.spark import SparkOptions, spark_for
 
-        return spark_for(SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1))
+        options = SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1, remote_ok=True)
+        return spark_for(options)
 
     task = CompareTask(src.display, dst.display, where, where)
     threads = driver_threads(overrides)  # small tables: the driver's threads

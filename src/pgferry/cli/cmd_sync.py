@@ -72,7 +72,8 @@ def _spark(config: Config, verbose: int):
     from pgferry.pipeline.spark import SparkOptions, spark_for
 
     app = f"pgferry-{config.job_name}-sync"
-    return spark_for(SparkOptions.from_values(config.values, app, verbose > 1))
+    options = SparkOptions.from_values(config.values, app, verbose > 1, remote_ok=True)
+    return spark_for(options)
 
 
 def _large(config: Config, tasks) -> bool:

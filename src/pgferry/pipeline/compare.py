@@ -186,12 +186,12 @@ def _small(prepared) -> bool:
 
 def _on_spark(session, job: _Job, units: list) -> list[tuple]:
     """One Spark task per side and bucket group (runs ``_sum_group`` on the executors)."""
+    from pgferry.pipeline.spark_tasks import describe_job, run_each
+
     try:
-        session.sparkContext.setJobDescription("pgferry compare")
-        return (
-            session.sparkContext.parallelize(units, len(units))
-            .map(lambda u: (u[1].table_no, u[0], _sum_group(job, u[1], u[0])))
-            .collect()
+        describe_job(session, "pgferry compare")
+        return run_each(
+            session, units, lambda u: (u[1].table_no, u[0], _sum_group(job, u[1], u[0]))
         )
     except PgferryError:
         raise

@@ -38,6 +38,7 @@ from pgferry.pipeline.repair_local import (
     small_read,
 )
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_tasks import describe_job, functions, parallelism
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def _file_safe(name: str) -> str:
 
 def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
     """Per table: (kind, src values, dst values) of every differing row."""
-    from pyspark.sql import functions as F
+    F = functions(spark)  # noqa: N806 - PySpark's own name for the module
 
     out: list[list[tuple]] = [[] for _ in range(tables)]
     if not job.ranges:
@@ -187,7 +188,7 @@ def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
         F.array(*[F.col(f"s.c{i}") for i in range(width)]).alias("src"),
         F.array(*[F.col(f"d.c{i}") for i in range(width)]).alias("dst"),
     )
-    spark.sparkContext.setJobDescription("pgferry repair")
+    describe_job(spark, "pgferry repair")
     for row in picked.collect():
         out[row["t"]].append((row["k"], row["kind"], list(row["src"]), list(row["dst"])))
     return out
@@ -201,12 +202,12 @@ def _side_frame(spark, job: _ReadJob, side: int, width: int):
         [StructField("t", IntegerType(), False), StructField("k", StringType(), False)]
         + [StructField(f"c{i}", StringType(), True) for i in range(width)]
     )
-    spec_schema = StructType([StructField("side", IntegerType()), StructField("r", IntegerType())])
-    sc = spark.sparkContext
-    specs = [(side, i) for i in range(len(job.ranges))]
-    slices = max(1, min(len(specs), sc.defaultParallelism))
-    frame = spark.createDataFrame(sc.parallelize(specs, slices), spec_schema)
-    return frame.mapInArrow(lambda batches: _read_batches(job, batches, width), schema)
+    # One task per slot, each reading every slices-th range (on Spark Connect too: no RDD).
+    slices = max(1, min(len(job.ranges), parallelism(spark)))
+    ranges = spark.range(0, slices, 1, slices)
+    return ranges.mapInArrow(
+        lambda batches: _read_batches(job, side, batches, width, slices), schema
+    )
 
 
 def read_table_count(spark, connstr: str, task: CompareTask) -> int:
@@ -220,16 +221,18 @@ def read_table_count(spark, connstr: str, task: CompareTask) -> int:
         return _side_frame(spark, job, 0, width).count()
 
 
-def _read_batches(job: _ReadJob, batches: Iterator, width: int) -> Iterator:
-    """Executor side: for each (side, range) spec, COPY the range out as Arrow batches."""
+def _read_batches(job: _ReadJob, side: int, batches: Iterator, width: int, slices: int) -> Iterator:
+    """Executor side: for each slice number, COPY its ranges of ``side`` out as Arrow
+    batches (slice s reads ranges s, s + slices, ...)."""
     import pyarrow as pa
 
     conns: dict[int, psycopg.Connection] = {}
     try:
         for batch in batches:
-            for side, range_no in zip(
-                batch.column("side").to_pylist(), batch.column("r").to_pylist(), strict=True
-            ):
+            numbers = [
+                r for s in batch.column("id").to_pylist() for r in range(s, len(job.ranges), slices)
+            ]
+            for range_no in numbers:
                 conn = conns.get(side)
                 if conn is None:
                     conn = open_in_snapshot(job.connstrs[side], job.snapshots[side])

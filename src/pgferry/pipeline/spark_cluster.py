@@ -7,7 +7,8 @@ otherwise wait without end (the application stays WAITING while another one hold
 core), and a master that cannot be reached would show up as a Java stack after a minute of
 retries.  So, on the driver:
 
-* :func:`check_master` refuses what pgferry cannot use (Spark Connect) and tries the
+* :func:`check_master` refuses what a SparkContext cannot use (Spark Connect: see
+  :mod:`.spark_connect` for the commands that can) and tries the
   master's port before a JVM is started, so an unreachable master is one line at once;
 * :func:`wait_for_executors` waits a bounded time (``spark_wait``) for the application's
   first executor, and otherwise names the master, the waiting application and, from the
@@ -42,9 +43,10 @@ EXECUTOR_POLL = 0.2
 STANDALONE_UI_PORT = 8080  # the standalone master's default web UI port
 
 CONNECT_REFUSED = (
-    "Spark Connect ({what}) is not supported: pgferry's copy, compare and replay run RDD"
+    "Spark Connect ({what}) is not supported by the worker: its copy and replay run RDD"
     " tasks, which Spark Connect does not offer; name a standalone master"
-    " (spark_master = spark://host:7077) or local[N]"
+    " (spark_master = spark://host:7077) or local[N] (spark_remote serves compare, repair"
+    " and diff)"
 )
 
 _SECRET = re.compile(r"(;\s*(?:token|password|[\w-]*secret[\w-]*)\s*=)[^;]*", re.I)
