@@ -123,3 +123,19 @@ def test_small_copy_needs_no_master(pair) -> None:
     pair.catch_up(worker)
     pair.same("items")
     assert pair.leaf("select copy_error from ferry.table_info") == [(None,)]
+
+
+def test_spark_remote_is_left_to_the_commands(pair, spark, caplog, copies_need_spark) -> None:
+    """A worker whose ini names a Spark Connect server copies on its spark_master (here the
+    process's local session) and says so once: the server is not asked at all."""
+    caplog.set_level(logging.INFO, logger="pgferry.apply.spark_session")
+    pair.root(TABLE.format(t="items"))
+    pair.leaf(TABLE.format(t="items"))
+    pair.root("insert into items select g, 'a' from generate_series(1, 300) g")
+    pair.add_tables("public.items")
+    worker = pair.worker(spark_remote=f"sc://127.0.0.1:{free_port()}/;token=hush")
+    pair.catch_up(worker)
+    pair.same("items")
+    assert pair.leaf("select copy_error from ferry.table_info") == [(None,)]
+    said = [r.getMessage() for r in caplog.records if "spark_remote" in r.getMessage()]
+    assert len(said) == 1 and "hush" not in said[0]

@@ -84,6 +84,13 @@ class WorkerSpark:
         self._reads = 0  # Spark reads of a batch under way
         self._wanted_at: float | None = None  # a large batch found the session down
         self._failed_at: float | None = None  # the last start failed: wait before the next
+        if config.values.get("spark_remote"):
+            # Said once: the setting is the node's commands', not this worker's.
+            log.info(
+                "spark_remote serves compare, repair and diff; this worker's copies and large"
+                " batches run on spark_master (%s)",
+                config.values.get("spark_master") or "local[*]",
+            )
 
     @property
     def idle_timeout(self) -> float:
