@@ -7,11 +7,12 @@ Every connection goes through :func:`connect`, which turns driver errors into on
 from __future__ import annotations
 
 import re
+import select
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-from psycopg import conninfo
+from psycopg import conninfo, pq
 
 from pgferry.errors import DatabaseError
 
@@ -83,3 +84,36 @@ def connection(connstr: str, **kwargs) -> Iterator[psycopg.Connection]:
             yield conn
     except psycopg.Error as exc:
         raise DatabaseError(f"{describe(connstr)}: {error_text(exc)}") from None
+
+
+def run_prepared(conn: psycopg.Connection, name: bytes) -> pq.abc.PGresult:
+    """The one-row result of the prepared statement ``name`` (no parameters) on ``conn``.
+
+    libpq's calls, not psycopg's execute(): for a daemon that wakes up for one statement
+    (the ticker's idle round), psycopg's cursor, query conversion and wait were half of
+    the wake-up's CPU.  It waits in poll(), so a signal handler still runs during a query.
+    """
+    pgconn = conn.pgconn
+    pgconn.send_query_prepared(name, None)
+    poller = select.poll()
+    poller.register(pgconn.socket, select.POLLOUT)
+    while pgconn.flush():  # psycopg's connections do not block: the rest when writable
+        poller.poll()
+    poller.modify(pgconn.socket, select.POLLIN)
+    result = error = None
+    while True:
+        while pgconn.is_busy():
+            poller.poll()
+            pgconn.consume_input()
+        res = pgconn.get_result()
+        if res is None:
+            break
+        if res.status != pq.ExecStatus.TUPLES_OK:
+            error = error or res
+        elif result is None:
+            result = res
+    if error is not None:
+        raise psycopg.errors.error_from_result(error, encoding=conn.info.encoding)
+    if result is None or result.ntuples != 1:
+        raise psycopg.InterfaceError(f"{name.decode()} did not return one row")
+    return result

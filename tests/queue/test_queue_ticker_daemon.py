@@ -12,10 +12,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from queue_helpers import install_queue
+from queue_helpers import install_queue, take_batch
 
 from pgferry.config import load_config
-from pgferry.queue.ticker import TickerService, TickerSettings
+from pgferry.queue.ticker import DatabaseState, TickerService, TickerSettings
 from pgferry.testing.cluster import LocalCluster
 
 
@@ -163,6 +163,23 @@ def test_discovery_lists_databases(pg_a: LocalCluster, tmp_path: Path) -> None:
     assert name in service.discover()
 
 
+def test_discovery_uses_a_held_connection(pg_a: LocalCluster, tmp_path: Path) -> None:
+    # pg_database is shared: once a database is served, its connection lists the others
+    # and initial_database is not connected to again.
+    name = f"held_{os.getpid()}"
+    install_queue(pg_a.createdb(name))
+    ini = write_ticker_ini(tmp_path, pg_a, initial_database="no_such_database")
+    service = TickerService(TickerSettings.from_config(load_config(ini, ("pgqd",))))
+    with pytest.raises(Exception, match="no_such_database"):
+        service.discover()
+    db = service.databases[name] = DatabaseState(name)
+    try:
+        assert service._open(db, time.monotonic())
+        assert name in service.discover()
+    finally:
+        db.close()
+
+
 def test_bad_ticker_config_is_one_line(tmp_path: Path, pg_a: LocalCluster) -> None:
     missing = pgferry(tmp_path / "nope.ini", "ticker")
     assert missing.returncode != 0 and "config file not found" in missing.stderr
@@ -249,5 +266,55 @@ def test_idle_rounds_write_nothing(pg_a: LocalCluster, tmp_path: Path) -> None:
         assert query(db, "select count(*) from ferry_queue.tick") == ticks
         # Never locked: a locking round would have left its transaction id on the row.
         assert query(db, "select xmax::text from ferry_queue.queue") == locker
+    finally:
+        stop()
+
+
+def test_idle_daemon_ticks_new_and_late_events(pg_a: LocalCluster, tmp_path: Path) -> None:
+    # Idle rounds are one query and skip a settled late-commit check (queue version 12):
+    # a new event and a late commit must still get their tick within a ticker_period.
+    name = f"late_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    query(db, "select ferry_queue.register_consumer('q', 'c')")
+    stop = _run_ticker(tmp_path, pg_a, name, ticker_period="0.5")
+
+    def commits() -> int:
+        # Read from another database, so that this read is not one of the counted commits.
+        return int(
+            query(  # type: ignore[arg-type]
+                pg_a.connstr(), "select xact_commit from pg_stat_database where datname = %s", name
+            )
+        )
+
+    def idle_rounds(count: int) -> None:
+        start = commits()
+        wait_for(lambda: commits() >= start + count, timeout=30, what=f"{count} ticker rounds")
+
+    def tick_delay(mark: int) -> float:
+        start = time.monotonic()
+        wait_for(lambda: last_tick(db) > mark, timeout=30, what="a tick")
+        return time.monotonic() - start
+
+    try:
+        idle_rounds(6)  # time to settle the check of the last tick
+        mark = last_tick(db)
+        query(db, "select ferry_queue.insert_event('q', 't', 'new')")
+        assert tick_delay(mark) < 1.5  # ticker_period 0.5 s, with room for a busy machine
+
+        with psycopg.connect(db) as writer:
+            writer.execute("select ferry_queue.insert_event('q', 't', 'late')")
+            mark = last_tick(db)
+            query(db, "select ferry_queue.force_tick('q')")  # a tick while the writer runs
+            wait_for(lambda: last_tick(db) > mark, what="the forced tick")
+            idle_rounds(6)
+            mark = last_tick(db)
+            writer.commit()
+        assert tick_delay(mark) < 1.5
+        assert last_tick(db) == mark + 1  # one tick for the late commit, no more
+        with psycopg.connect(db, autocommit=True) as conn:
+            events = []
+            while (batch := take_batch(conn, "q", "c")) is not None:
+                events += [row[5] for row in batch]
+        assert events == ["new", "late"]
     finally:
         stop()

@@ -1,15 +1,16 @@
 """The ticker daemon (pgqd's job): ticks, rotation and retry for every queue database.
 
 One :class:`TickerService` watches a whole PostgreSQL cluster.  It lists the databases
-through ``initial_database`` (or takes ``database_list``), and for each one that has the
-``ferry_queue`` schema it calls ``ferry_queue.ticker_round()`` every ``ticker_period``, or
-every ``ticker_busy_period`` while events wait for a tick and for a ``ticker_period`` after
-(so an event gets its tick within about that time).  It runs the maintenance operations
-(``ferry_queue.maint_operations()``: rotation steps and hooks) every ``maint_period`` and
-moves due retry events back every ``retry_period``.  ``force_tick`` wakes it at once (a
-notification).  Between its timers it blocks on its connections and a signal pipe, using
-no CPU; a round on an idle queue writes nothing.  A database that is missing, lacks the
-schema or fails is retried later; one failing database never stops the others.
+through a connection it holds, else ``initial_database`` (or takes ``database_list``), and
+for each one that has the ``ferry_queue`` schema it calls ``ferry_queue.ticker_round()``
+every ``ticker_period``, or every ``ticker_busy_period`` while events wait for a tick and
+for a ``ticker_period`` after (so an event gets its tick within about that time).  It runs
+the maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks)
+every ``maint_period`` and moves due retry events back every ``retry_period``.
+``force_tick`` wakes it at once (a notification).  Between its timers it blocks on its
+connections and a signal pipe, using no CPU; an idle round is one prepared statement run
+through libpq, and writes nothing.  A database that is missing, lacks the schema or fails
+is retried later; one failing database never stops the others.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from psycopg import conninfo, sql
 
 from pgferry.config import Config
 from pgferry.daemon import Service
-from pgferry.db import connect, error_text
+from pgferry.db import connect, error_text, run_prepared
 from pgferry.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ ERROR_RETRY_DELAY = 10.0
 MAX_REPEATS = 1000
 # force_tick notifies this channel (sql/queue/010_ticker.sql): the ticker runs at once.
 WAKE_CHANNEL = "ferry_queue_ticker"
+# The round, prepared once per connection and run through libpq (run_prepared).
+ROUND_STATEMENT = b"ferry_ticker_round"
 
 
 @dataclass
@@ -104,6 +107,7 @@ class DatabaseState:
     busy_until: float = 0.0  # rounds come every ticker_busy_period until then
     # The schema has ticker_round() (queue version 10): rounds say whether events wait.
     has_round: bool = False
+    notified: bool = False  # a force_tick notification came with a psycopg statement
     last_error: str | None = None
     # Totals since the database was first watched (the metrics' counters).
     ticks_made: int = 0
@@ -143,15 +147,25 @@ class TickerService(Service):
     def discover(self) -> list[str]:
         if self.settings.database_list:
             return list(self.settings.database_list)
+        # pg_database is shared by every database of the cluster: a connection the ticker
+        # holds anyway lists them, instead of a new one to initial_database each check.
+        for db in self.databases.values():
+            if db.conn is not None and not db.conn.closed:
+                with contextlib.suppress(psycopg.Error):  # lost: that round reconnects
+                    return self._list_databases(db.conn)
         with connect(
             self.settings.connstr(self.settings.initial_database),
             autocommit=True,
             application_name=APPLICATION_NAME,
         ) as conn:
-            rows = conn.execute(
-                "select datname from pg_database"
-                " where not datistemplate and datallowconn order by datname"
-            ).fetchall()
+            return self._list_databases(conn)
+
+    @staticmethod
+    def _list_databases(conn: psycopg.Connection) -> list[str]:
+        rows = conn.execute(
+            "select datname from pg_database"
+            " where not datistemplate and datallowconn order by datname"
+        ).fetchall()
         return [row[0] for row in rows]
 
     def refresh_databases(self, now: float) -> None:
@@ -194,6 +208,14 @@ class TickerService(Service):
             log.debug("database %s has no ferry_queue, checking again later", db.name)
             return False
         conn.execute(sql.SQL("listen {}").format(sql.Identifier(WAKE_CHANNEL)))
+        if row[1]:
+            conn.execute(
+                f"prepare {ROUND_STATEMENT.decode()} as"
+                " select ticks, waiting from ferry_queue.ticker_round()"
+            )
+        # Notifications that come with psycopg's statements (maint, retry) land here; those
+        # of the round and of an idle wait stay in libpq's queue (_woken reads both).
+        conn.add_notify_handler(lambda _: setattr(db, "notified", True))
         db.conn, db.connected_at, db.has_round = conn, now, bool(row[1])
         db.next_tick = db.next_maint = db.next_retry = now
         log.info("%s: ticking", db.name)
@@ -234,10 +256,8 @@ class TickerService(Service):
             if now >= db.next_tick:
                 waiting = 0
                 if db.has_round:
-                    row = db.conn.execute(
-                        "select ticks, waiting from ferry_queue.ticker_round()"
-                    ).fetchone()
-                    ticks, waiting = (row[0], row[1]) if row else (0, 0)
+                    result = run_prepared(db.conn, ROUND_STATEMENT)
+                    ticks, waiting = int(result.get_value(0, 0)), int(result.get_value(0, 1))
                 else:
                     row = db.conn.execute("select ferry_queue.ticker()").fetchone()
                     ticks = row[0] if row and row[0] else 0
@@ -314,25 +334,37 @@ class TickerService(Service):
         """
         deadline = min(time.monotonic() + seconds, self._next_due())
         conns = {
-            db.conn.fileno(): db
+            db.conn.pgconn.socket: db
             for db in self.databases.values()
             if db.conn is not None and not db.conn.closed
         }
-        readable = set(conns)  # notifications may have come with the last statements
+        # Notifications may have come with the last statements: already read, no input.
+        if any([self._woken(db, read=False) for db in conns.values()]):
+            return
         while not self.stopping and not self._reload_requested:
-            # A list, not a generator: drain every readable connection.
-            if any([self._woken(conns[fd]) for fd in readable]):
-                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             readable = self.wait_readable(conns, left)
+            # A list, not a generator: drain every readable connection.
+            if any([self._woken(conns[fd]) for fd in readable]):
+                return
 
-    def _woken(self, db: DatabaseState) -> bool:
-        """Whether a force_tick notification came for ``db`` (its tick is then due now)."""
+    def _woken(self, db: DatabaseState, read: bool = True) -> bool:
+        """Whether a force_tick notification came for ``db`` (its tick is then due now);
+        ``read``: its socket is readable, take in what came.
+
+        libpq's calls, not psycopg's notifies(): this runs at every wake-up, and psycopg
+        would wait on the socket once more to find nothing.
+        """
         assert db.conn is not None
+        pgconn = db.conn.pgconn
         try:
-            woken = any(True for _ in db.conn.notifies(timeout=0))
+            if read:
+                pgconn.consume_input()
+            woken, db.notified = db.notified, False
+            while pgconn.notifies() is not None:
+                woken = True
         except psycopg.Error:
             return True  # broken: the next round reconnects
         if woken:
