@@ -99,3 +99,33 @@ def test_a_request_left_by_a_killed_compare_does_not_stall_the_worker(pair) -> N
     pair.catch_up(worker)
     assert pair.leaf("select count(*) from ferry.sync_request") == [(0,)]
     pair.same("t")
+
+
+def test_compare_and_repair_on_spark_connect(pair, capsys, connect_server, monkeypatch) -> None:
+    """The node's compare and repair run their Spark jobs on the server named by
+    spark_remote (as for tables too large for the command), with the worker replaying."""
+    from pgferry.pipeline import compare, repair_local, spark_connect
+
+    monkeypatch.setattr(compare, "LOCAL_PAGES", -1)
+    monkeypatch.setattr(repair_local, "LOCAL_ROWS", -1)
+    asked: list[str] = []
+    session_on = spark_connect.connect_session
+    monkeypatch.setattr(
+        spark_connect, "connect_session", lambda url, s: asked.append(url) or session_on(url, s)
+    )
+    for side in (pair.root, pair.leaf):
+        side('create table public."Mixed T" (id int primary key, v int)')
+    pair.root('insert into "Mixed T" select g, 0 from generate_series(1, 700) g')
+    pair.add_tables('public."Mixed T"')
+    pair.catch_up(pair.worker())
+    ini = str(pair.leaf_cfg.path)
+    remote = ["--set", f"spark_remote={connect_server.url}"]
+    with running(pair, write=False):
+        pair.leaf('set session_replication_role = replica; delete from "Mixed T" where id = 9')
+        assert main([ini, "compare", *remote]) == 1
+        assert 'public."Mixed T": Results do not match!' in capsys.readouterr().out
+        repair = [ini, "repair", "--apply", "--dir", str(pair.leaf_cfg.path.parent), *remote]
+        assert main(repair) == 0
+        assert main([ini, "compare", *remote]) == 0
+    pair.same('"Mixed T"')
+    assert len(asked) == 3 and set(asked) == {connect_server.url}
