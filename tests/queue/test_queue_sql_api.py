@@ -250,3 +250,33 @@ def test_rotation_waits_for_lagging_consumer(qconn: psycopg.Connection, scalar: 
         rotate()
     assert scalar("select queue_switch_time from ferry_queue.queue") != before
     assert scalar("select count(*) from ferry_queue.event") < len(sent)
+
+
+@pytest.mark.parametrize("call", ["next_batch('q', 'c')", "next_batch_upto('q', 'c', 1000, 1)"])
+def test_a_batch_opens_with_one_update_of_the_consumer(qdb: str, call: str) -> None:
+    """One row version per next_batch call, with or without a batch (queue version 13)."""
+    with psycopg.connect(qdb, autocommit=True) as conn:
+        conn.execute("select ferry_queue.create_queue('q')")
+        conn.execute("select ferry_queue.register_consumer('q', 'c')")
+        conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+        conn.execute("select ferry_queue.force_tick('q')")
+        conn.execute("select ferry_queue.ticker('q')")
+    with psycopg.connect(qdb) as conn:  # one transaction: its own table counters
+
+        def updates() -> int:
+            row = conn.execute(
+                "select n_tup_upd from pg_stat_xact_all_tables"
+                " where relid = 'ferry_queue.subscription'::regclass"
+            ).fetchone()
+            return row[0] if row else 0
+
+        before = updates()
+        batch = conn.execute(f"select ferry_queue.{call}").fetchone()[0]
+        assert batch is not None and updates() == before + 1
+        conn.execute("select ferry_queue.finish_batch(%s)", (batch,))
+        after_finish = updates()
+        assert conn.execute(f"select ferry_queue.{call}").fetchone()[0] is None
+        assert updates() == after_finish + 1
+        assert conn.execute(
+            "select sub_batch is null and sub_active = now() from ferry_queue.subscription"
+        ).fetchone()[0]
