@@ -226,18 +226,16 @@ def _read_batches(job: _ReadJob, side: int, batches: Iterator, width: int, slice
     batches (slice s reads ranges s, s + slices, ...)."""
     import pyarrow as pa
 
-    conns: dict[int, psycopg.Connection] = {}
+    conn: psycopg.Connection | None = None  # one side per task: one connection, when needed
     try:
         for batch in batches:
             numbers = [
                 r for s in batch.column("id").to_pylist() for r in range(s, len(job.ranges), slices)
             ]
             for range_no in numbers:
-                conn = conns.get(side)
                 if conn is None:
                     conn = open_in_snapshot(job.connstrs[side], job.snapshots[side])
                     conn.execute(SESSION_SQL)
-                    conns[side] = conn
                 table_no, rng = job.ranges[range_no]
                 plan = job.plans[table_no]
                 table = _read_range(conn, plan, side, rng, width)
@@ -250,7 +248,7 @@ def _read_batches(job: _ReadJob, side: int, batches: Iterator, width: int, slice
     except psycopg.Error as exc:
         raise DatabaseError(f"repair read: {error_text(exc)}") from None
     finally:
-        for conn in conns.values():
+        if conn is not None:
             conn.close()
 
 
