@@ -129,7 +129,7 @@ def get_spark(
     here; the jobs must keep to :mod:`.spark_tasks`).
     """
     master = master or DEFAULT_MASTER
-    if remote_ok and spark_connect.is_remote(master):
+    if remote_ok and spark_cluster.is_remote(master):
         return spark_connect.connect_session(master, settings or {})
     merged = {**DEFAULT_SETTINGS, **(settings or {})}
     # Checked even when a session runs: a master that cannot be used is never passed over.

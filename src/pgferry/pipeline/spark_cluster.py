@@ -58,6 +58,11 @@ def mask_master(master: str) -> str:
     return _USERINFO.sub(r"\1[...]@", _SECRET.sub(r"\1[...]", master.strip()))
 
 
+def is_remote(master: str) -> bool:
+    """Whether ``master`` names a Spark Connect server (``sc://``, also misspelt)."""
+    return master.strip().lower().startswith("sc:")
+
+
 def is_local(master: str) -> bool:
     """Whether ``master`` runs the executors inside the driver's JVM."""
     return master.strip().startswith("local")
@@ -69,7 +74,7 @@ def check_master(master: str, settings: dict[str, str], environ: dict[str, str])
     Raises :class:`SparkUnavailable` with one line naming the (masked) master.
     """
     remote = settings.get("spark.remote") or environ.get("SPARK_REMOTE")
-    if master.startswith("sc://") or remote:
+    if is_remote(master) or remote:
         raise SparkUnavailable(CONNECT_REFUSED.format(what=mask_master(remote or master)))
     if not master.startswith("spark://"):
         return  # local[N], yarn, k8s://...: nothing to try before the start

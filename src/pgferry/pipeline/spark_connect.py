@@ -39,11 +39,6 @@ RELEASE_TIMEOUT = 2.0
 _URL = re.compile(r"^sc://(\[[^\]]+\]|[^:/;]+)(?::(\d+))?/?(;.*)?$")
 
 
-def is_remote(master: str) -> bool:
-    """Whether ``master`` names a Spark Connect server."""
-    return master.strip().lower().startswith("sc:")
-
-
 def is_connect_session(session) -> bool:
     """Whether ``session`` is a Spark Connect client (no SparkContext behind it)."""
     return type(session).__module__.startswith("pyspark.sql.connect")
