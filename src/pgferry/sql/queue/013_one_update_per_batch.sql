@@ -2,9 +2,27 @@
 --
 -- next_batch_custom and next_batch_upto recorded the call (sub_active) and then, when a tick
 -- was there, the batch (sub_batch, sub_next_tick): two new row versions for every batch.
--- They now write the batch and sub_active in one update, and sub_active alone only when
--- no batch opens: one row version, one WAL record, less for vacuum, per batch and consumer.
--- Nothing else changes.
+-- Both now end in open_batch, which writes the batch and sub_active in one update, and
+-- sub_active alone only when no batch opens: one row version, one WAL record, less for
+-- vacuum, per batch and consumer.  Nothing else changes.
+
+-- The batch of a locked consumer up to tick i_next (null: no batch, the call recorded).
+create function ferry_queue.open_batch(i_sub_id integer, i_next bigint) returns bigint
+language plpgsql as $$
+declare
+    v_batch bigint;
+begin
+    if i_next is null then
+        update ferry_queue.subscription set sub_active = now() where sub_id = i_sub_id;
+        return null;
+    end if;
+    v_batch := nextval('ferry_queue.batch_id_seq');
+    update ferry_queue.subscription
+       set sub_batch = v_batch, sub_next_tick = i_next, sub_active = now()
+     where sub_id = i_sub_id;
+    return v_batch;
+end;
+$$;
 
 create or replace function ferry_queue.next_batch_custom(
     i_queue text, i_consumer text,
@@ -15,7 +33,6 @@ declare
     s       ferry_queue.subscription;
     v_prev  ferry_queue.tick;
     v_next  bigint;
-    v_batch bigint;
 begin
     s := ferry_queue.find_subscription(i_queue, i_consumer);
     -- Lock the subscription: one open batch per consumer, even with racing callers.
@@ -47,15 +64,7 @@ begin
                  and tick_time - v_prev.tick_time >= i_min_interval))
          order by tick_id limit 1;
     end if;
-    if v_next is null then
-        update ferry_queue.subscription set sub_active = now() where sub_id = s.sub_id;
-        return null;
-    end if;
-    v_batch := nextval('ferry_queue.batch_id_seq');
-    update ferry_queue.subscription
-       set sub_batch = v_batch, sub_next_tick = v_next, sub_active = now()
-     where sub_id = s.sub_id;
-    return v_batch;
+    return ferry_queue.open_batch(s.sub_id, v_next);
 end;
 $$;
 
@@ -67,7 +76,6 @@ declare
     s       ferry_queue.subscription;
     v_prev  ferry_queue.tick;
     v_next  bigint;
-    v_batch bigint;
 begin
     s := ferry_queue.find_subscription(i_queue, i_consumer);
     select * into s from ferry_queue.subscription where sub_id = s.sub_id for update;
@@ -85,14 +93,6 @@ begin
      where tick_queue = s.sub_queue and tick_id > s.sub_last_tick and tick_id <= i_upto
        and (tick_id = i_upto or tick_event_seq - v_prev.tick_event_seq >= i_min_count)
      order by tick_id limit 1;
-    if v_next is null then
-        update ferry_queue.subscription set sub_active = now() where sub_id = s.sub_id;
-        return null;
-    end if;
-    v_batch := nextval('ferry_queue.batch_id_seq');
-    update ferry_queue.subscription
-       set sub_batch = v_batch, sub_next_tick = v_next, sub_active = now()
-     where sub_id = s.sub_id;
-    return v_batch;
+    return ferry_queue.open_batch(s.sub_id, v_next);
 end;
 $$;
