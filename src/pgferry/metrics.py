@@ -184,7 +184,7 @@ def read_node(conn: psycopg.Connection, queue: str) -> NodeReading | None:
     """Position, lag, health and table states of the local node of ``queue`` (None when
     this database is not a node of it)."""
     from pgferry.node import model
-    from pgferry.queue import api as queue_api
+    from pgferry.queue import ticks as queue_ticks
     from pgferry.registry import entries
 
     node = model.load_node(conn, queue)
@@ -201,7 +201,7 @@ def read_node(conn: psycopg.Connection, queue: str) -> NodeReading | None:
         reading.paused, reading.error = state.paused, state.cur_error is not None
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
-        reading.last_tick_id, tick_time = queue_api.last_tick(conn, queue)
+        reading.last_tick_id, tick_time = queue_ticks.last_tick(conn, queue)
     if tick_time is not None:
         reading.lag_seconds = max(0.0, (now - tick_time).total_seconds())
     names: dict[str, str] = {}  # destination -> the table's name in the queue (the label of both)

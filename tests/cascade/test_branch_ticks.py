@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 
 def test_mirrored_ticks_are_announced(tree) -> None:
     tree.start("branch", "leaf")
     with psycopg.connect(tree.dsns["branch"], autocommit=True) as listener:
-        queue_api.listen_for_ticks(listener)
+        queue_ticks.listen_for_ticks(listener)
         tree.write("root", "insert into {t} values (1, 'a')")
         tick = tree.catch_up("branch", "leaf")
         heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]

@@ -9,7 +9,7 @@ import pytest
 
 from pgferry.errors import UsageError
 from pgferry.handlers import HandlerError
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.consumer import Consumer
 
 LOG_FUNCTION = """
@@ -100,8 +100,8 @@ def test_qsplitter_moves_events_into_a_local_queue(pair):
         _changes(c)
         c.catch_up("leaf")
         with reader.conn.transaction():
-            queue_api.force_tick(reader.conn, "side")
-            queue_api.tick(reader.conn, "side")
+            queue_ticks.force_tick(reader.conn, "side")
+            queue_ticks.tick(reader.conn, "side")
         events = []
         reader.run(lambda batch: events.extend(batch.events()))
     assert [e.ev_type[:1] for e in events] == ["I", "I", "U", "D", "R", "I"]

@@ -12,6 +12,7 @@ from queue_helpers import Scalar, tick
 
 from pgferry import schema
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 
 def _snapshot(qdb: str) -> str:
@@ -98,7 +99,7 @@ def test_forward_events_keeps_ids_in_the_current_table(
     scalar("select ferry_queue.register_consumer('dst', 'c')")
     with qconn.transaction():
         assert queue_api.forward_events(qconn, "dst", rows) == 3
-    queue_api.external_tick(qconn, "dst", 500, datetime.now(UTC), 3)
+    queue_ticks.external_tick(qconn, "dst", 500, datetime.now(UTC), 3)
     copy = scalar("select ferry_queue.next_batch('dst', 'c')")
     got = qconn.execute(
         sql.SQL("select {} from ferry_queue.get_batch_events(%s) order by ev_id").format(cols),

@@ -32,6 +32,7 @@ from pgferry.errors import TableError
 from pgferry.node import copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class CopyRun:
                 # L0: made before the copy's snapshot, so every event after it is kept for
                 # us, on the queue the group will read.
                 with connect(source.dsn, autocommit=True) as src:
-                    start_tick = queue_api.last_tick(src, self.queue)[0]
+                    start_tick = queue_ticks.last_tick(src, self.queue)[0]
                     if start_tick is None:
                         raise TableError(f"queue {self.queue} has no tick on {source.node_name}")
                     queue_api.register_at(src, self.queue, consumer, start_tick)

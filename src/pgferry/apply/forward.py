@@ -22,6 +22,7 @@ from pgferry import expressions
 from pgferry.apply.routes import Route, split_name
 from pgferry.handlers import Event
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
 
 
@@ -105,7 +106,7 @@ def _rewrite(rows: list, rewriters: Mapping) -> list:
 def ensure_tick(local: psycopg.Connection, queue: str, batch: Batch) -> None:
     """Make the provider's tick locally unless it exists (autocommitted on its own)."""
     with local.transaction():
-        if not queue_api.tick_exists(local, queue, batch.tick_id):
-            queue_api.external_tick(
+        if not queue_ticks.tick_exists(local, queue, batch.tick_id):
+            queue_ticks.external_tick(
                 local, queue, batch.tick_id, batch.tick_time, batch.event_seq or 0
             )

@@ -48,6 +48,7 @@ from pgferry.expressions import conjunction
 from pgferry.handlers import registry as handler_registry
 from pgferry.node import capture
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def tick_now(provider: psycopg.Connection, queue: str) -> None:
     with the ticker's own ticks.  Otherwise (a branch mirrors its provider's ticks, a paused
     ticker, no right to tick) the forced tick comes with the next tick the queue gets.
     """
-    for step in (queue_api.force_tick, queue_api.tick_if_own_ticker):
+    for step in (queue_ticks.force_tick, queue_ticks.tick_if_own_ticker):
         with contextlib.suppress(psycopg.Error), provider.transaction():
             step(provider, queue)
 

@@ -14,7 +14,7 @@ before each loop, whether the loop can be skipped:
   has changed since the last whole loop (registry rows, sequences' positions, compare
   requests, the node's rows, its provider, pause and position), that every table is
   ``ok`` and no compare request waits; and, on a subscriber, one read-only statement on
-  the provider (:func:`pgferry.queue.api.batch_waiting`) must show no batch to take.
+  the provider (:func:`pgferry.queue.ticks.batch_waiting`) must show no batch to take.
 
 The provider is asked every loop and does not depend on notifications: a notification
 lost with a connection, or a tick made where none is sent, delays a batch by at most
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live,
 # idle worker.  Longer than ticker_idle_period (60 s): on a subscriber the idle queue's
@@ -102,7 +102,7 @@ def wait_for_ticks(
     ``on_tick(deadline)`` gives the new deadline, or None to return at once."""
     readable = True  # notifications may have come with the last statements
     while not stop():
-        if readable and queue_api.wait_for_tick(conn, queue, 0):
+        if readable and queue_ticks.wait_for_tick(conn, queue, 0):
             moved = on_tick(deadline)
             if moved is None:
                 return
@@ -170,7 +170,7 @@ class IdleWatch:
         if self.consumer is not None:
             if provider is None or provider.closed:
                 return self._whole_loop(now, state)
-            if queue_api.batch_waiting(provider, queue, self.consumer):
+            if queue_ticks.batch_waiting(provider, queue, self.consumer):
                 return self._whole_loop(now, state)
         self.quiet_loops += 1
         return True

@@ -22,6 +22,7 @@ from pgferry.errors import NodeError, QueueError
 from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def reposition(config: Config, *, reset: bool) -> None:
         if node.node_type == "root" or node.provider_location is None:
             raise NodeError("--rewind / --reset are for branch and leaf nodes")
         with connect(remote_connstr(config, node.provider_location), autocommit=True) as prov:
-            tick = queue_api.last_tick(prov, queue)[0] if reset else node.last_tick_id
+            tick = queue_ticks.last_tick(prov, queue)[0] if reset else node.last_tick_id
             if tick is None:
                 raise NodeError("no tick to reposition to")
             if reset:

@@ -34,7 +34,7 @@ from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
             )
         provider_dsn = remote_connstr(config, node.provider_location)
         with connect(provider_dsn, autocommit=True) as prov:
-            branch = queue_api.ticked_by_provider(prov, queue)
+            branch = queue_ticks.ticked_by_provider(prov, queue)
         for attempt in range(1, attempts + 1):
             local.execute(
                 """

@@ -43,6 +43,7 @@ from pgferry.handlers import registry as handler_registry
 from pgferry.node import model, seqops, watermarks
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
 from pgferry.scripts import skip
 
@@ -233,7 +234,7 @@ class Worker(Service):
         if self.provider is None:
             self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
             set_text_format(self.provider)
-            queue_api.listen_for_ticks(self.provider)
+            queue_ticks.listen_for_ticks(self.provider)
             self.provider_dsn = dsn
             self.replay.use_provider(dsn)
         return self.provider
@@ -309,7 +310,7 @@ class Worker(Service):
         if not self._root_listens and self._lock_conn is not None:
             # Ticks of its own queue wake an idle root (see sleep).  Only a root listens:
             # nobody would read the notifications on another node's lock connection.
-            queue_api.listen_for_ticks(self._lock_conn)
+            queue_ticks.listen_for_ticks(self._lock_conn)
             self._root_listens = True
         self._publish_watermark(local, None, node)
         with local.transaction():
@@ -378,7 +379,7 @@ class Worker(Service):
         min_count = None
         one_tick = request is not None or hold_at is not None
         if not one_tick:
-            ticks, events = queue_api.pending(provider, queue, node.last_tick_id)
+            ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
         batch_id = positions.take_batch(

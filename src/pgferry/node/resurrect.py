@@ -38,6 +38,7 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.node import capture, cascade, model, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,9 @@ def _plan(c: Cascade, keep_tables: bool) -> _Plan:
     views = c.survey(skip=frozenset({me}))
     new_root, members = _new_root(c, me, views)
     with c.on(me, autocommit=True) as conn:
-        mine = queue_api.tick_marks(conn, c.queue)
+        mine = queue_ticks.tick_marks(conn, c.queue)
     with c.on(new_root, autocommit=True) as conn:
-        theirs = queue_api.tick_marks(conn, c.queue)
+        theirs = queue_ticks.tick_marks(conn, c.queue)
         holds = {r["consumer_name"]: r["last_tick"] for r in queue_api.consumer_info(conn, c.queue)}
         state = model.local_state(conn, c.queue, views[new_root].worker_name)
         lost_after = _gravestone(
@@ -127,8 +128,8 @@ def _plan(c: Cascade, keep_tables: bool) -> _Plan:
                 " of its queue"
             )
         tick = lost_after
-        if not queue_api.tick_usable(conn, c.queue, lost_after):
-            oldest = queue_api.usable_ticks(conn, c.queue)[0]
+        if not queue_ticks.tick_usable(conn, c.queue, lost_after):
+            oldest = queue_ticks.usable_ticks(conn, c.queue)[0]
             if keep_tables or oldest is None:
                 raise NodeError(
                     f"Root {new_root} no longer holds tick {lost_after} where node {me} left"
@@ -198,13 +199,13 @@ def _demote(
     queue_api.set_external_ticker(conn, c.queue)
     for table in tables:
         capture.attach(conn, c.queue, table.dest_name, deny=True)
-    events = queue_api.cut_after(conn, c.queue, plan.lost_after)
+    events = queue_ticks.cut_after(conn, c.queue, plan.lost_after)
     for sub, worker in model.subscribers(conn, c.queue):
         cascade.unregister_subscriber(conn, c.queue, sub, worker)
     for consumer in queue_api.consumers(conn, c.queue):
         queue_api.unregister_consumer(conn, c.queue, consumer)
     if plan.tick != plan.lost_after:
-        queue_api.external_tick(conn, c.queue, plan.tick, plan.mark[0], plan.mark[1])
+        queue_ticks.external_tick(conn, c.queue, plan.tick, plan.mark[0], plan.mark[1])
     conn.execute(
         "update ferry_node.node_info set node_type = 'branch' where queue_name = %s", (c.queue,)
     )
@@ -246,15 +247,15 @@ def _hold_on_new_root(c: Cascade, plan: _Plan) -> bool:
             log.warning("root %s has no watermarks (run install there)", plan.new_root)
             return False
         # Not a subscriber there yet: the hold is placed directly.
-        queue_api.set_hold(conn, c.queue, watermarks.hold_name(me), plan.tick)
-        queue_api.drop_hold(conn, c.queue, watermarks.gravestone_name(me))
+        queue_ticks.set_hold(conn, c.queue, watermarks.hold_name(me), plan.tick)
+        queue_ticks.drop_hold(conn, c.queue, watermarks.gravestone_name(me))
     return True
 
 
 def _release_on_new_root(c: Cascade, plan: _Plan) -> None:
     try:
         with c.on(plan.new_root) as conn:
-            queue_api.drop_hold(conn, c.queue, watermarks.hold_name(c.local.node_name))
+            queue_ticks.drop_hold(conn, c.queue, watermarks.hold_name(c.local.node_name))
     except PgferryError as exc:
         log.warning("hold on root %s not removed: %s", plan.new_root, exc)
 

@@ -24,6 +24,7 @@ from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, NodeError, UsageError
 from pgferry.node import connect, model, watermarks
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def _create_root(conn: psycopg.Connection, queue: str, worker: str, req: NodeReq
             queue_api.create_queue(conn, queue)
         model.register_location(conn, queue, req.node_name, req.public_location)
         _insert_node(conn, queue, req, worker)
-        tick_id, tick_time = queue_api.last_tick(conn, queue)
+        tick_id, tick_time = queue_ticks.last_tick(conn, queue)
         _insert_state(conn, queue, worker, None, tick_id, tick_time)
 
 

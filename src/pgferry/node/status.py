@@ -19,7 +19,7 @@ from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.node import connect, model
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 
 # Other nodes get a short connect timeout: status must not hang on a dead host.
@@ -112,7 +112,7 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
     ]
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
-        st.tick, st.tick_time = queue_api.last_tick(conn, queue)
+        st.tick, st.tick_time = queue_ticks.last_tick(conn, queue)
     return st
 
 

@@ -33,6 +33,7 @@ from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
 from pgferry.node.waits import wait_applied, wait_tick_available
 from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -180,8 +181,8 @@ def _freeze_root(c: Cascade, old: str, tables: list[str]) -> tuple[int, bool]:
         tableops.limit_lock_wait(c.config, conn)  # fail rather than block writers for long
         for table in tables:
             capture.attach(conn, c.queue, table, deny=True)
-        queue_api.force_tick(conn, c.queue)
-        tick = queue_api.tick(conn, c.queue)
+        queue_ticks.force_tick(conn, c.queue)
+        tick = queue_ticks.tick(conn, c.queue)
         if tick is None:
             raise NodeError(f"Could not make a last tick on {old}")
         queue_api.set_external_ticker(conn, c.queue)
@@ -215,7 +216,7 @@ def _swap_roles(
     """NEW becomes root and OLD its branch at ``tick``; NEW commits first (then
     ``promoted`` gets an entry)."""
     with c.on(old.name) as old_conn:
-        tick_time = queue_api.tick_time(old_conn, c.queue, tick)
+        tick_time = queue_ticks.tick_time(old_conn, c.queue, tick)
         # OLD takes no replicated write since its freeze committed: what its sequences
         # stand at now (or published, if higher) is the most it can have put in a table.
         final = seqops.final_values(old_conn, c.queue)
@@ -281,7 +282,7 @@ def _promote(
     )
     queue_api.set_external_ticker(conn, queue, False)
     # Tick ids must keep growing past every tick any node has seen.
-    queue_api.advance_tick_ids(conn, queue, max(ticks))
+    queue_ticks.advance_tick_ids(conn, queue, max(ticks))
     for table in tables:
         capture.attach(conn, queue, table, deny=False)
     return seqops.publish_ahead(conn, queue, buffer)

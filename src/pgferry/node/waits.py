@@ -12,7 +12,7 @@ from pgferry.errors import NodeError, WaitTimeout
 from pgferry.node import model
 from pgferry.node.cascade import Cascade
 from pgferry.polling import wait_until
-from pgferry.queue import api as queue_api
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def queue_top(c: Cascade, name: str) -> int | None:
     """Newest tick of the queue on ``name`` (root or branch)."""
     with c.on(name, autocommit=True) as conn:
-        return queue_api.last_tick(conn, c.queue)[0]
+        return queue_ticks.last_tick(conn, c.queue)[0]
 
 
 def applied_tick(c: Cascade, name: str) -> int | None:
@@ -55,7 +55,7 @@ def missing_tick(c: Cascade, name: str, tick: int) -> str | None:
     ticks past it but not that tick with every event after it (rotated away, or skipped by
     a batch spanning several ticks); None when it can, or has not reached ``tick`` yet."""
     with c.on(name, autocommit=True) as conn:
-        usable, oldest, top = queue_api.tick_standing(conn, c.queue, tick)
+        usable, oldest, top = queue_ticks.tick_standing(conn, c.queue, tick)
     return _why_missing(usable, oldest, top, tick)
 
 
@@ -75,7 +75,7 @@ def wait_tick_available(c: Cascade, name: str, tick: int, timeout: float, poll: 
     def held() -> bool:
         nonlocal top
         with c.on(name, autocommit=True) as conn:
-            usable, oldest, top = queue_api.tick_standing(conn, c.queue, tick)
+            usable, oldest, top = queue_ticks.tick_standing(conn, c.queue, tick)
         reason = _why_missing(usable, oldest, top, tick)
         if reason is not None:
             raise NodeError(f"Node {name} {reason}")
@@ -122,7 +122,7 @@ def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | N
         raise NodeError(f"Node {c.local.node_name} is the root: it has no provider")
     with c.on(provider, autocommit=True) as conn:
         node = model.require_node(conn, c.queue)
-        tick = queue_api.last_tick(conn, c.queue)[0] if node.has_queue else None
+        tick = queue_ticks.last_tick(conn, c.queue)[0] if node.has_queue else None
     if tick is not None:
         log.info("Waiting for tick %s of provider %s", tick, provider)
         wait_applied(c, c.local.node_name, tick, timeout, poll)

@@ -1,10 +1,10 @@
-"""Every call pgferry's Python code makes into the queue layer (``ferry_queue``).
+"""Every call pgferry's Python code makes into ``ferry_queue`` about queues and their events.
 
-Named functions over the SQL API (queues, consumers, ticks, batches, events, capture), so
-the node, apply, script and command code speak to the queue in Python and a change of the
-queue's SQL surface or tables touches only this file.  :class:`Batch` is the one
-description of an open batch.  It is long because it is the whole seam: each function is a
-thin wrapper, and splitting them across files would blur where the queue's API is.
+Named functions over the SQL API (installation, queues, consumers, batches, events,
+capture), so the node, apply, script and command code speak to the queue in Python and a
+change of that part of the queue's SQL surface or tables touches only this file.
+:class:`Batch` is the one description of an open batch.  Ticks, holds and the wait for a
+tick are in :mod:`pgferry.queue.ticks`.
 """
 
 from __future__ import annotations
@@ -148,183 +148,12 @@ def consumer_last_tick(
     return (None, None) if row is None else (row[0], row[1])
 
 
-# --- ticks -------------------------------------------------------------------------------
-def last_tick(conn: psycopg.Connection, queue: str) -> tuple[int | None, datetime | None]:
-    """Id and time of the newest tick of ``queue``."""
-    row = conn.execute(
-        "select last_tick_id, now() - ticker_lag from ferry_queue.get_queue_info(%s)", (queue,)
-    ).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
-
-
-def force_tick(conn: psycopg.Connection, queue: str) -> int | None:
-    """Make the next tick of ``queue`` due whatever its load; returns the newest tick id."""
-    row = conn.execute("select ferry_queue.force_tick(%s)", (queue,)).fetchone()
-    return None if row is None else row[0]
-
-
-def tick(conn: psycopg.Connection, queue: str) -> int | None:
-    """Tick ``queue`` if a tick is due (the ticker's decision); the new tick id or None."""
-    row = conn.execute("select ferry_queue.ticker(%s)", (queue,)).fetchone()
-    return None if row is None else row[0]
-
-
-def tick_if_own_ticker(conn: psycopg.Connection, queue: str) -> int | None:
-    """:func:`tick`, but only for a queue that ticks itself now: a queue ticked from
-    outside (a branch) or with its ticker paused is left alone instead of raising."""
-    row = conn.execute(
-        "select ferry_queue.ticker(queue_name) from ferry_queue.queue"
-        " where queue_name = %s and not queue_external_ticker and not queue_ticker_paused",
-        (queue,),
-    ).fetchone()
-    return None if row is None else row[0]
-
-
-def external_tick(
-    conn: psycopg.Connection,
-    queue: str,
-    tick_id: int,
-    tick_time: datetime | None,
-    event_seq: int,
-) -> None:
-    """A tick copied from the provider (same id, time and event position) on a queue with
-    an external ticker."""
-    conn.execute(
-        "select ferry_queue.ticker(%s, %s, %s, %s)", (queue, tick_id, tick_time, event_seq)
-    )
-
-
-def tick_exists(conn: psycopg.Connection, queue: str, tick_id: int) -> bool:
-    """Whether ``queue`` holds tick ``tick_id``."""
-    return tick_time(conn, queue, tick_id) is not None
-
-
-def tick_time(conn: psycopg.Connection, queue: str, tick_id: int) -> datetime | None:
-    """When tick ``tick_id`` of ``queue`` was made; None when the queue does not hold it."""
-    row = conn.execute(
-        """
-        select t.tick_time from ferry_queue.tick t
-          join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s and t.tick_id = %s
-        """,
-        (queue, tick_id),
-    ).fetchone()
-    return None if row is None else row[0]
-
-
-def has_tick(conn: psycopg.Connection, queue: str, tick_id: int) -> tuple[bool, int | None]:
-    """Whether the queue holds ``tick_id``, and its newest tick."""
-    row = conn.execute(
-        """
-        select bool_or(t.tick_id = %s), max(t.tick_id)
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s
-        """,
-        (tick_id, queue),
-    ).fetchone()
-    return (bool(row and row[0]), row[1] if row else None)
-
-
-def advance_tick_ids(conn: psycopg.Connection, queue: str, past: int) -> None:
-    """New tick ids of ``queue`` continue after ``past`` and after every tick it holds."""
-    conn.execute(
-        """
-        select setval(q.queue_tick_seq, greatest(%s, (select max(tick_id)
-                      from ferry_queue.tick where tick_queue = q.queue_id)))
-          from ferry_queue.queue q where q.queue_name = %s
-        """,
-        (past, queue),
-    )
-
-
-def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tuple[int, int]:
-    """(ticks, events) made after ``last_tick`` on the provider."""
-    if last_tick is None:
-        return 0, 0
-    row = conn.execute(
-        """
-        select count(*) - 1, coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0)
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s and t.tick_id >= %s
-        """,
-        (queue, last_tick),
-    ).fetchone()
-    return (0, 0) if row is None else (max(row[0], 0), row[1])
-
-
-def tick_marks(conn: psycopg.Connection, queue: str) -> dict[int, tuple[datetime, int]]:
-    """Every tick of ``queue``: id -> (time, event position).  A branch copies both from
-    its provider, so equal marks on two nodes are the same tick."""
+def consumers(conn: psycopg.Connection, queue: str) -> list[str]:
+    """Names of the consumers registered on ``queue``."""
     rows = conn.execute(
-        """
-        select t.tick_id, t.tick_time, t.tick_event_seq
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s
-        """,
-        (queue,),
+        "select consumer_name from ferry_queue.get_consumer_info(%s)", (queue,)
     ).fetchall()
-    return {r[0]: (r[1], r[2]) for r in rows}
-
-
-# --- holds: positions that keep ticks and events without reading -------------------------
-def tick_usable(conn: psycopg.Connection, queue: str, tick_id: int) -> bool:
-    """Whether a reader may start at ``tick_id``: the queue holds it and every event after."""
-    row = conn.execute("select ferry_queue.tick_usable(%s, %s)", (queue, tick_id)).fetchone()
-    return bool(row and row[0])
-
-
-def usable_ticks(conn: psycopg.Connection, queue: str) -> tuple[int | None, int | None]:
-    """(oldest usable tick, newest tick) of ``queue``."""
-    row = conn.execute("select * from ferry_queue.usable_ticks(%s)", (queue,)).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
-
-
-def tick_standing(
-    conn: psycopg.Connection, queue: str, tick_id: int
-) -> tuple[bool, int | None, int | None]:
-    """:func:`tick_usable` and :func:`usable_ticks` read at one instant: (usable, oldest
-    usable tick, newest tick); a tick arriving between two reads cannot mislead."""
-    row = conn.execute(
-        "select ferry_queue.tick_usable(%s, %s), u.oldest, u.newest"
-        " from ferry_queue.usable_ticks(%s) u",
-        (queue, tick_id, queue),
-    ).fetchone()
-    return (False, None, None) if row is None else (bool(row[0]), row[1], row[2])
-
-
-def set_hold(conn: psycopg.Connection, queue: str, name: str, tick_id: int) -> int | None:
-    """Keep what a reader at ``tick_id`` needs, under the name ``name``; returns the tick
-    the hold is at (the newest usable one at or before ``tick_id``, else the oldest)."""
-    row = conn.execute("select ferry_queue.set_hold(%s, %s, %s)", (queue, name, tick_id)).fetchone()
-    return None if row is None else row[0]
-
-
-def drop_hold(conn: psycopg.Connection, queue: str, name: str) -> bool:
-    """Remove hold ``name``; False when there was none."""
-    row = conn.execute("select ferry_queue.drop_hold(%s, %s)", (queue, name)).fetchone()
-    return bool(row and row[0])
-
-
-# The columns of an event, in table order (also what :func:`cut_after` returns).
-EVENT_COLUMNS = (
-    "ev_id",
-    "ev_time",
-    "ev_txid",
-    "ev_retry",
-    "ev_type",
-    "ev_data",
-    "ev_extra1",
-    "ev_extra2",
-    "ev_extra3",
-    "ev_extra4",
-)
-
-
-def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple]:
-    """Cut ``queue`` back to ``tick_id`` in the caller's transaction: the events after it
-    (ticked or not) and the later ticks are deleted; returns those events (rows of
-    ``EVENT_COLUMNS``, first deliveries, by ev_id).  New events wait for the commit."""
-    return conn.execute("select * from ferry_queue.cut_after(%s, %s)", (queue, tick_id)).fetchall()
+    return [r[0] for r in rows]
 
 
 # --- batches -----------------------------------------------------------------------------
@@ -365,6 +194,17 @@ def next_batch_custom(
     row = conn.execute(
         "select ferry_queue.next_batch_custom(%s, %s, %s, %s, %s)",
         (queue, consumer, min_lag, min_count, min_interval),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def next_batch_upto(
+    conn: psycopg.Connection, queue: str, consumer: str, upto: int, min_count: int
+) -> int | None:
+    """Next batch of ``consumer`` ending at the first tick that closes ``min_count`` events
+    or at tick ``upto``, never later (None when no tick after its position is <= upto)."""
+    row = conn.execute(
+        "select ferry_queue.next_batch_upto(%s, %s, %s, %s)", (queue, consumer, upto, min_count)
     ).fetchone()
     return None if row is None else row[0]
 
@@ -434,7 +274,34 @@ def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
     return conn.execute(query.encode()).fetchall()
 
 
+def events_of_types(
+    conn: psycopg.Connection, batch_sql: str, types: Sequence[str]
+) -> list[tuple[int, str, str | None, str | None]]:
+    """The batch's events of the given ``types`` in ev_id order, as rows
+    ``(ev_id, ev_type, ev_extra1, ev_extra2)`` (rare events, read only when present)."""
+    query = sql.SQL(
+        "select ev_id, ev_type, ev_extra1, ev_extra2 from ({}) e"
+        " where e.ev_type = any({}) order by e.ev_id"
+    ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
+    return conn.execute(query).fetchall()
+
+
 # --- events ------------------------------------------------------------------------------
+# The columns of an event, in table order (also what ``queue.ticks.cut_after`` returns).
+EVENT_COLUMNS = (
+    "ev_id",
+    "ev_time",
+    "ev_txid",
+    "ev_retry",
+    "ev_type",
+    "ev_data",
+    "ev_extra1",
+    "ev_extra2",
+    "ev_extra3",
+    "ev_extra4",
+)
+
+
 def insert_event(
     conn: psycopg.Connection,
     queue: str,
@@ -509,82 +376,3 @@ def attach_capture_spec(conn: psycopg.Connection, queue: str, fq: str, spec: dic
 def detach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
     """Drop the queue's triggers of table ``fq`` (capture or deny), if any."""
     conn.execute("select ferry_queue.detach_capture(%s, %s::regclass)", (queue, fq))
-
-
-def consumers(conn: psycopg.Connection, queue: str) -> list[str]:
-    """Names of the consumers registered on ``queue``."""
-    rows = conn.execute(
-        "select consumer_name from ferry_queue.get_consumer_info(%s)", (queue,)
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def next_batch_upto(
-    conn: psycopg.Connection, queue: str, consumer: str, upto: int, min_count: int
-) -> int | None:
-    """Next batch of ``consumer`` ending at the first tick that closes ``min_count`` events
-    or at tick ``upto``, never later (None when no tick after its position is <= upto)."""
-    row = conn.execute(
-        "select ferry_queue.next_batch_upto(%s, %s, %s, %s)", (queue, consumer, upto, min_count)
-    ).fetchone()
-    return None if row is None else row[0]
-
-
-def events_of_types(
-    conn: psycopg.Connection, batch_sql: str, types: Sequence[str]
-) -> list[tuple[int, str, str | None, str | None]]:
-    """The batch's events of the given ``types`` in ev_id order, as rows
-    ``(ev_id, ev_type, ev_extra1, ev_extra2)`` (rare events, read only when present)."""
-    from psycopg import sql
-
-    query = sql.SQL(
-        "select ev_id, ev_type, ev_extra1, ev_extra2 from ({}) e"
-        " where e.ev_type = any({}) order by e.ev_id"
-    ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
-    return conn.execute(query).fetchall()
-
-
-def ticked_by_provider(conn: psycopg.Connection, queue: str) -> bool:
-    """Whether ``queue`` mirrors its provider's ticks (a branch) instead of ticking itself."""
-    row = conn.execute(
-        "select queue_external_ticker from ferry_queue.queue where queue_name = %s", (queue,)
-    ).fetchone()
-    return bool(row and row[0])
-
-
-TICK_CHANNEL = "ferry_queue_tick"  # notified with the queue's name at every tick
-
-
-def batch_waiting(conn: psycopg.Connection, queue: str, consumer: str) -> bool:
-    """Whether ``consumer`` has a batch to take on ``queue``: one open, or a tick past its
-    position (True as well when it is not registered: taking a batch says why).  Read only:
-    ``next_batch`` writes the consumer's row even when it finds nothing."""
-    row = conn.execute(
-        """
-        select s.sub_batch is not null
-               or exists (select 1 from ferry_queue.tick t
-                           where t.tick_queue = s.sub_queue and t.tick_id > s.sub_last_tick)
-          from ferry_queue.subscription s
-          join ferry_queue.queue q on q.queue_id = s.sub_queue
-         where q.queue_name = %s and s.sub_consumer = %s
-        """,
-        (queue, consumer),
-    ).fetchone()
-    return row is None or bool(row[0])
-
-
-def listen_for_ticks(conn: psycopg.Connection) -> None:
-    """Have ``conn`` (autocommit) receive a notification at every tick of its database."""
-    conn.execute(sql.SQL("listen {}").format(sql.Identifier(TICK_CHANNEL)))
-
-
-def wait_for_tick(conn: psycopg.Connection, queue: str, timeout: float) -> bool:
-    """Wait at most ``timeout`` seconds for a tick of ``queue`` on a listening ``conn``;
-    True when one came (or had come since the last wait)."""
-    if not any(notify.payload == queue for notify in conn.notifies(timeout=timeout)):
-        return False
-    # Ticks announced meanwhile are covered by the batch about to be taken: forget them, or
-    # each would wake the next wait for nothing.
-    for _ in conn.notifies(timeout=0):
-        pass
-    return True
