@@ -125,7 +125,7 @@ class Node:
 
     def close(self) -> None:
         if self.worker is not None:
-            self.worker._disconnect()
+            self.worker.conns.close()
 
 
 def tick(root: Node) -> int:

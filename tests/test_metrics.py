@@ -209,7 +209,7 @@ class _FakeWorker:
     """What the collector reads of a worker."""
 
     def __init__(self, config) -> None:
-        from pgferry.apply.worker import WorkerSettings
+        from pgferry.apply.worker_settings import WorkerSettings
 
         self.config = config
         self.settings = WorkerSettings.from_config(config)

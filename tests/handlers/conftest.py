@@ -172,7 +172,7 @@ class Cascade:
     def close(self) -> None:
         for w in self.workers.values():
             w.cancel_copies()
-            w._disconnect()
+            w.conns.close()
 
 
 @pytest.fixture

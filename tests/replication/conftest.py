@@ -74,7 +74,7 @@ class Pair:
         """A fresh leaf worker; earlier ones are disconnected (their process is gone)."""
         for old in self.workers:
             old.cancel_copies()
-            old._disconnect()
+            old.conns.close()
         cfg = self.leaf_cfg
         if settings:
             cfg = Config(cfg.path, cfg.section, {**cfg.values, **settings})
@@ -155,7 +155,7 @@ def make_pair(db_a: str, db_b: str, tmp_path: Path) -> Iterator[Callable[..., Pa
     yield build
     for pair in made:
         for w in pair.workers:
-            w._disconnect()
+            w.conns.close()
 
 
 @pytest.fixture

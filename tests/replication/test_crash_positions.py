@@ -66,7 +66,7 @@ def test_subscriber_crash_keeps_the_applied_batch(pair, lazy_leaf) -> None:
     tick = pair.tick()
     assert worker.work() is True  # applied here, finished on the provider
     assert _consumer_tick(pair) == tick
-    worker._disconnect()
+    worker.conns.close()
     lazy_leaf.stop("immediate")
     lazy_leaf.start()
     assert pair.last_tick() == tick  # the apply committed durably
@@ -81,7 +81,7 @@ def test_provider_crash_keeps_ticks_and_replay_goes_on(pair, lazy_root) -> None:
     pair.root("insert into t select g, g from generate_series(1, 50) g")
     tick = pair.tick()
     assert worker.work() is True
-    worker._disconnect()
+    worker.conns.close()
     lazy_root.stop("immediate")
     lazy_root.start()
     assert pair.root("select max(tick_id) from ferry_queue.tick") == [(tick,)]

@@ -38,7 +38,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     worker = pair.worker()
     with pytest.raises(Crash):
         worker.work()
-    worker._disconnect()
+    worker.conns.close()
     assert pair.last_tick() == tick  # the apply committed
     assert pair.leaf("select n from applied") == [(10,)]
 

@@ -56,7 +56,7 @@ def test_replica_role_refused_names_the_remedy(pair) -> None:
     worker = Worker(pair.leaf_cfg)
     dsn = pair.leaf_dsn + f" user={role}"
     with psycopg.connect(dsn) as conn, pytest.raises(PgferryError) as failure:
-        worker._set_replica_role(conn)
+        worker.conns.set_replica_role(conn)
     text = str(failure.value)
     assert "session_replication_role" in text
     assert "GRANT SET ON PARAMETER session_replication_role" in text

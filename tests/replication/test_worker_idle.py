@@ -58,8 +58,8 @@ def test_a_tick_nobody_announced_is_taken(pair) -> None:
     """The provider is asked every loop: a tick whose notification never came (a lost
     connection, a provider without notifications) is applied all the same."""
     worker = _setup(pair)
-    assert worker.provider is not None
-    worker.provider.execute("unlisten *")
+    assert worker.conns.provider is not None
+    worker.conns.provider.execute("unlisten *")
     pair.root("insert into t values (2)")
     tick = pair.tick()
     _apply(pair, worker, tick)

@@ -72,10 +72,10 @@ class Copies:
                 # Removed meanwhile (on this node or by its provider): stop copying it.
                 log.info("Tables %s were removed: stopping their copy", ", ".join(run.group.tables))
                 run.cancel()
-        if not self._cleaned and self.worker.provider is not None:
+        if not self._cleaned and self.worker.conns.provider is not None:
             # Group consumers left by removed or resynced tables hold events back: drop them.
             stale = handover.forget_stale_consumers(
-                local, self.worker.provider, queue, node.consumer_name
+                local, self.worker.conns.provider, queue, node.consumer_name
             )
             stale += self._forget_upstream(local, node)
             if stale:

@@ -11,94 +11,41 @@ the provider's tick after the commit.
 
 Tables waiting for their initial copy are copied beside the loop (:mod:`.copies`,
 :mod:`.handover`): each copied group replays its own consumer's batches until it meets the
-main stream.  This module keeps the loop, its connections and the node's lock; checking
-and moving positions is :mod:`.positions`, the Spark session :mod:`.spark_session`.  It is
-over 400 lines because the loop's steps share its connections and per-batch state; each
-step that could stand alone (positions, copies, replay, snapshots for compare) already does.
+main stream.  This module is the loop itself: which step a node takes, the compare
+requests, the main stream's batch, heartbeats and the idle wait.  Its settings are
+:mod:`.worker_settings`, its connections and the node's lock :mod:`.connections`, checking
+and moving positions :mod:`.positions`, the apply of one batch :mod:`.batch`, the Spark
+session :mod:`.spark_session`, what it does while idle :mod:`.idle`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 
 import psycopg
 
 from pgferry.apply import forward, idle, positions, publish_seqs, sync
-from pgferry.apply.batch import Replayer, ReplaySettings
+from pgferry.apply.batch import Replayer
+from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
-from pgferry.apply.read import set_text_format
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError
 from pgferry.handlers import registry as handler_registry
-from pgferry.node import model, seqops, watermarks
-from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.node import model, watermarks
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
-
-# Seconds between watermark reports up the cascade (watermark_period): rotation on a
-# provider runs every few minutes at most, so a report every few seconds keeps it exact at
-# a small cost.
-WATERMARK_EVERY = 5.0
-# The longest idle wait (the original's default): a tick announced by the provider ends it
-# at once, so this bounds how late a change on the node itself is noticed.
-LOOP_DELAY = 1.0
-
-REPLICA_REMEDY = (
-    "cannot set session_replication_role = replica: {detail}; "
-    "connect as a role allowed to set it "
-    "(PostgreSQL 15: GRANT SET ON PARAMETER session_replication_role TO <role>)"
-)
-
-
-@dataclass
-class WorkerSettings:
-    queue: str
-    local_dsn: str
-    loop_delay: float
-    exception_sleep: float
-    connection_lifetime: float
-    parallel_copies: int
-    batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
-    warm_spark: bool  # start Spark in the background once caught up
-    seq_buffer: int  # a root publishes its sequences this far ahead
-    watermark_period: float  # seconds between watermark reports to the provider
-    keep_lag: timedelta | None  # pgq_keep_lag: take only batches at least this old
-    collect_interval: timedelta | None  # pgq_batch_collect_interval: minimum batch span
-    replay: ReplaySettings
-
-    @classmethod
-    def from_config(cls, config: Config) -> WorkerSettings:
-        return cls(
-            queue=queue_name(config),
-            local_dsn=local_connstr(config),
-            loop_delay=config.getfloat("loop_delay", LOOP_DELAY),
-            exception_sleep=config.getfloat("exception_sleep", 20.0),
-            connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
-            parallel_copies=config.getint("parallel_copies", 1),
-            batch_min_events=config.getint(
-                "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
-            ),
-            warm_spark=config.getbool("spark_warm", True),
-            seq_buffer=seqops.seq_buffer(config),
-            watermark_period=config.getfloat("watermark_period", WATERMARK_EVERY),
-            keep_lag=config.getseconds("pgq_keep_lag"),
-            collect_interval=config.getseconds("pgq_batch_collect_interval"),
-            replay=ReplaySettings.from_config(config),
-        )
 
 
 class Worker(Service):
@@ -127,14 +74,8 @@ class Worker(Service):
         self._idle = idle.IdleWatch(self.settings.watermark_period)
         self._spark = WorkerSpark(config, verbose)
         self.replay = Replayer(self.settings.replay, self._spark)
+        self.conns = WorkerConnections(config, self.settings, self.replay)
         self._use_settings()
-        self.local: psycopg.Connection | None = None
-        self.provider: psycopg.Connection | None = None
-        self.provider_dsn: str | None = None
-        self._connected_at = 0.0
-        self._replica_conn: psycopg.Connection | None = None
-        self._lock_conn: psycopg.Connection | None = None  # holds the node's lock
-        self._root_listens = False  # the lock connection hears the root queue's ticks
         self._loop_at = 0.0  # when the last loop started (a root's pace)
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
@@ -153,6 +94,7 @@ class Worker(Service):
         self._idle.watermark_period = self.settings.watermark_period
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
+        self.conns.config, self.conns.settings = self.config, self.settings
 
     # --- Service hooks -------------------------------------------------------------------
     def reload(self) -> None:
@@ -161,7 +103,7 @@ class Worker(Service):
         self.config = load_config(self.config.path, (self.config.section,), self.overrides)
         self.settings = WorkerSettings.from_config(self.config)
         self._use_settings()
-        self._disconnect()
+        self.conns.close()
 
     def cancel_copies(self) -> None:
         """Stop the copies running beside the loop; their tables stay ``in-copy`` and are
@@ -175,13 +117,13 @@ class Worker(Service):
     def shutdown(self) -> None:
         self.cancel_copies()
         self.holder.release()
-        self._disconnect()
+        self.conns.close()
         self._spark.stop()
 
     def on_error(self, exc: BaseException) -> None:
         self.errors_total += 1
         self._idle.failed()
-        self._disconnect()
+        self.conns.close()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
             node = model.worker_node(conn, self.settings.queue)
@@ -196,74 +138,10 @@ class Worker(Service):
             # One line for the log and status; the connection is reopened next loop.
             raise DatabaseError(error_text(exc)) from None
 
-    # --- connections ---------------------------------------------------------------------
-    def _disconnect(self) -> None:
-        for conn in (self.local, self.provider):
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.close()
-        self.local = self.provider = None
-        if self._lock_conn is not None:
-            # Released while we wait to retry: a worker started meanwhile takes the node
-            # and this one stops at its next loop, so there is never more than one.
-            with contextlib.suppress(Exception):
-                self._lock_conn.close()
-            self._lock_conn = None
-            self._root_listens = False
-        self.replay.close()
-
-    def _local(self) -> psycopg.Connection:
-        lifetime = self.settings.connection_lifetime
-        if (
-            self.local is not None
-            and lifetime > 0
-            and time.monotonic() - self._connected_at > lifetime
-        ):
-            self._disconnect()
-        if self.local is None or self.local.closed:
-            conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
-            self.local = conn
-            self._connected_at = time.monotonic()
-        return self.local
-
-    def _provider(self, location: str) -> psycopg.Connection:
-        dsn = remote_connstr(self.config, location)
-        if self.provider is not None and (self.provider.closed or dsn != self.provider_dsn):
-            self.provider.close()
-            self.provider = None
-        if self.provider is None:
-            self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
-            set_text_format(self.provider)
-            queue_ticks.listen_for_ticks(self.provider)
-            self.provider_dsn = dsn
-            self.replay.use_provider(dsn)
-        return self.provider
-
-    def _set_replica_role(self, conn: psycopg.Connection) -> None:
-        # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.
-        if self._replica_conn is conn:
-            return
-        try:
-            conn.execute("set session_replication_role = replica")
-            conn.commit()
-            self._replica_conn = conn
-        except psycopg.errors.InsufficientPrivilege as exc:
-            conn.close()
-            raise DatabaseError(REPLICA_REMEDY.format(detail=error_text(exc))) from None
-
     # --- one worker per node ------------------------------------------------------------
     def claim(self) -> None:
         """Hold the node's lock (see :func:`model.lock_node`) for as long as we run."""
-        if self._lock_conn is not None and not self._lock_conn.closed:
-            return
-        conn = connect(self.settings.local_dsn, autocommit=True, application_name="pgferry-lock")
-        try:
-            model.lock_node(conn, self.settings.queue)
-        except BaseException:
-            conn.close()
-            raise
-        self._lock_conn = conn
-        if self._reposition:
+        if self.conns.take_lock() and self._reposition:
             positions.reposition(self.config, reset=self._reposition == "reset")
             self._reposition = None
 
@@ -271,11 +149,12 @@ class Worker(Service):
     def _work(self) -> bool:
         self.claim()  # again after a lost connection: another worker may have started
         self._spark.idle()  # an unused session goes (spark_idle_timeout)
-        local = self._local()
-        assert self._lock_conn is not None  # autocommit, on the node: the idle reads
+        local = self.conns.to_local()
+        lock = self.conns.lock
+        assert lock is not None  # autocommit, on the node: the idle reads
         self._loop_at = time.monotonic()
         copying = self._copies.running_tables() > 0
-        if self._idle.quiet(self._lock_conn, self.provider, self.settings.queue, copying=copying):
+        if self._idle.quiet(lock, self.conns.provider, self.settings.queue, copying=copying):
             return False
         more = self._whole_loop(local)
         self._idle.loop_done(more)
@@ -307,11 +186,7 @@ class Worker(Service):
         return self._subscriber_step(local, node)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
-        if not self._root_listens and self._lock_conn is not None:
-            # Ticks of its own queue wake an idle root (see sleep).  Only a root listens:
-            # nobody would read the notifications on another node's lock connection.
-            queue_ticks.listen_for_ticks(self._lock_conn)
-            self._root_listens = True
+        self.conns.listen_root()  # ticks of its own queue wake an idle root (see sleep)
         self._publish_watermark(local, None, node)
         with local.transaction():
             sent = publish_seqs.publish(local, node.queue_name, self.settings.seq_buffer)
@@ -322,8 +197,8 @@ class Worker(Service):
 
     def _subscriber_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         assert node.provider_location is not None
-        self._set_replica_role(local)
-        provider = self._provider(node.provider_location)
+        self.conns.set_replica_role(local)
+        provider = self.conns.to_provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         with local.transaction():
             routes = self.replay.routes(local, queue)
@@ -355,7 +230,7 @@ class Worker(Service):
             if request.state == "ready" and request.pause:
                 return False  # repair --apply works on the data as of that tick
 
-        self._copies.start_pending(local, node, self.provider_dsn or "")
+        self._copies.start_pending(local, node, self.conns.provider_dsn or "")
         caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
         if caught_up is None:
             return True  # a group joined the main stream: the routes change
@@ -456,8 +331,8 @@ class Worker(Service):
         per quiet loop (up to ``idle.ROOT_BACKOFF`` times), a tick ending the wait no sooner
         than ``seconds`` after the last loop started.
         """
-        root = self._root_listens and self._idle.consumer is None
-        conn = self._lock_conn if root else self.provider
+        root = self.conns.root_listens and self._idle.consumer is None
+        conn = self.conns.lock if root else self.conns.provider
         if conn is None or conn.closed:
             super().sleep(seconds)
             return

@@ -1,0 +1,130 @@
+"""The replication worker's connections: to its node, to its provider, and the one that
+holds the node's lock.
+
+The node's connection runs replay's transactions and is reopened after
+``connection_lifetime`` seconds; a subscriber sets ``session_replication_role = replica``
+on it once.  The provider's runs in autocommit and text format, listens for its queue's
+ticks, and is reopened when the provider moves (replay's readers follow it).  The lock
+connection (autocommit, on the node) holds :func:`model.lock_node` for as long as the
+worker runs; the idle checks read on it and a root hears its own queue's ticks on it.
+:meth:`WorkerConnections.close` closes all three, so the lock is released while the
+worker waits to retry after an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import psycopg
+
+from pgferry.apply.batch import Replayer
+from pgferry.apply.read import set_text_format
+from pgferry.apply.worker_settings import WorkerSettings
+from pgferry.config import Config
+from pgferry.db import connect, error_text
+from pgferry.errors import DatabaseError
+from pgferry.node import model
+from pgferry.node.connect import remote_connstr
+from pgferry.queue import ticks as queue_ticks
+
+REPLICA_REMEDY = (
+    "cannot set session_replication_role = replica: {detail}; "
+    "connect as a role allowed to set it "
+    "(PostgreSQL 15: GRANT SET ON PARAMETER session_replication_role TO <role>)"
+)
+
+
+class WorkerConnections:
+    """The worker's three connections (see the module docstring).  ``config`` and
+    ``settings`` are replaced on reload; ``replay`` is told of every new provider
+    connection and closed with the others."""
+
+    def __init__(self, config: Config, settings: WorkerSettings, replay: Replayer) -> None:
+        self.config = config
+        self.settings = settings
+        self.replay = replay
+        self.local: psycopg.Connection | None = None
+        self.provider: psycopg.Connection | None = None
+        self.provider_dsn: str | None = None
+        self.lock: psycopg.Connection | None = None  # holds the node's lock
+        self.root_listens = False  # the lock connection hears the root queue's ticks
+        self._connected_at = 0.0
+        self._replica_conn: psycopg.Connection | None = None
+
+    def close(self) -> None:
+        for conn in (self.local, self.provider):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+        self.local = self.provider = None
+        if self.lock is not None:
+            # Released while we wait to retry: a worker started meanwhile takes the node
+            # and this one stops at its next loop, so there is never more than one.
+            with contextlib.suppress(Exception):
+                self.lock.close()
+            self.lock = None
+            self.root_listens = False
+        self.replay.close()
+
+    def to_local(self) -> psycopg.Connection:
+        """The node's connection, reopened once older than ``connection_lifetime``."""
+        lifetime = self.settings.connection_lifetime
+        if (
+            self.local is not None
+            and lifetime > 0
+            and time.monotonic() - self._connected_at > lifetime
+        ):
+            self.close()
+        if self.local is None or self.local.closed:
+            conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
+            self.local = conn
+            self._connected_at = time.monotonic()
+        return self.local
+
+    def to_provider(self, location: str) -> psycopg.Connection:
+        """The provider's connection, reopened when ``location`` names another one."""
+        dsn = remote_connstr(self.config, location)
+        if self.provider is not None and (self.provider.closed or dsn != self.provider_dsn):
+            self.provider.close()
+            self.provider = None
+        if self.provider is None:
+            self.provider = connect(dsn, autocommit=True, application_name="pgferry-worker")
+            set_text_format(self.provider)
+            queue_ticks.listen_for_ticks(self.provider)
+            self.provider_dsn = dsn
+            self.replay.use_provider(dsn)
+        return self.provider
+
+    def set_replica_role(self, conn: psycopg.Connection) -> None:
+        # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.
+        if self._replica_conn is conn:
+            return
+        try:
+            conn.execute("set session_replication_role = replica")
+            conn.commit()
+            self._replica_conn = conn
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.close()
+            raise DatabaseError(REPLICA_REMEDY.format(detail=error_text(exc))) from None
+
+    def take_lock(self) -> bool:
+        """Hold the node's lock (see :func:`model.lock_node`); True when it was taken now,
+        False when this worker held it already."""
+        if self.lock is not None and not self.lock.closed:
+            return False
+        conn = connect(self.settings.local_dsn, autocommit=True, application_name="pgferry-lock")
+        try:
+            model.lock_node(conn, self.settings.queue)
+        except BaseException:
+            conn.close()
+            raise
+        self.lock = conn
+        return True
+
+    def listen_root(self) -> None:
+        """Hear the root queue's ticks on the lock connection (they wake an idle root).
+        Only a root listens: nobody would read the notifications on another node's."""
+        if not self.root_listens and self.lock is not None:
+            queue_ticks.listen_for_ticks(self.lock)
+            self.root_listens = True

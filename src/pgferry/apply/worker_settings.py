@@ -1,0 +1,60 @@
+"""The replication worker's settings: the ini keys its loop reads, parsed once per start
+and again on every reload into one :class:`WorkerSettings` (replay's own keys in
+:class:`~pgferry.apply.batch.ReplaySettings`).  ``settings.py`` lists the keys with their
+defaults for ``pgferry --ini``; the defaults here are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pgferry.apply.batch import ReplaySettings
+from pgferry.config import Config
+from pgferry.node import seqops
+from pgferry.node.connect import local_connstr, queue_name
+
+# Seconds between watermark reports up the cascade (watermark_period): rotation on a
+# provider runs every few minutes at most, so a report every few seconds keeps it exact at
+# a small cost.
+WATERMARK_EVERY = 5.0
+# The longest idle wait (the original's default): a tick announced by the provider ends it
+# at once, so this bounds how late a change on the node itself is noticed.
+LOOP_DELAY = 1.0
+
+
+@dataclass
+class WorkerSettings:
+    queue: str
+    local_dsn: str
+    loop_delay: float
+    exception_sleep: float
+    connection_lifetime: float
+    parallel_copies: int
+    batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
+    warm_spark: bool  # start Spark in the background once caught up
+    seq_buffer: int  # a root publishes its sequences this far ahead
+    watermark_period: float  # seconds between watermark reports to the provider
+    keep_lag: timedelta | None  # pgq_keep_lag: take only batches at least this old
+    collect_interval: timedelta | None  # pgq_batch_collect_interval: minimum batch span
+    replay: ReplaySettings
+
+    @classmethod
+    def from_config(cls, config: Config) -> WorkerSettings:
+        return cls(
+            queue=queue_name(config),
+            local_dsn=local_connstr(config),
+            loop_delay=config.getfloat("loop_delay", LOOP_DELAY),
+            exception_sleep=config.getfloat("exception_sleep", 20.0),
+            connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
+            parallel_copies=config.getint("parallel_copies", 1),
+            batch_min_events=config.getint(
+                "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
+            ),
+            warm_spark=config.getbool("spark_warm", True),
+            seq_buffer=seqops.seq_buffer(config),
+            watermark_period=config.getfloat("watermark_period", WATERMARK_EVERY),
+            keep_lag=config.getseconds("pgq_keep_lag"),
+            collect_interval=config.getseconds("pgq_batch_collect_interval"),
+            replay=ReplaySettings.from_config(config),
+        )
