@@ -144,7 +144,7 @@ step("psycopg", ["psycopg", "psycopg_pool"])
 step("pglast, prometheus", ["pglast", "prometheus_client"])
 import pgferry.cli.main as main
 main.load_commands()
-step("pgferry worker", ["pgferry.apply.worker", "pgferry.metrics"])
+step("pgferry worker", ["pgferry.apply.worker", "pgferry.metrics.server", "pgferry.metrics.worker"])
 step("pyspark + copy", ["pgferry.pipeline.spark", "pgferry.pipeline.copy"])
 from pgferry.pipeline.spark import get_spark, stop_spark
 session = get_spark(master="local[1]")

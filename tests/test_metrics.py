@@ -19,11 +19,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import conninfo
 
-from pgferry import metrics, schema
+from pgferry import schema
 from pgferry.cli.ini_template import template_for
 from pgferry.config import load_config
 from pgferry.daemon import Service
 from pgferry.errors import ConfigError, PgferryError
+from pgferry.metrics.server import Endpoint, MetricsServer, endpoint, start
+from pgferry.metrics.ticker import watch_ticker
+from pgferry.metrics.worker import NodeReading, WorkerCollector, read_node, watch_worker
 from pgferry.settings import NODE_SETTINGS, TICKER_SETTINGS
 from pgferry.testing.cluster import LocalCluster, free_port
 
@@ -105,22 +108,22 @@ def test_settings_listed_and_checked(tmp_path: Path) -> None:
 
     path = tmp_path / "n.ini"
     path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\n")
-    assert metrics.endpoint(load_config(path)) is None  # off by default
+    assert endpoint(load_config(path)) is None  # off by default
     on = load_config(path, overrides={"metrics_port": "9187"})
-    assert metrics.endpoint(on) == metrics.Endpoint("127.0.0.1", 9187)
+    assert endpoint(on) == Endpoint("127.0.0.1", 9187)
     for bad in ("x", "0", "70000"):
         with pytest.raises(ConfigError, match="'metrics_port' must be a port number"):
-            metrics.endpoint(load_config(path, overrides={"metrics_port": bad}))
+            endpoint(load_config(path, overrides={"metrics_port": bad}))
 
 
 def test_registries_per_process_are_separate() -> None:
-    first = metrics.start(metrics.Endpoint("127.0.0.1", free_port()))
-    second = metrics.start(metrics.Endpoint("127.0.0.1", free_port()))
+    first = start(Endpoint("127.0.0.1", free_port()))
+    second = start(Endpoint("127.0.0.1", free_port()))
     assert first is not None and second is not None
     try:
         assert first.registry is not second.registry
         with pytest.raises(PgferryError, match=f"127.0.0.1:{first.port}"):
-            metrics.MetricsServer(metrics.Endpoint("127.0.0.1", first.port))
+            MetricsServer(Endpoint("127.0.0.1", first.port))
         assert scrape(first.port) == {}
     finally:
         first.close()
@@ -134,10 +137,10 @@ def test_worker_metrics_move_under_load(db_a, db_b, write_ini, cli) -> None:
     _, leaf_ini = make_cascade(db_a, db_b, write_ini, cli)
     port = free_port()
     config = load_config(leaf_ini, overrides={"metrics_port": str(port)})
-    server = metrics.start(metrics.endpoint(config))
+    server = start(endpoint(config))
     assert server is not None
     worker = Worker(config)
-    metrics.watch_worker(server.registry, worker)
+    watch_worker(server.registry, worker)
     labels = {"queue": "replika", "node": "dst"}
 
     def leaf_tick() -> int | None:
@@ -200,7 +203,7 @@ def test_worker_metrics_move_under_load(db_a, db_b, write_ini, cli) -> None:
             "insert into ferry_copy.range_done (copy_id, dest_table, range_no, rows)"
             " values ('c1', 'public.t', 1, 40), ('c1', 'public.t', 2, 2)"
         )
-        reading = metrics.read_node(conn, "replika")
+        reading = read_node(conn, "replika")
     assert reading is not None and reading.node_type == "leaf"
     assert reading.copy_rows == {("c1", "public.t"): 42}
 
@@ -222,12 +225,12 @@ def test_worker_collector_states_copies_and_database_down(tmp_path: Path) -> Non
     path = tmp_path / "n1.ini"
     path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\nnode_name = n1\n")
     worker = _FakeWorker(load_config(path))
-    readings: list[metrics.NodeReading | None] = []
-    collector = metrics.WorkerCollector(worker, read=lambda _w: readings.pop(0))  # type: ignore[arg-type]
+    readings: list[NodeReading | None] = []
+    collector = WorkerCollector(worker, read=lambda _w: readings.pop(0))  # type: ignore[arg-type]
     registry = CollectorRegistry()
     registry.register(collector)
 
-    def collect(reading: metrics.NodeReading | None) -> Samples:
+    def collect(reading: NodeReading | None) -> Samples:
         readings.append(reading)
         return {
             (s.name, frozenset(s.labels.items())): s.value
@@ -243,7 +246,7 @@ def test_worker_collector_states_copies_and_database_down(tmp_path: Path) -> Non
 
     for observe in worker.batch_observers:
         observe(None, None, 0.02)
-    reading = metrics.NodeReading(
+    reading = NodeReading(
         "leafnode",
         "leaf",
         last_tick_id=7,
@@ -298,9 +301,9 @@ def test_ticker_metrics(pg_a: LocalCluster, db_a: str) -> None:
         check_period=0.5,
     )
     service = TickerService(settings)
-    server = metrics.start(metrics.Endpoint("127.0.0.1", free_port()))
+    server = start(Endpoint("127.0.0.1", free_port()))
     assert server is not None
-    metrics.watch_ticker(server.registry, service)
+    watch_ticker(server.registry, service)
     try:
         with running(service):
             first = wait_for(

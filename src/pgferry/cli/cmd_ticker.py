@@ -13,16 +13,17 @@ from pgferry.config import TICKER_SECTIONS, load_config
 
 @command("ticker", "run the ticker daemon (pgqd.ini)", sections=TICKER_SECTIONS)
 def cmd_ticker(ctx: Context, argv: list[str]) -> int:
-    from pgferry import metrics
     from pgferry.daemon import run_service
     from pgferry.log import setup_logging
+    from pgferry.metrics.server import MetricsServer, endpoint, start
+    from pgferry.metrics.ticker import watch_ticker
     from pgferry.queue.ticker import TickerService, TickerSettings
 
     ctx.parser("", "Tick every queue database of a cluster.").parse_args(argv)
     config = ctx.config(TICKER_SECTIONS)
     settings = TickerSettings.from_config(config)  # fail before detaching
-    where = metrics.endpoint(config)
-    servers: list[metrics.MetricsServer] = []
+    where = endpoint(config)
+    servers: list[MetricsServer] = []
 
     def reread() -> TickerSettings:
         assert ctx.config_path is not None
@@ -39,11 +40,11 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
         )
 
     def make() -> TickerService:
-        server = metrics.start(where)  # a port already taken: the start fails here
+        server = start(where)  # a port already taken: the start fails here
         service = TickerService(settings, reread)
         if server is not None:
             servers.append(server)
-            metrics.watch_ticker(server.registry, service)
+            watch_ticker(server.registry, service)
         return service
 
     try:

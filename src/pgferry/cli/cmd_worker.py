@@ -22,21 +22,22 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     group.add_argument("--rewind", action="store_true", help="restart from the last applied tick")
     group.add_argument("--reset", action="store_true", help="skip to the provider's newest tick")
     args = parser.parse_args(argv)
-    from pgferry import metrics
+    from pgferry.metrics.server import MetricsServer, endpoint, start
+    from pgferry.metrics.worker import watch_worker
 
     config = ctx.config()
     config.get("db")
     config.get("queue_name")
     reposition = "rewind" if args.rewind else "reset" if args.reset else None
-    where = metrics.endpoint(config)  # a bad setting fails before detaching
-    servers: list[metrics.MetricsServer] = []
+    where = endpoint(config)  # a bad setting fails before detaching
+    servers: list[MetricsServer] = []
 
     def make():
         from pgferry.apply.worker import Worker
 
         # First the port (after detaching: the server thread lives in the daemon): when it
         # is taken, the start fails here, before the worker exists or holds the node.
-        server = metrics.start(where)
+        server = start(where)
         if server is not None:
             servers.append(server)
         worker = Worker(
@@ -47,7 +48,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
             reposition=reposition,
         )
         if server is not None:
-            metrics.watch_worker(server.registry, worker)
+            watch_worker(server.registry, worker)
         return worker
 
     try:

@@ -1,30 +1,19 @@
-"""Prometheus metrics of the worker and the ticker, served on ``metrics_port``.
-
-Each daemon process gets its own :class:`~prometheus_client.CollectorRegistry` (never the
-library's global one) and one small HTTP server thread answering ``/metrics``.  Counts come
-from the service object (the worker's counters and per-batch callbacks, the ticker's
-per-database totals); positions, lag and table states are read from the database while the
-scrape runs, on a connection of its own with short timeouts, so a scrape never waits on
-(nor blocks) the daemon's loop.  The server is started before the daemon takes its lock: a
-port already taken is one clear error and nothing else has started.  ``docs/metrics.md``
-lists every metric.  The worker's and the ticker's collectors stay in this one module
-(over 400 lines) so that metric names, labels and help texts are defined in one place.
+"""The replication worker's metrics: counts from the :class:`~pgferry.apply.worker.Worker`
+object (its counters, and a histogram its per-batch callback fills), positions, lag, table
+states and copy progress read from the node's database while the scrape runs.
+``docs/metrics.md`` lists every metric.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import TYPE_CHECKING
 
 import psycopg
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -33,115 +22,22 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pgferry.config import Config
-from pgferry.db import connect, error_text
-from pgferry.errors import ConfigError, PgferryError
+from pgferry.db import error_text
+from pgferry.metrics.server import scrape_connection
 
 if TYPE_CHECKING:
     from pgferry.apply.stage_apply import ApplyStats
     from pgferry.apply.worker import Worker
     from pgferry.queue.api import Batch
-    from pgferry.queue.ticker import TickerService
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADDRESS = "127.0.0.1"
-APPLICATION_NAME = "pgferry-metrics"
-# A scrape's own database reads: libpq's shortest connect timeout, then this per statement.
-CONNECT_TIMEOUT = 2
-STATEMENT_TIMEOUT_MS = 2000
 # Seconds; from a small batch applied in one round trip to a long catch-up batch.
 BATCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # merge_state of ferry.table_info as the label ``state`` spells it (NULL: copy pending).
 TABLE_STATES = ("pending", "in-copy", "catching-up", "ok")
-# Databases the ticker's scrape reads at once.
-TICKER_SCRAPE_THREADS = 4
 
 
-# --- settings and the HTTP endpoint -------------------------------------------------------
-@dataclass(frozen=True)
-class Endpoint:
-    """Where ``/metrics`` is served (``metrics_address``, ``metrics_port``)."""
-
-    address: str
-    port: int
-
-
-def endpoint(config: Config) -> Endpoint | None:
-    """The configured endpoint, or None when ``metrics_port`` is not set (the default)."""
-    raw = (config.getopt("metrics_port") or "").strip()
-    if not raw:
-        return None
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise ConfigError(
-            f"{config.path}: setting 'metrics_port' must be a port number (1-65535), not {raw!r}"
-        )
-    address = (config.getopt("metrics_address") or "").strip() or DEFAULT_ADDRESS
-    return Endpoint(address, port)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes come every few seconds: they are not logged."""
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class MetricsServer:
-    """``/metrics`` of one registry, answered by a daemon thread until :meth:`close`."""
-
-    def __init__(self, where: Endpoint, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.endpoint = where
-        try:
-            family = socket.getaddrinfo(where.address, where.port, type=socket.SOCK_STREAM)[0][0]
-            server_class = type(
-                "MetricsHTTPServer", (_ThreadingServer,), {"address_family": family}
-            )
-            self._httpd = make_server(
-                where.address,
-                where.port,
-                make_wsgi_app(self.registry),
-                server_class=server_class,
-                handler_class=_QuietHandler,
-            )
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise PgferryError(
-                f"cannot serve metrics on {where.address}:{where.port}"
-                f" (metrics_address / metrics_port): {reason}"
-            ) from None
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="pgferry-metrics", daemon=True
-        )
-        self._thread.start()
-        log.info("metrics on http://%s:%d/metrics", where.address, self.port)
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-
-def _scrape_connection(dsn: str) -> psycopg.Connection:
-    conn = connect(
-        dsn, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=CONNECT_TIMEOUT
-    )
-    conn.execute(f"set statement_timeout = {STATEMENT_TIMEOUT_MS}")
-    return conn
-
-
-# --- the worker ---------------------------------------------------------------------------
 @dataclass
 class _Histogram:
     """Bucket counts of observed values; filled by the worker, read by scrapes."""
@@ -366,7 +262,7 @@ class WorkerCollector(Collector):
 
 
 def _read_worker_node(worker: Worker) -> NodeReading | None:
-    with _scrape_connection(worker.settings.local_dsn) as conn:
+    with scrape_connection(worker.settings.local_dsn) as conn:
         return read_node(conn, worker.settings.queue)
 
 
@@ -375,109 +271,3 @@ def watch_worker(registry: CollectorRegistry, worker: Worker) -> WorkerCollector
     collector = WorkerCollector(worker)
     registry.register(collector)
     return collector
-
-
-# --- the ticker ---------------------------------------------------------------------------
-@dataclass
-class QueueReading:
-    """One queue of a ticked database, as a scrape read it."""
-
-    database: str
-    queue: str
-    events_pending: int | None
-    last_tick_id: int | None
-    ticker_lag_seconds: float | None
-
-
-def read_queues(conn: psycopg.Connection, database: str) -> list[QueueReading]:
-    rows = conn.execute(
-        "select queue_name, ev_new, last_tick_id, extract(epoch from ticker_lag)::float8"
-        " from ferry_queue.get_queue_info()"
-    ).fetchall()
-    return [QueueReading(database, *row) for row in rows]
-
-
-class TickerCollector(Collector):
-    """The metrics of one :class:`~pgferry.queue.ticker.TickerService`."""
-
-    def __init__(self, service: TickerService) -> None:
-        self.service = service
-
-    def _read(self, database: str) -> list[QueueReading]:
-        try:
-            with _scrape_connection(self.service.settings.connstr(database)) as conn:
-                return read_queues(conn, database)
-        except (PgferryError, psycopg.Error) as exc:
-            log.debug("metrics: cannot read %s: %s", database, error_text(exc))
-            return []
-
-    def collect(self) -> Iterator[Metric]:
-        # Databases without the queue schema are watched too: shown once they count.
-        databases = [
-            db
-            for db in list(self.service.databases.values())
-            if db.conn is not None
-            or db.ticks_made
-            or db.maint_operations
-            or db.retry_moved
-            or db.errors
-        ]
-        served = [db.name for db in databases if db.conn is not None]
-        for name, doc, attr in (
-            ("pgferry_ticks_total", "Ticks made (one per ticked queue).", "ticks_made"),
-            (
-                "pgferry_maint_operations_total",
-                "Maintenance steps run (rotation, hooks).",
-                "maint_operations",
-            ),
-            ("pgferry_retry_events_total", "Retry events moved back into queues.", "retry_moved"),
-            ("pgferry_ticker_errors_total", "Failed rounds on a database.", "errors"),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=["database"])
-            for db in databases:
-                counter.add_metric([db.name], getattr(db, attr))
-            yield counter
-        ticked = GaugeMetricFamily(
-            "pgferry_ticker_databases", "Databases with a queue being ticked now."
-        )
-        ticked.add_metric([], len(served))
-        yield ticked
-        readings: list[QueueReading] = []
-        if served:
-            workers = min(TICKER_SCRAPE_THREADS, len(served))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for found in pool.map(self._read, served):
-                    readings.extend(found)
-        labels = ["database", "queue"]
-        for name, doc, attr in (
-            (
-                "pgferry_queue_events_pending",
-                "Events inserted after the queue's newest tick (waiting for the next one).",
-                "events_pending",
-            ),
-            ("pgferry_queue_last_tick_id", "The queue's newest tick.", "last_tick_id"),
-            (
-                "pgferry_queue_ticker_lag_seconds",
-                "Age of the queue's newest tick.",
-                "ticker_lag_seconds",
-            ),
-        ):
-            gauge = GaugeMetricFamily(name, doc, labels=labels)
-            for reading in readings:
-                value = getattr(reading, attr)
-                if value is not None:
-                    gauge.add_metric([reading.database, reading.queue], value)
-            yield gauge
-
-
-def watch_ticker(registry: CollectorRegistry, service: TickerService) -> TickerCollector:
-    """Register the ticker's metrics in ``registry``."""
-    collector = TickerCollector(service)
-    registry.register(collector)
-    return collector
-
-
-def start(where: Endpoint | None) -> MetricsServer | None:
-    """Serve a fresh registry on ``where`` (None: metrics are off, nothing is started);
-    a port already taken raises one clear :class:`PgferryError`."""
-    return None if where is None else MetricsServer(where)

@@ -1,0 +1,125 @@
+"""The HTTP side of the Prometheus metrics: where ``/metrics`` is served
+(``metrics_address``, ``metrics_port``), the server thread answering it, and the
+short-timeout connection a scrape reads a database on.
+
+Each daemon process gets its own :class:`~prometheus_client.CollectorRegistry` (never the
+library's global one) and one small HTTP server thread answering ``/metrics``; the
+collectors registered in it are :mod:`.worker`'s and :mod:`.ticker`'s.  A scrape reads the
+database on a connection of its own with short timeouts, so it never waits on (nor blocks)
+the daemon's loop.  The server is started before the daemon takes its lock: a port already
+taken is one clear error and nothing else has started.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import psycopg
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from pgferry.config import Config
+from pgferry.db import connect
+from pgferry.errors import ConfigError, PgferryError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = "127.0.0.1"
+APPLICATION_NAME = "pgferry-metrics"
+# A scrape's own database reads: libpq's shortest connect timeout, then this per statement.
+CONNECT_TIMEOUT = 2
+STATEMENT_TIMEOUT_MS = 2000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where ``/metrics`` is served (``metrics_address``, ``metrics_port``)."""
+
+    address: str
+    port: int
+
+
+def endpoint(config: Config) -> Endpoint | None:
+    """The configured endpoint, or None when ``metrics_port`` is not set (the default)."""
+    raw = (config.getopt("metrics_port") or "").strip()
+    if not raw:
+        return None
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(
+            f"{config.path}: setting 'metrics_port' must be a port number (1-65535), not {raw!r}"
+        )
+    address = (config.getopt("metrics_address") or "").strip() or DEFAULT_ADDRESS
+    return Endpoint(address, port)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes come every few seconds: they are not logged."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class MetricsServer:
+    """``/metrics`` of one registry, answered by a daemon thread until :meth:`close`."""
+
+    def __init__(self, where: Endpoint, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.endpoint = where
+        try:
+            family = socket.getaddrinfo(where.address, where.port, type=socket.SOCK_STREAM)[0][0]
+            server_class = type(
+                "MetricsHTTPServer", (_ThreadingServer,), {"address_family": family}
+            )
+            self._httpd = make_server(
+                where.address,
+                where.port,
+                make_wsgi_app(self.registry),
+                server_class=server_class,
+                handler_class=_QuietHandler,
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise PgferryError(
+                f"cannot serve metrics on {where.address}:{where.port}"
+                f" (metrics_address / metrics_port): {reason}"
+            ) from None
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="pgferry-metrics", daemon=True
+        )
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics", where.address, self.port)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def scrape_connection(dsn: str) -> psycopg.Connection:
+    """A connection for one scrape: autocommit, short connect and statement timeouts."""
+    conn = connect(
+        dsn, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=CONNECT_TIMEOUT
+    )
+    conn.execute(f"set statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    return conn
+
+
+def start(where: Endpoint | None) -> MetricsServer | None:
+    """Serve a fresh registry on ``where`` (None: metrics are off, nothing is started);
+    a port already taken raises one clear :class:`PgferryError`."""
+    return None if where is None else MetricsServer(where)
