@@ -30,6 +30,7 @@ from pgferry.pipeline import compare
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
+from pgferry.testing.spark_env import spark_env, spark_home
 
 pytestmark = pytest.mark.cluster
 
@@ -77,12 +78,6 @@ def figures(result) -> list:
     ]
 
 
-def _spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
 @dataclass(frozen=True)
 class Standalone:
     url: str  # spark://127.0.0.1:PORT
@@ -98,16 +93,9 @@ class Standalone:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory) -> Iterator[Standalone]:
-    home = _spark_home()
     work = tmp_path_factory.mktemp("spark-standalone")
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOG_DIR": str(work),
-    }
-    spark_class = str(home / "bin" / "spark-class")
+    env = spark_env(SPARK_LOG_DIR=str(work))
+    spark_class = str(spark_home() / "bin" / "spark-class")
     procs = []
     try:
         procs.append(

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pgferry
 from pgferry.testing.cluster import free_port
+from pgferry.testing.spark_env import spark_env, spark_home
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0
@@ -41,20 +41,11 @@ class ConnectServer:
 
 def start_connect_server(workdir: Path, master: str = "local[2]") -> ConnectServer:
     """Start a server, return once it accepts sessions (its log names the port)."""
-    import pyspark
-
-    from pgferry.pipeline.spark import _ensure_java
-
-    _ensure_java()
-    home = Path(pyspark.__file__).parent
+    home = spark_home()
     package_root = str(Path(pgferry.__file__).resolve().parent.parent)
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-    }
+    env = spark_env(
+        PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    )
     log = workdir / "connect-server.log"
     # fmt: off
     cmd = [
