@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 TABLE = """
@@ -54,6 +56,19 @@ def test_collapse_and_truncate_barrier(pair) -> None:
     pair.catch_up(worker)
     pair.same("users")
     assert pair.leaf("select id, name from users") == [(3, "after2")]
+
+
+def test_debug_log_times_each_table(pair, caplog) -> None:
+    """With -v a batch logs, per table, its rows and where the time went."""
+    _setup(pair)
+    worker = pair.catch_up()
+    pair.root("insert into users (id, name) select g, 'x' from generate_series(1, 30) g")
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.stage_apply"):
+        pair.catch_up(worker)
+    lines = [r.getMessage() for r in caplog.records if "read wait" in r.getMessage()]
+    assert lines == [lines[0]] and lines[0].startswith("  public.users: 30 rows (read wait ")
+    assert "s, stage " in lines[0] and "s, apply " in lines[0]
+    pair.same("users")
 
 
 def test_rename_and_condition(pair) -> None:

@@ -17,6 +17,7 @@ drift shows in ``status`` and the log instead of being hidden by the next change
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -131,13 +132,14 @@ def apply_table(
     parts: Iterable[Iterable[bytes]],
     tick_id: int = 0,
     tick_time: datetime | None = None,
+    read_wait: float = 0.0,
 ) -> ApplyStats:
     """Load one table's rows (COPY data of one or more parts) into its stage and have its
     handler apply them (caller's transaction); ``tick_id``, ``tick_time``: the batch's
-    tick."""
+    tick; ``read_wait``: seconds the apply waited for the part's read (for the log)."""
     route = work.route
     try:
-        stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time)
+        stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time, read_wait)
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
     except PgferryError as exc:
@@ -155,11 +157,14 @@ def _apply_rows(
     parts: Iterable[Iterable[bytes]],
     tick_id: int,
     tick_time: datetime | None,
+    read_wait: float,
 ) -> ApplyStats:
     route, cols = work.route, work.columns
+    stage_at = time.monotonic()
     stage = stages.get(conn, route, cols, events=work.events)
     # One COPY per part: a binary COPY stream has a header and an end marker of its own.
     staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
+    handler_at = time.monotonic()
     stats = ApplyStats()
     if staged:
         # The one place where a table's staged rows are applied: its handler decides how
@@ -181,6 +186,19 @@ def _apply_rows(
         stats.upserts, stats.deletes = done.upserts, done.deletes
         stats.recreated, stats.missing_deletes = done.recreated, done.missing_deletes
     conn.execute(sql.SQL("truncate {}").format(stage))
+    if log.isEnabledFor(logging.DEBUG):
+        # Where a batch's time goes, per table part: waiting for the provider's read (its
+        # decode and collapse), loading the stage (COPY, while the read streams) and the
+        # handler's statements on the subscriber.
+        log.debug(
+            "  %s%s: %d rows (read wait %.3fs, stage %.3fs, apply %.3fs)",
+            route.table_name,
+            f" part {work.order + 1}" if work.span is not None else "",
+            staged,
+            read_wait,
+            handler_at - stage_at,
+            time.monotonic() - handler_at,
+        )
     return stats
 
 
@@ -227,8 +245,13 @@ def apply_segment(
         with table_parts(
             plan.tables, batch_sql, segment, provider=provider, readers=readers
         ) as parts:
+            waiting_since = time.monotonic()
             for work, chunks in parts:
-                stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time))
+                read_wait = time.monotonic() - waiting_since
+                stats.add(
+                    apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait)
+                )
+                waiting_since = time.monotonic()
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, plan.sequences)
