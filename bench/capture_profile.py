@@ -27,10 +27,10 @@ import argparse
 import statistics
 import time
 
+import capture_overhead as co
 import psycopg
 from psycopg import sql
 
-import capture_overhead as co
 from pgferry.testing.cluster import make_cluster
 
 FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -82,8 +82,7 @@ def set_variant(conn: psycopg.Connection, connstr: str, variant: str) -> None:
             src = src.replace(old, new)
         conn.execute(
             sql.SQL(
-                "create or replace function ferry_queue.{}() returns trigger"
-                " language plpgsql as {}"
+                "create or replace function ferry_queue.{}() returns trigger language plpgsql as {}"
             ).format(sql.Identifier(name), sql.Literal(src))
         )
 
