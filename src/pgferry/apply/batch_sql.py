@@ -75,9 +75,10 @@ def summary_query(
     removals: bool = False,
 ) -> str:
     """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id, scripts, removals)`` of the segment (the ev_ids of the table's row
-    events); with ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE
-    events), and with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
+    last_ev_id, scripts, removals, some_inserts, some_deletes)`` of the segment (the ev_ids
+    of the table's row events); with ``scripts`` one more row, name NULL, counts the
+    queued scripts (EXECUTE events), and with ``removals`` the same row counts the
+    :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     row_or_truncate = "(e.ev_type = 'R' or substr(e.ev_type, 2, 1) = ':')"
@@ -118,12 +119,14 @@ def summary_query(
                max(ev_id) filter (where kind = 'R'), max(seqv),
                min(ev_id) filter (where rowev), max(ev_id) filter (where rowev),
                count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G'),
-               coalesce(bool_or(ins) filter (where rowev), false)
+               coalesce(bool_or(ins) filter (where rowev), false),
+               coalesce(bool_or(del) filter (where rowev), false)
           from (select case when e.ev_type = 'EXECUTE' or e.ev_type = any({removal})
                             then null else e.ev_extra1 end as name,
                        e.ev_id,
                        substr(e.ev_type, 2, 1) = ':' as rowev,
                        substr(e.ev_type, 1, 2) = 'I:' as ins,
+                       substr(e.ev_type, 1, 2) = 'D:' as del,
                        case when e.ev_type = 'R' then 'R' when e.ev_type = 'EXECUTE' then 'X'
                             when e.ev_type = any({removal}) then 'G' end as kind,
                        case when e.ev_type = 'SEQ' then e.ev_data::bigint end as seqv
@@ -179,7 +182,8 @@ def fold_summary(
     """:func:`summary_query`'s rows from :func:`grouped_summary_query`'s groups."""
     tables = {r.table_name for r in routes if r.applies}
     seqs = set(sequences)
-    # name -> [row_events, inserts_only, barrier, seq_value, first, last, some_inserts]
+    # name -> [row_events, inserts_only, barrier, seq_value, first, last, some_inserts,
+    #          some_deletes]
     acc: dict[str, list] = {}
     scripts_n = removals_n = 0
     for name, ev_type, count, first, last, seq_value in groups:
@@ -191,28 +195,29 @@ def fold_summary(
             continue
         if ev_type == "SEQ":
             if name in seqs:
-                row = acc.setdefault(name, [0, None, None, None, None, None, None])
+                row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
                 row[3] = seq_value if row[3] is None else max(row[3], seq_value)
             continue
         if name not in tables or ev_type is None:
             continue
         if ev_type == "R":
-            row = acc.setdefault(name, [0, None, None, None, None, None, None])
+            row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
             row[2] = last if row[2] is None else max(row[2], last)
         elif ev_type[1:2] == ":":  # a row event (other event types of a table count not)
-            row = acc.setdefault(name, [0, None, None, None, None, None, None])
+            row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
             ins = ev_type[:2] == "I:"
             row[0] += count
             row[1] = ins if row[1] is None else row[1] and ins
             row[6] = ins if row[6] is None else row[6] or ins
+            row[7] = row[7] or ev_type[:2] == "D:"
             row[4] = first if row[4] is None else min(row[4], first)
             row[5] = last if row[5] is None else max(row[5], last)
     out = [
-        (name, n, bool(only), barrier, seqv, first, last, 0, 0, bool(some))
-        for name, (n, only, barrier, seqv, first, last, some) in acc.items()
+        (name, n, bool(only), barrier, seqv, first, last, 0, 0, bool(some), bool(dels))
+        for name, (n, only, barrier, seqv, first, last, some, dels) in acc.items()
     ]
     if scripts_n or removals_n:
-        out.append((None, 0, False, None, None, None, None, scripts_n, removals_n, False))
+        out.append((None, 0, False, None, None, None, None, scripts_n, removals_n, False, False))
     return out
 
 

@@ -47,6 +47,7 @@ class TableWork:
     # Some of the segment's events of the table were inserts: a key new in the batch then
     # arrives collapsed as an update or a delete, so missing rows cannot be told apart.
     some_inserts: bool = True
+    some_deletes: bool = True  # some of them were deletes (else no 'D' op, unless filtered)
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
@@ -223,6 +224,7 @@ def plan_segment(
             work = TableWork(
                 route, cols, count, bool(inserts_only), barrier,
                 some_inserts=bool(row[9]) if len(row) > 9 else True,
+                some_deletes=bool(row[10]) if len(row) > 10 else True,
                 binary=binary and route.builtin_types,
                 decode=_decode_types(route, cols, provider_types or {}),
             )  # fmt: skip

@@ -179,6 +179,7 @@ def _apply_rows(
                 tick_id,
                 inserts_only=work.inserts_only,
                 some_inserts=work.some_inserts,
+                some_deletes=work.some_deletes,
                 filtered=bool(route.image_condition),
                 tick_time=tick_time,
             )

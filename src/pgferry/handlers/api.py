@@ -160,6 +160,9 @@ class Staged:
     some_inserts: bool = True
     filtered: bool = False  # rows mode: a row filter turned images that fail it into 'D'
     tick_time: datetime | None = None  # the time of that tick: the batch's time
+    # Rows mode: some events were deletes.  Without them (and without a row filter) the
+    # stage holds no 'D' or 'd' row, and no delete statement is needed.
+    some_deletes: bool = True
 
 
 @dataclass

@@ -44,11 +44,12 @@ def apply_rows(staged: Staged) -> Applied:
         # cannot be told from a row missing here, so only batches without inserts of the
         # table are counted.  A row filter: its 'U' and 'D' stand for images entering
         # and leaving it, which the subscriber need not have had.
-        applied.deletes = conn.execute(delete(target, stage)).rowcount
+        if staged.some_deletes or staged.filtered:
+            applied.deletes = conn.execute(delete(target, stage)).rowcount
         if applied.deletes < staged.rows:
             applied.upserts = insert(conn, target, cols, stage, staged.inserts_only)
     else:
-        _apply_counted(conn, target, cols, stage, staged.rows, applied)
+        _apply_counted(conn, target, cols, stage, staged.rows, applied, staged.some_deletes)
     return applied
 
 
@@ -59,6 +60,7 @@ def _apply_counted(
     stage: sql.Composable,
     staged: int,
     applied: Applied,
+    some_deletes: bool = True,
 ) -> None:
     """The delete and the upsert, counting the rows they found missing here.
 
@@ -71,15 +73,20 @@ def _apply_counted(
     (that row is updated, and one re-created row goes uncounted).
     """
     inserted = _inserted_so_far(target)
-    row = conn.execute(
-        sql.SQL(
-            "with d as ({delete} returning s.op)"
-            " select (select count(*) from d), (select count(*) from d where op = 'D'),"
-            " count(*) filter (where s.op = 'D'), count(*) filter (where {deletes}),"
-            " count(*) filter (where s.op = 'I'), {inserted}"
-            " from {stage} as s"
-        ).format(delete=delete(target, stage), deletes=DELETES, inserted=inserted, stage=stage)
-    ).fetchone()
+    if some_deletes:
+        row = conn.execute(
+            sql.SQL(
+                "with d as ({delete} returning s.op)"
+                " select (select count(*) from d), (select count(*) from d where op = 'D'),"
+                " count(*) filter (where s.op = 'D'), count(*) filter (where {deletes}),"
+                " count(*) filter (where s.op = 'I'), {inserted}"
+                " from {stage} as s"
+            ).format(delete=delete(target, stage), deletes=DELETES, inserted=inserted, stage=stage)
+        ).fetchone()
+    else:
+        # No delete events, and (counted only when no event was an insert) no 'I' rows:
+        # every staged row is a 'U', and only the count before the upsert is needed.
+        row = (0, 0, 0, 0, 0, *conn.execute(sql.SQL("select {}").format(inserted)).fetchone())
     assert row is not None
     deleted, deleted_d, staged_d, staged_deletes, staged_i, before = row
     applied.deletes = deleted
