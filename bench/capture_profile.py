@@ -14,9 +14,9 @@ it times one UPDATE of N ``user_session`` rows and one INSERT of N ``user_login_
 * ``record``: the same with the row's text form (``new::text``), the shortest image that
   still holds every column.
 
-Then, for N update events of each form, the provider's decode and collapse as replay runs
-it (``json_to_record`` against a cast of the text to the table's row type, ``DISTINCT ON``
-the key), per event.
+Then, for N update events of each form, the provider's decode and collapse in the shape
+replay's reads have (the image decoded once per event, ``DISTINCT ON`` the key, binary
+``COPY`` out), per event.
 
     .venv/bin/python bench/capture_profile.py [--rows 100000] [--reps 5]
 """
@@ -37,21 +37,23 @@ FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 VARIANTS = ("none", "empty", "no-image", "json", "record")
 IMAGE = ("row_to_json(new)::text", "row_to_json(old)::text")
 
+# The replay's own query shape: the image decoded once per event in a LATERAL item, the
+# last image per key kept, the rows sent as binary COPY.
 DECODE = {
     "json": """
-        select count(*) from (
-          select distinct on (r.userid) r.*
-            from profile_events e
-            cross join lateral json_to_record(e.ev_data::json) as r(
-                userid int, logintime timestamp(0), login_count bigint,
-                logouttime timestamp(0), online_interval interval)
-           order by r.userid, e.ev_id desc) x""",
+        copy (select distinct on (r.userid) r.userid, r.logintime, r.login_count,
+                     r.logouttime, r.online_interval
+                from profile_events e
+                cross join lateral json_populate_record(
+                    null::digoal_01.user_session, e.ev_data::json) as r
+               order by r.userid, e.ev_id desc) to stdout (format binary)""",
     "record": """
-        select count(*) from (
-          select distinct on ((r).userid) (r).*
-            from (select e.ev_data::digoal_01.user_session as r, e.ev_id
-                    from profile_events e) s
-           order by (r).userid, s.ev_id desc) x""",
+        copy (select distinct on ((s.r).userid) (s.r).userid, (s.r).logintime,
+                     (s.r).login_count, (s.r).logouttime, (s.r).online_interval
+                from profile_events e
+                cross join lateral (select e.ev_data::digoal_01.user_session as r
+                                    offset 0) s
+               order by (s.r).userid, e.ev_id desc) to stdout (format binary)""",
 }
 
 
@@ -89,7 +91,12 @@ def set_variant(conn: psycopg.Connection, connstr: str, variant: str) -> None:
 
 def timed(conn: psycopg.Connection, query: str) -> float:
     started = time.perf_counter()
-    conn.execute(query)  # type: ignore[arg-type]
+    if query.lstrip().startswith("copy"):
+        with conn.cursor() as cur, cur.copy(query) as rows:  # type: ignore[arg-type]
+            for _chunk in rows:
+                pass
+    else:
+        conn.execute(query)  # type: ignore[arg-type]
     return time.perf_counter() - started
 
 
