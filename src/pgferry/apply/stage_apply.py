@@ -249,9 +249,7 @@ def apply_segment(
             waiting_since = time.monotonic()
             for work, chunks in parts:
                 read_wait = time.monotonic() - waiting_since
-                stats.add(
-                    apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait)
-                )
+                stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
                 waiting_since = time.monotonic()
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
