@@ -74,19 +74,18 @@ def _apply_counted(
     """
     inserted = _inserted_so_far(target)
     if some_deletes:
-        row = conn.execute(
-            sql.SQL(
-                "with d as ({delete} returning s.op)"
-                " select (select count(*) from d), (select count(*) from d where op = 'D'),"
-                " count(*) filter (where s.op = 'D'), count(*) filter (where {deletes}),"
-                " count(*) filter (where s.op = 'I'), {inserted}"
-                " from {stage} as s"
-            ).format(delete=delete(target, stage), deletes=DELETES, inserted=inserted, stage=stage)
-        ).fetchone()
+        query = sql.SQL(
+            "with d as ({delete} returning s.op)"
+            " select (select count(*) from d), (select count(*) from d where op = 'D'),"
+            " count(*) filter (where s.op = 'D'), count(*) filter (where {deletes}),"
+            " count(*) filter (where s.op = 'I'), {inserted}"
+            " from {stage} as s"
+        ).format(delete=delete(target, stage), deletes=DELETES, inserted=inserted, stage=stage)
     else:
         # No delete events, and (counted only when no event was an insert) no 'I' rows:
-        # every staged row is a 'U', and only the count before the upsert is needed.
-        row = (0, 0, 0, 0, 0, *conn.execute(sql.SQL("select {}").format(inserted)).fetchone())
+        # every staged row is a 'U'; only the count before the upsert is read.
+        query = sql.SQL("select 0, 0, 0, 0, 0, {}").format(inserted)
+    row = conn.execute(query).fetchone()
     assert row is not None
     deleted, deleted_d, staged_d, staged_deletes, staged_i, before = row
     applied.deletes = deleted
