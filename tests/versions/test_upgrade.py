@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cascade.conftest import Tree, Writer
+from tests.node.conftest import Tree, Writer
 
 _n = itertools.count(1)
 

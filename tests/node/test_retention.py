@@ -9,7 +9,7 @@ import itertools
 import psycopg
 
 from pgferry.node import watermarks
-from tests.cascade.watermark_helpers import consumers, hold, publish, rotate, usable
+from tests.node.watermark_helpers import consumers, hold, publish, rotate, usable
 
 _ids = itertools.count(1000)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cascade.conftest import Tree, _queues
+from tests.node.conftest import Tree, _queues
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import psycopg
 
 from pgferry.config import load_config
 from pgferry.node import tableops
-from tests.cascade.conftest import TABLE, TABLE_ID, write_ini
-from tests.cascade.watermark_helpers import hold, publish, rotate, usable
+from tests.node.conftest import TABLE, TABLE_ID, write_ini
+from tests.node.watermark_helpers import hold, publish, rotate, usable
 
 _ids = itertools.count(1000)
 

@@ -9,7 +9,7 @@ import json
 import psycopg
 import pytest
 
-from tests.cascade.conftest import write_ini
+from tests.node.conftest import write_ini
 
 EXTRA1 = 'public."Tbl é"'  # the table as events name it
 

@@ -12,7 +12,7 @@ import pytest
 from pgferry.apply.routes import load_routes
 from pgferry.cli.main import main
 from pgferry.node import capture, tableops
-from tests.replication.test_sync import running
+from tests.apply.test_sync import running
 
 
 def root_add(pair, *names: str, flags: str | None = None, args: tuple[str, ...] = (), **opts):

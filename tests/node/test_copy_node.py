@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.cascade.conftest import TABLE, Writer
+from tests.node.conftest import TABLE, Writer
 
 BIG = 'public."Big é"'
 BIG_ID = sql.Identifier("public", "Big é")

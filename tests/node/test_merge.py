@@ -22,7 +22,7 @@ from psycopg import sql
 
 from pgferry.cli.main import main
 from pgferry.config import load_config
-from tests.cascade.conftest import Runner, Ticker, write_ini
+from tests.node.conftest import Runner, Ticker, write_ini
 
 TABLE = 'public."Merged é"'
 TABLE_ID = sql.Identifier("public", "Merged é")

@@ -3,8 +3,8 @@ trigger changed; and what `tables` shows of the options given."""
 
 from __future__ import annotations
 
-from tests.replication import test_registry_tables as registry_tests
-from tests.replication.test_registry_tables import Cascade, sql, states
+from tests.apply import test_registry_tables as registry_tests
+from tests.apply.test_registry_tables import Cascade, sql, states
 
 # The fixtures of the registry tests: a root and a leaf with their tables, a CLI runner.
 cascade = registry_tests.cascade

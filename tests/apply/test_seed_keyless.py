@@ -14,7 +14,7 @@ import threading
 import psycopg
 
 from pgferry.testing.seed import seed_fill, seed_schema
-from tests.replication.test_capture_options import leaf_add, multiset, root_add
+from tests.apply.test_capture_options import leaf_add, multiset, root_add
 
 USERS = 500
 LOGS = """

@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.config import load_config
-from tests.cascade.conftest import TABLE_ID, Runner, Writer
+from tests.node.conftest import TABLE_ID, Runner, Writer
 
 
 def _consumers(tree, node: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.cascade.conftest import Writer
+from tests.node.conftest import Writer
 
 
 def _same_everywhere(tree, nodes=("root", "branch", "leaf", "leaf2")) -> list[tuple]:
