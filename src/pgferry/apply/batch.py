@@ -74,6 +74,7 @@ class ReplaySettings:
 class _Reading:
     """How the segments of one batch are read."""
 
+    queue: str
     batch_id: int
     tick_id: int
     tick_time: datetime | None
@@ -193,8 +194,8 @@ class Replayer:
         use_spark = applies and not scripts and big and self.spark.ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         reading = _Reading(
-            batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs), use_spark,
-            read_ahead,
+            queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
+            use_spark, read_ahead,
         )  # fmt: skip
         with local.transaction():
             # The provider forgets the batch once it is finished: the transaction that
@@ -290,8 +291,8 @@ class Replayer:
             )
         elif read_ahead and len(plan.tables) > 1:
             readers = self._reader_pool()
-        return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
-                             readers=readers, tick_id=reading.tick_id,
+        return apply_segment(local, self.stages, plan, batch_sql, segment, queue=reading.queue,
+                             provider=provider, readers=readers, tick_id=reading.tick_id,
                              tick_time=reading.tick_time)  # fmt: skip
 
     def _apply_removals(

@@ -33,6 +33,7 @@ from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.handlers import EVENT_COLUMNS, Staged
 from pgferry.node import model
+from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
 
@@ -209,17 +210,12 @@ def apply_truncates(conn: psycopg.Connection, routes: Sequence[Route]) -> int:
     return len(routes)
 
 
-def apply_sequences(conn: psycopg.Connection, values: dict[str, int]) -> int:
-    """Sequences never move backwards on a subscriber."""
+def apply_sequences(conn: psycopg.Connection, queue: str, values: dict[str, int]) -> int:
+    """Sequences never move backwards on a subscriber.  Only ``queue``'s record of each
+    moves: a database fed by several queues (a merge leaf) keeps one row per queue."""
     for seq_name, value in sorted(values.items()):
         conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq_name, value))
-        conn.execute(
-            """
-            update ferry.seq_info set last_value = greatest(coalesce(last_value, %s), %s)
-             where seq_name = %s and local
-            """,
-            (value, value, seq_name),
-        )
+        entries.set_seq_last_value(conn, queue, seq_name, value)
     return len(values)
 
 
@@ -230,12 +226,13 @@ def apply_segment(
     batch_sql: str,
     segment: Segment,
     *,
+    queue: str,
     provider: psycopg.Connection,
     readers: ReaderPool | None = None,
     tick_id: int = 0,
     tick_time: datetime | None = None,
 ) -> ApplyStats:
-    """Apply ``plan`` inside the caller's transaction on ``conn``.
+    """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``.
 
     Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
     for small segments, inline on the worker's own ``provider`` connection
@@ -253,7 +250,7 @@ def apply_segment(
                 waiting_since = time.monotonic()
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
-    stats.sequences = apply_sequences(conn, plan.sequences)
+    stats.sequences = apply_sequences(conn, queue, plan.sequences)
     return stats
 
 
