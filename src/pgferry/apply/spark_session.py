@@ -46,6 +46,7 @@ from pgferry.apply import read
 from pgferry.apply.plan import ReplayError
 from pgferry.config import Config
 from pgferry.daemon import exc_message
+from pgferry.pipeline.spark_errors import job_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -266,8 +267,6 @@ class WorkerSpark:
                     sc.setJobDescription(f"pgferry replay batch {batch_id}")
                     return sc.parallelize([(query, binary)], 1).map(task).collect()[0]
             except Exception as exc:  # noqa: BLE001 - Py4J wraps executor failures
-                from pgferry.pipeline.spark import job_error  # slow to import: only here
-
                 raise ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
 
         slots = parts or sc.defaultParallelism

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from pgferry.handlers.api import Applied, Staged, Target
+from pgferry.handlers.staged import Applied, Staged, Target
 
 
 def apply_rows(staged: Staged) -> Applied:

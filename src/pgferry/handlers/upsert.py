@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.handlers import unkeyed
-from pgferry.handlers.api import Applied, Staged, Target
+from pgferry.handlers.staged import Applied, Staged, Target
 
 log = logging.getLogger(__name__)
 

@@ -42,6 +42,7 @@ from pgferry.pipeline.buckets import (
 )
 from pgferry.pipeline.keyranges import KeyRange, merge_buckets
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,6 @@ def _on_spark(session, job: _Job, units: list) -> list[tuple]:
     except PgferryError:
         raise
     except Exception as exc:
-        from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
-
         raise DatabaseError(f"compare failed: {job_error(exc)}") from None
 
 

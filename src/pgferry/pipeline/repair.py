@@ -38,6 +38,7 @@ from pgferry.pipeline.repair_local import (
     small_read,
 )
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
 from pgferry.pipeline.spark_tasks import describe_job, functions, parallelism
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,6 @@ def repair_tables(
         except PgferryError:
             raise
         except Exception as exc:
-            from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
-
             raise DatabaseError(f"repair failed: {job_error(exc)}") from None
     results = []
     fix_dir.mkdir(parents=True, exist_ok=True)

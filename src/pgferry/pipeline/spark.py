@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -31,9 +30,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pgferry.db import mask_connstr
 from pgferry.errors import PgferryError, SparkUnavailable
 from pgferry.pipeline import spark_cluster, spark_connect
+from pgferry.pipeline.spark_errors import start_error
 
 log = logging.getLogger(__name__)
 
@@ -344,38 +343,6 @@ def jdbc_driver_jar() -> str | None:
         if candidate and os.path.exists(candidate):
             return candidate
     return None
-
-
-def job_error(exc: BaseException) -> str:
-    """The operator-facing line of a failed Spark job (the task's own error, secrets masked).
-
-    A task that raised a PgferryError shows up on the driver wrapped in a Java exception
-    carrying the Python traceback; its last ``...Error: message`` line is what matters.
-    """
-    text = str(exc)
-    best = ""
-    for line in text.splitlines():
-        stripped = line.strip()
-        match = _ERROR_LINE.match(stripped)
-        if match:
-            best = match.group(2)
-    if not best:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        best = lines[0] if lines else exc.__class__.__name__
-    return mask_connstr(best)
-
-
-_ERROR_LINE = re.compile(r"^(pgferry\.errors\.\w+|psycopg\.[\w.]+|\w*Error): (.+)$")
-_JAVA_LINE = re.compile(r"^:?\s*(?:[\w$]+\.)+\w*(?:Exception|Error): (.+)$")
-
-
-def start_error(exc: BaseException) -> str:
-    """The reason a session did not start: the first Java exception's message."""
-    for line in str(exc).splitlines():
-        match = _JAVA_LINE.match(line.strip())
-        if match:
-            return mask_connstr(match.group(1))
-    return job_error(exc)
 
 
 def _python() -> str:

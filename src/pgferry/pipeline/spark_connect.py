@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 from pgferry.errors import PgferryError, SparkUnavailable
 from pgferry.pipeline.spark_cluster import PROBE_TIMEOUT, mask_master
+from pgferry.pipeline.spark_errors import job_error
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,6 @@ def connect_session(url: str, settings: Mapping[str, str]):
         session = builder.getOrCreate()
         session.version  # noqa: B018 - the first call that reaches the server
     except Exception as exc:  # noqa: BLE001 - gRPC and Spark wrap the server's reasons
-        from pgferry.pipeline.spark import job_error
-
         raise SparkUnavailable(
             f"Spark Connect server {mask_master(url)} cannot be used: {job_error(exc)}"
         ) from None

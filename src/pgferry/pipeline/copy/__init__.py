@@ -30,6 +30,7 @@ from pgferry.pipeline.copy.plan import CopyTask, block_ranges, estimates, plan_t
 from pgferry.pipeline.copy.task import BlockRange, CopyJob, copy_group
 from pgferry.pipeline.progress import TableProgress
 from pgferry.pipeline.snapshot import exported_snapshot
+from pgferry.pipeline.spark_errors import job_error
 from pgferry.pipeline.tables import resolve_table
 
 __all__ = ["CopyResult", "CopyTask", "block_ranges", "copy_tables", "task_groups"]
@@ -167,8 +168,6 @@ def _run_job(
         except Exception as exc:
             if cancelled is not None and cancelled.is_set():
                 raise PgferryError("copy cancelled") from None
-            from pgferry.pipeline.spark import job_error  # loads PySpark: only when it ran
-
             message = job_error(exc)
             if attempt == JOB_RETRIES:
                 raise DatabaseError(f"copy failed: {message}") from None
