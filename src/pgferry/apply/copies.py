@@ -31,6 +31,7 @@ from pgferry.db import connect
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node import copynode, model
 from pgferry.queue import api as queue_api
+from pgferry.registry import copystate
 
 if TYPE_CHECKING:
     from pgferry.apply.worker import Worker
@@ -256,8 +257,4 @@ class Copies:
 
 def _record_error(dsn: str, queue: str, group: handover.CopyGroup, error: str) -> None:
     with contextlib.suppress(psycopg.Error), connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "update ferry.table_info set copy_error = %s"
-            " where queue_name = %s and table_name = any(%s)",
-            (error, queue, list(group.tables)),
-        )
+        copystate.set_copy_error(conn, queue, group.tables, error)

@@ -33,6 +33,7 @@ from pgferry.node import copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
+from pgferry.registry import copystate
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +164,10 @@ class CopyRun:
                     queue_api.register_at(src, self.queue, consumer, start_tick)
             copy_id = uuid.uuid4().hex
             with local.transaction():
-                _set(local, self.queue, names, "in-copy", consumer=consumer, tick=start_tick,
-                     copy_id=copy_id, source=copied_from, catchup_node=catchup_node)  # fmt: skip
+                copystate.set_copy_state(
+                    local, self.queue, names, "in-copy", consumer=consumer, tick=start_tick,
+                    copy_id=copy_id, source=copied_from, catchup_node=catchup_node,
+                )  # fmt: skip
             exprs = self.group.column_exprs or ((),) * len(names)
             excluded = self.group.excluded or ((),) * len(names)
             sets = self.group.settings or ((),) * len(names)
@@ -207,9 +210,11 @@ class CopyRun:
                 queue_api.rewind(prov, self.queue, consumer, start_tick)  # its events are there
             assert start_tick is not None
             with local.transaction():
-                _set(local, self.queue, names, "catching-up", consumer=consumer,
-                     tick=start_tick, copy_id=copy_id, source=copied_from,
-                     catchup_node=catchup_node, snapshot=snapshot)  # fmt: skip
+                copystate.set_copy_state(
+                    local, self.queue, names, "catching-up", consumer=consumer,
+                    tick=start_tick, copy_id=copy_id, source=copied_from,
+                    catchup_node=catchup_node, snapshot=snapshot,
+                )  # fmt: skip
             if source.mode == copynode.UPSTREAM:
                 with connect(source.dsn, autocommit=True) as src:
                     tick_now(src, self.queue)
@@ -265,42 +270,7 @@ def _lock_group(conn: psycopg.Connection, queue: str, group_id: str) -> bool:
     return bool(row and row[0])
 
 
-def _set(
-    conn: psycopg.Connection,
-    queue: str,
-    tables: list[str],
-    state: str,
-    *,
-    consumer: str,
-    tick: int | None,
-    copy_id: str,
-    source: str | None,
-    catchup_node: str | None,
-    snapshot: str | None = None,
-) -> None:
-    conn.execute(
-        """
-        update ferry.table_info
-           set merge_state = %s, copy_snapshot = %s::pg_snapshot, copy_consumer = %s,
-               catchup_tick = %s, copy_id = %s, copy_source = %s, catchup_node = %s,
-               copy_started = case when %s = 'in-copy' then now() else copy_started end,
-               copy_total = case when %s = 'in-copy' then null else copy_total end,
-               copy_error = null
-         where queue_name = %s and table_name = any(%s)
-        """,
-        (state, snapshot, consumer, tick, copy_id, source, catchup_node, state, state, queue,
-         tables),
-    )  # fmt: skip
-
-
 def _record_totals(local_dsn: str, queue: str, totals: dict[str, int | None]) -> None:
     """The source tables' estimated rows, for the progress shown by tables / status."""
     with connect(local_dsn, autocommit=True) as conn:
-        for dest, total in totals.items():
-            conn.execute(
-                """
-                update ferry.table_info set copy_total = %s
-                 where queue_name = %s and coalesce(dest_table, table_name) = %s
-                """,
-                (total, queue, dest),
-            )
+        copystate.set_copy_totals(conn, queue, totals)

@@ -49,6 +49,7 @@ from pgferry.handlers import registry as handler_registry
 from pgferry.node import capture
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
+from pgferry.registry import copystate
 
 log = logging.getLogger(__name__)
 
@@ -174,14 +175,7 @@ def provider_not_ready(prov: psycopg.Connection, queue: str, tables: list[str]) 
 def record_catchup(conn: psycopg.Connection, queue: str, group: CatchUp, tick: int) -> None:
     """Record ``tick`` as the group's position, in the transaction that applied its batch;
     refuse when the position moved meanwhile (another applier)."""
-    rows = conn.execute(
-        """
-        update ferry.table_info set catchup_tick = %s
-         where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
-           and catchup_tick = %s
-        """,
-        (tick, queue, group.consumer, group.tick),
-    ).rowcount
+    rows = copystate.move_catchup_tick(conn, queue, group.consumer, group.tick, tick)
     if rows != len(group.tables):
         raise PgferryError(
             f"copy position of {', '.join(group.tables)} moved while applying: batch discarded"
@@ -190,15 +184,7 @@ def record_catchup(conn: psycopg.Connection, queue: str, group: CatchUp, tick: i
 
 def join_main(conn: psycopg.Connection, queue: str, group: CatchUp) -> None:
     """The group has reached the main stream's tick: the main stream takes it over."""
-    conn.execute(
-        """
-        update ferry.table_info
-           set merge_state = 'ok', copy_consumer = null, catchup_tick = null,
-               catchup_node = null
-         where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
-        """,
-        (queue, group.consumer),
-    )
+    copystate.finish_catchup(conn, queue, group.consumer)
 
 
 def pass_snapshot(
@@ -209,21 +195,7 @@ def pass_snapshot(
     does for the main stream.  True when the group filters nothing any more."""
     if tick_snapshot is None:
         return not group.filtered
-    row = conn.execute(
-        """
-        with cleared as (
-            update ferry.table_info set copy_snapshot = null
-             where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
-               and copy_snapshot is not null
-               and pg_snapshot_xmax(copy_snapshot) <= pg_snapshot_xmin(%s::pg_snapshot)
-            returning table_name)
-        select count(*) from ferry.table_info
-         where queue_name = %s and copy_consumer = %s and copy_snapshot is not null
-           and table_name not in (select table_name from cleared)
-        """,
-        (queue, group.consumer, tick_snapshot, queue, group.consumer),
-    ).fetchone()
-    return bool(row and row[0] == 0)
+    return copystate.clear_group_snapshots(conn, queue, group.consumer, tick_snapshot) == 0
 
 
 def drop_consumer(source: psycopg.Connection, queue: str, consumer: str) -> None:
@@ -291,13 +263,4 @@ def clear_snapshots(conn: psycopg.Connection, queue: str, tick_snapshot: str | N
     more: no event visible in it can come in a later batch."""
     if tick_snapshot is None:
         return []
-    rows = conn.execute(
-        """
-        update ferry.table_info set copy_snapshot = null
-         where queue_name = %s and local and merge_state = 'ok' and copy_snapshot is not null
-           and pg_snapshot_xmax(copy_snapshot) <= pg_snapshot_xmin(%s::pg_snapshot)
-        returning table_name
-        """,
-        (queue, tick_snapshot),
-    ).fetchall()
-    return [r[0] for r in rows]
+    return copystate.clear_snapshots(conn, queue, tick_snapshot)

@@ -22,6 +22,7 @@ from pgferry.db import error_text
 from pgferry.errors import DatabaseError, NodeError, PgferryError
 from pgferry.node import capture, connect, model, watermarks
 from pgferry.queue import api as queue_api
+from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +301,7 @@ def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:
     ).fetchall()
     for (fq,) in tables:
         capture.detach(conn, queue, fq)
-    conn.execute("delete from ferry.table_info where queue_name = %s", (queue,))
-    conn.execute("delete from ferry.seq_info where queue_name = %s", (queue,))
+    entries.forget_queue(conn, queue)
     conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_location where queue_name = %s", (queue,))

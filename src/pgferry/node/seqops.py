@@ -226,10 +226,7 @@ def publish_ahead(conn: psycopg.Connection, queue: str, buffer: int) -> dict[str
         if value is None:
             continue
         insert_event(conn, queue, "SEQ", str(value), state.seq_name)
-        conn.execute(
-            "update ferry.seq_info set last_value = %s where queue_name = %s and seq_name = %s",
-            (value, queue, state.seq_name),
-        )
+        entries.set_seq_published(conn, queue, state.seq_name, value)
         sent[state.seq_name] = value
     return sent
 

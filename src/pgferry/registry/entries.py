@@ -252,6 +252,21 @@ def set_seq_last_value(conn: psycopg.Connection, queue: str, seq: str, value: in
     )
 
 
+def set_seq_published(conn: psycopg.Connection, queue: str, seq: str, value: int) -> None:
+    """Record the value a root just published for a sequence (as sent, even below the
+    record: the root's sequence was set back)."""
+    conn.execute(
+        "update ferry.seq_info set last_value = %s where queue_name = %s and seq_name = %s",
+        (value, queue, seq),
+    )
+
+
+def forget_queue(conn: psycopg.Connection, queue: str) -> None:
+    """Every table and sequence row of ``queue`` (its node is dropped)."""
+    conn.execute("delete from ferry.table_info where queue_name = %s", (queue,))
+    conn.execute("delete from ferry.seq_info where queue_name = %s", (queue,))
+
+
 def attrs_text(attrs: dict[str, Any]) -> str:
     """``{'copy_condition': 'userid<1000'}`` as the original's ``tables`` printed it."""
     return repr(attrs) if attrs else ""

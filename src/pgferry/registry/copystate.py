@@ -1,0 +1,138 @@
+"""Where a table's initial copy and catch-up stand: the copy columns of ``ferry.table_info``.
+
+The worker's copy (:mod:`pgferry.apply.copyrun`) and its hand-over to the main stream
+(:mod:`pgferry.apply.handover`) write these columns and nothing else does: the state of a
+group of tables (``merge_state``, ``copy_snapshot``, ``copy_consumer``, ``catchup_tick``
+...), the copy's source estimate and last failure, and the copy snapshots that filter
+events until no event they contain can come any more.  Plain writes in the caller's
+transaction, as in :mod:`pgferry.registry.entries` (which holds the rest of the row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import psycopg
+
+from pgferry.registry.entries import MERGE_STATES
+
+
+def set_copy_state(
+    conn: psycopg.Connection,
+    queue: str,
+    tables: Sequence[str],
+    state: str,
+    *,
+    consumer: str,
+    tick: int | None,
+    copy_id: str,
+    source: str | None,
+    catchup_node: str | None,
+    snapshot: str | None = None,
+) -> None:
+    """Move a copy group to ``state`` with its position; entering ``in-copy`` restarts the
+    copy's clock and forgets its estimate; any state forgets the last failure."""
+    if state not in MERGE_STATES or state is None:
+        raise ValueError(f"bad merge_state for a copy: {state!r}")
+    conn.execute(
+        """
+        update ferry.table_info
+           set merge_state = %s, copy_snapshot = %s::pg_snapshot, copy_consumer = %s,
+               catchup_tick = %s, copy_id = %s, copy_source = %s, catchup_node = %s,
+               copy_started = case when %s = 'in-copy' then now() else copy_started end,
+               copy_total = case when %s = 'in-copy' then null else copy_total end,
+               copy_error = null
+         where queue_name = %s and table_name = any(%s)
+        """,
+        (state, snapshot, consumer, tick, copy_id, source, catchup_node, state, state, queue,
+         list(tables)),
+    )  # fmt: skip
+
+
+def set_copy_totals(conn: psycopg.Connection, queue: str, totals: Mapping[str, int | None]) -> None:
+    """The source's estimated rows per destination table, for the copy's progress."""
+    for dest, total in totals.items():
+        conn.execute(
+            """
+            update ferry.table_info set copy_total = %s
+             where queue_name = %s and coalesce(dest_table, table_name) = %s
+            """,
+            (total, queue, dest),
+        )
+
+
+def set_copy_error(
+    conn: psycopg.Connection, queue: str, tables: Sequence[str], error: str | None
+) -> None:
+    """The copy's last failure, shown by ``tables`` until the copy is tried again."""
+    conn.execute(
+        "update ferry.table_info set copy_error = %s"
+        " where queue_name = %s and table_name = any(%s)",
+        (error, queue, list(tables)),
+    )
+
+
+def move_catchup_tick(
+    conn: psycopg.Connection, queue: str, consumer: str, old_tick: int | None, tick: int
+) -> int:
+    """Move the catching-up group of ``consumer`` from ``old_tick`` to ``tick``; returns
+    how many tables moved (fewer than the group's: another applier moved it meanwhile)."""
+    return conn.execute(
+        """
+        update ferry.table_info set catchup_tick = %s
+         where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
+           and catchup_tick = %s
+        """,
+        (tick, queue, consumer, old_tick),
+    ).rowcount
+
+
+def finish_catchup(conn: psycopg.Connection, queue: str, consumer: str) -> None:
+    """The catching-up group of ``consumer`` turns ``ok``: the main stream takes it over."""
+    conn.execute(
+        """
+        update ferry.table_info
+           set merge_state = 'ok', copy_consumer = null, catchup_tick = null,
+               catchup_node = null
+         where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
+        """,
+        (queue, consumer),
+    )
+
+
+def clear_group_snapshots(
+    conn: psycopg.Connection, queue: str, consumer: str, tick_snapshot: str
+) -> int:
+    """Clear the copy snapshots of ``consumer``'s catching-up group that lie wholly before
+    ``tick_snapshot``; returns how many of the group's tables still keep one."""
+    row = conn.execute(
+        """
+        with cleared as (
+            update ferry.table_info set copy_snapshot = null
+             where queue_name = %s and copy_consumer = %s and merge_state = 'catching-up'
+               and copy_snapshot is not null
+               and pg_snapshot_xmax(copy_snapshot) <= pg_snapshot_xmin(%s::pg_snapshot)
+            returning table_name)
+        select count(*) from ferry.table_info
+         where queue_name = %s and copy_consumer = %s and copy_snapshot is not null
+           and table_name not in (select table_name from cleared)
+        """,
+        (queue, consumer, tick_snapshot, queue, consumer),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def clear_snapshots(conn: psycopg.Connection, queue: str, tick_snapshot: str) -> list[str]:
+    """Clear the copy snapshots of ``queue``'s ok tables that lie wholly before
+    ``tick_snapshot``; returns those tables."""
+    rows = conn.execute(
+        """
+        update ferry.table_info set copy_snapshot = null
+         where queue_name = %s and local and merge_state = 'ok' and copy_snapshot is not null
+           and pg_snapshot_xmax(copy_snapshot) <= pg_snapshot_xmin(%s::pg_snapshot)
+        returning table_name
+        """,
+        (queue, tick_snapshot),
+    ).fetchall()
+    return [r[0] for r in rows]
