@@ -30,8 +30,38 @@ def test_create_root_then_rerun(db_a, write_ini, cli):
 
     again = cli(ini, "create-root", "src_root", db_a)
     assert again.code == 0
-    assert "already initialized" in again.err
+    assert "already initialized" in again.err and "nothing changed" in again.err
     assert "Done" not in again.err
+
+
+def test_create_on_another_node_is_refused(db_a, db_b, write_ini, cli):
+    """The database is one node: asking it to be another (type or name) fails, naming what
+    is there, and changes nothing; the same request again stays a quiet success."""
+    root_ini = write_ini("src", db_a)
+    assert cli(root_ini, "create-root", "src").code == 0
+    leaf_ini = write_ini("dst", db_b)
+    assert cli(leaf_ini, "create-leaf", "dst", f"--provider={db_a}").code == 0
+    before = q(db_b, "select node_type, node_name from ferry_node.node_info")
+
+    for ini, args, wanted in (
+        (leaf_ini, ("create-root", "dst"), 'not made root "dst"'),
+        (leaf_ini, ("create-branch", "dst", f"--provider={db_a}"), 'not made branch "dst"'),
+        (leaf_ini, ("create-leaf", "other", f"--provider={db_a}"), 'not made leaf "other"'),
+        (root_ini, ("create-leaf", "src", f"--provider={db_b}"), 'not made leaf "src"'),
+    ):
+        res = cli(ini, *args)
+        assert res.code == 1, res
+        lines = res.err.strip().splitlines()
+        assert lines[-1].startswith("pgferry: Node ") and "already initialized" in lines[-1]
+        assert wanted in lines[-1] and "Traceback" not in res.err
+    assert (
+        'Node "dst" already initialized for queue "replika" with type "leaf"'
+        in cli(leaf_ini, "create-root", "dst").err
+    )
+    assert q(db_b, "select node_type, node_name from ferry_node.node_info") == before
+
+    again = cli(leaf_ini, "create-leaf", "dst", f"--provider={db_a}")
+    assert again.code == 0 and "nothing changed" in again.err
 
 
 def test_create_leaf_registers_on_provider(db_a, db_b, write_ini, cli):
@@ -143,13 +173,15 @@ def test_status_json_error_and_unreachable(db_a, db_b, write_ini, cli):
     q(db_b, "insert into ferry_node.node_location values ('replika', 'gone', %s, false)", (gone,))
 
     res = cli(leaf_ini, "status")
-    assert res.code == 0, res.err
+    assert res.code == 1, res.err  # a monitor hears of both
     assert "Local node: dst" in res.out
     assert "ERR: connection refused" in res.out
     assert "gone (? unreachable)" in res.out
+    assert res.err.strip().splitlines()[-1] == "pgferry: status: dst in ERR; gone unreachable"
     res = cli(leaf_ini, "status", "--dead=gone", "--dead=src")
     assert "gone (? dead)" in res.out and "src (? dead)" in res.out
     assert "Node is marked dead" in res.out
+    assert res.code == 1 and "gone" not in res.err  # dead is not a problem; the ERR still is
 
     res = cli(root_ini, "status", "--json")
     import json
@@ -162,6 +194,11 @@ def test_status_json_error_and_unreachable(db_a, db_b, write_ini, cli):
     assert nodes["dst"]["error"] == "connection refused"
     assert isinstance(nodes["dst"]["tick"], int)
     assert nodes["src"]["lag_seconds"] is not None
+    assert data["problems"] == ["dst in ERR"]  # the root does not list "gone"
+    assert res.code == 1
+    q(db_b, "update ferry_node.local_state set cur_error = null")
+    res = cli(leaf_ini, "status", "--dead=gone")
+    assert res.code == 0 and "pgferry: status" not in res.err, res.err
 
 
 def test_node_info(db_a, write_ini, cli):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
@@ -87,7 +89,11 @@ def cmd_members(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
-@command("status", "show the cascade tree with lag, tick, table states and errors")
+@command(
+    "status",
+    "show the cascade tree with lag, tick, table states and errors;"
+    " exit 1 when a member is unreachable or in error",
+)
 def cmd_status(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("[--json] [--dead=NODE]...")
     parser.add_argument("--json", action="store_true")
@@ -102,6 +108,11 @@ def cmd_status(ctx: Context, argv: list[str]) -> int:
         output.print_json(report.to_json())
     else:
         print(status.render_tree(report))
+    problems = report.problems()
+    if problems:
+        # After the tree, on stderr: the exit code a monitor reads, and why.
+        print(f"pgferry: status: {'; '.join(problems)}", file=sys.stderr)
+        return 1
     return 0
 
 

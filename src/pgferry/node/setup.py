@@ -95,12 +95,7 @@ def create_node(config: Config, req: NodeRequest) -> bool:
     with connect.connect_local(config) as conn:
         existing = model.load_node(conn, queue)
         if existing is not None:
-            log.info(
-                'Node "%s" already initialized for queue "%s" with type "%s"',
-                existing.node_name,
-                queue,
-                existing.node_type,
-            )
+            _already(existing, queue, req)
             return False
         if req.check_location:
             _check_public_location(config, conn, req.public_location)
@@ -118,6 +113,22 @@ def create_node(config: Config, req: NodeRequest) -> bool:
     )
     log.info("Done")
     return True
+
+
+def _already(existing: model.NodeInfo, queue: str, req: NodeRequest) -> None:
+    """A re-run on the same node is fine (nothing done, said so); a request for another
+    node (type or name) is refused: the database is that node and stays it."""
+    said = (
+        f'Node "{existing.node_name}" already initialized for queue "{queue}"'
+        f' with type "{existing.node_type}"'
+    )
+    if existing.node_type == req.node_type and existing.node_name == req.node_name:
+        log.info("%s: nothing changed (location, provider and settings left as they are)", said)
+        return
+    raise NodeError(
+        f'{said}: not made {req.node_type} "{req.node_name}"'
+        f" (this database is that node; drop-node {existing.node_name} before making another)"
+    )
 
 
 def _check_public_location(config: Config, conn: psycopg.Connection, location: str) -> None:

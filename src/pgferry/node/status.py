@@ -64,6 +64,19 @@ class StatusReport:
     def by_name(self) -> dict[str, NodeStatus]:
         return {n.name: n for n in self.nodes}
 
+    def problems(self) -> list[str]:
+        """What a monitor must hear of, one phrase per node: unreachable, in error.  A node
+        tagged dead (or named by ``--dead``) was left out on purpose and is not one."""
+        found = []
+        for n in self.nodes:
+            if n.dead:
+                continue
+            if not n.reachable:
+                found.append(f"{n.name} unreachable")
+            elif n.error:
+                found.append(f"{n.name} in ERR")
+        return found
+
     def to_json(self) -> dict[str, Any]:
         nodes = []
         for n in self.nodes:
@@ -73,7 +86,12 @@ class StatusReport:
                 if item[key] is not None:
                     item[key] = item[key].isoformat()
             nodes.append(item)
-        return {"queue": self.queue, "local_node": self.local_node, "nodes": nodes}
+        return {
+            "queue": self.queue,
+            "local_node": self.local_node,
+            "nodes": nodes,
+            "problems": self.problems(),
+        }
 
 
 def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeStatus:
