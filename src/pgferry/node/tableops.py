@@ -20,7 +20,7 @@ from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
-from pgferry.node import capture, connect, copynode, handlerops, merge, model
+from pgferry.node import capture, connect, copynode, handlerops, merge, model, readd
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
@@ -166,7 +166,7 @@ def _add_on_root(
         fq = fq_of[key]
         existing = entries.get_table(conn, queue, fq)
         if existing is not None and existing.local and not opts.force:
-            log.info("Table already added: %s", fq)
+            readd.already_added(existing, opts, configured, root=True)
             continue
         dest = fq if handler.captures else None
         stored = handlerops.check(handler, configured, conn, None, node, fq, dest=dest)
@@ -235,7 +235,7 @@ def _add_on_subscriber(
         src = fq_of[key]
         existing = entries.get_table(conn, queue, src)
         if existing is not None and existing.local and not opts.force:
-            log.info("Table already added: %s", src)
+            readd.already_added(existing, opts, configured, root=False)
             continue
         if not handler.needs_table:
             stored = handlerops.check(handler, configured, conn, prov, node, src)
@@ -323,11 +323,15 @@ def _local_dest(
     schema, name = candidates[0]
     cols = catalog.columns(prov, src)
     pkey = catalog.primary_key(prov, src)
-    catalog.create_table(conn, schema, name, cols, pkey)
+    defaults, left_out = catalog.column_defaults(prov, src)
+    catalog.create_table(conn, schema, name, cols, pkey, defaults)
     if opts.create_full:
         catalog.create_structure(conn, schema, name, catalog.structure(prov, src))
     fq = catalog.fq_name(conn, schema, name)
     log.info("Created table %s", fq)
+    if left_out:  # the source's sequences are not this database's
+        log.warning("Table %s: created without the default of %s (a sequence or identity of"
+                    " the source)", fq, ", ".join(left_out))  # fmt: skip
     return fq
 
 

@@ -130,16 +130,50 @@ def columns(conn: psycopg.Connection, fq: str) -> list[Column]:
     return [Column(*r) for r in rows]
 
 
+def column_defaults(conn: psycopg.Connection, fq: str) -> tuple[dict[str, str], list[str]]:
+    """The column defaults of ``fq`` that can be made on another database, and the columns
+    whose default is left out: one that uses a sequence (``nextval`` of a serial, say: the
+    sequence is the source's) or an identity column.  Generated columns are neither."""
+    rows = conn.execute(
+        """
+        select a.attname, pg_get_expr(d.adbin, d.adrelid), a.attidentity <> ''
+               or exists (select 1 from pg_catalog.pg_depend dep
+                            join pg_catalog.pg_class s on s.oid = dep.refobjid
+                           where dep.classid = 'pg_catalog.pg_attrdef'::regclass
+                             and dep.objid = d.oid
+                             and dep.refclassid = 'pg_catalog.pg_class'::regclass
+                             and s.relkind = 'S')
+          from pg_catalog.pg_attribute a
+          left join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+         where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped
+           and a.attgenerated = '' and (d.oid is not null or a.attidentity <> '')
+         order by a.attnum
+        """,
+        (fq,),
+    ).fetchall()
+    kept = {col: expr for col, expr, seq in rows if not seq}
+    return kept, [col for col, _expr, seq in rows if seq]
+
+
 def create_table(
-    conn: psycopg.Connection, schema: str, name: str, cols: list[Column], pkey: list[str]
+    conn: psycopg.Connection,
+    schema: str,
+    name: str,
+    cols: list[Column],
+    pkey: list[str],
+    defaults: dict[str, str] | None = None,
 ) -> None:
-    """Create ``schema.name`` with ``cols`` and ``pkey`` (the ``--create`` of add-table)."""
+    """Create ``schema.name`` with ``cols``, their ``defaults`` (expressions as the server
+    prints them) and ``pkey`` (the ``--create`` of add-table)."""
     if not cols:
         raise TableError(f"no columns to create table {schema}.{name}")
+    defaults = defaults or {}
     defs = [
-        sql.SQL("{} {}{}").format(
+        sql.SQL("{} {}{}{}").format(
             sql.Identifier(c.name),
             sql.SQL(c.type_sql),  # server-generated type text, not operator input
+            # pg_get_expr output of the source's own default, not operator input
+            sql.SQL(f" default {defaults[c.name]}" if c.name in defaults else ""),
             sql.SQL(" not null" if c.not_null else ""),
         )
         for c in cols
