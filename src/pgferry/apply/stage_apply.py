@@ -204,9 +204,11 @@ def _apply_rows(
     return stats
 
 
-def apply_truncates(conn: psycopg.Connection, routes: Sequence[Route]) -> int:
+def apply_truncates(conn: psycopg.Connection, routes: Sequence[Route], tick_id: int = 0) -> int:
     if routes:
         conn.execute(sql.SQL("truncate only {}").format(sql.SQL(", ").join(r.dest for r in routes)))
+    for route in routes:  # a handler keeping rows elsewhere empties them too (the lake)
+        route.handler.truncated(conn, route.target(route.columns), tick_id)
     return len(routes)
 
 
@@ -238,7 +240,7 @@ def apply_segment(
     for small segments, inline on the worker's own ``provider`` connection
     (:func:`pgferry.apply.read.table_parts`).
     """
-    stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate))
+    stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     try:
         with table_parts(
             plan.tables, batch_sql, segment, provider=provider, readers=readers

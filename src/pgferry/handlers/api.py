@@ -259,6 +259,11 @@ class Handler:
         """Apply the staged rows or events (see :class:`Staged`)."""
         return upsert.apply_rows(staged)
 
+    def truncated(self, conn: psycopg.Connection, target: Target, tick_id: int) -> None:
+        """Rows mode: the source was truncated and the local table has just been, in the
+        apply transaction of the batch ending at ``tick_id``; a handler that keeps rows
+        elsewhere empties them here (nothing by default)."""
+
     # --- forwarding on a branch ---------------------------------------------------------
     # True: a branch passes on the table's row events through row_filter (skipped, or
     # turned into deletes, as replay treats them): its subscribers see only its rows.

@@ -40,6 +40,7 @@ BUILTINS = (
     "pgferry.handlers.dispatch:Dispatch",
     "pgferry.handlers.queues:QTable",
     "pgferry.handlers.obfuscate:Obfuscate",
+    "pgferry.handlers.lake:Lake",
 )
 # Other names the original accepted for the same handler.
 ALIASES = {"fake_local": "vtable", "part": "shard"}

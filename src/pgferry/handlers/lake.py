@@ -1,0 +1,195 @@
+"""The ``lake`` handler: a leaf's table kept in a Delta Lake or Iceberg table.
+
+The leaf's database keeps the node's state and, per table, an empty table of the source's
+definition (``add-table --create`` makes it): its columns are what replay decodes the
+events to and what the lake table is made of.  Each part of a batch that the worker
+hands over (a stage of collapsed rows) becomes ONE lake commit carrying the application
+version of that part (:mod:`pgferry.lake.spec`); a part whose version the lake table has
+already recorded is skipped, so a worker killed between the lake commit and its
+PostgreSQL commit neither loses nor repeats it.  ``docs/lakehouse.md`` has the whole story.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from psycopg import sql
+
+from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
+from pgferry.lake import spec as lake_spec
+from pgferry.lake import types as lake_types
+
+log = logging.getLogger(__name__)
+
+# (app id) -> (tick, transaction id, next part): the parts of one attempt at one batch.
+_parts: dict[str, tuple[int, int, int]] = {}
+
+
+class Lake(Handler):
+    """Keep the table in a lake table (Delta Lake or Iceberg) under lake_path.
+
+    The leaf's database holds the node's state and an empty table of the source's
+    definition (add-table --create); the rows live in DIR/<schema>/<table> (Delta) or in
+    the Iceberg warehouse under DIR.  Initial load from the copy's snapshot as one lake
+    commit; each batch one commit per table, exactly once (the batch's tick is recorded in
+    the same commit).  See docs/lakehouse.md.
+    """
+
+    name = "lake"
+    params = (
+        Param("format", "delta or iceberg (default: the ini's lake_format)",
+              choices=lake_spec.FORMATS),
+        Param("path", "the lake's directory (default: the ini's lake_path)"),
+        Param("lake_format", "the format the table was added with", computed=True),
+        Param("location", "the lake's directory, absolute", computed=True),
+        Param("owner", "queue:node:table, recorded in the lake table", computed=True),
+        Param("lake_table", "schema.table in the lake", computed=True),
+    )  # fmt: skip
+
+    # --- what the table is ---------------------------------------------------------------
+    def spec(self) -> lake_spec.LakeSpec:
+        schema, _, table = (self.args["lake_table"] or ".").partition(".")
+        return lake_spec.LakeSpec(
+            self.args["lake_format"], self.args["location"], schema, table, self.args["owner"]
+        )
+
+    def _setting(self, arg: str, key: str, default: str) -> str:
+        value = self.args.get(arg)
+        if value:
+            return value
+        return self.config.get(key, default) if self.config is not None else default
+
+    def check(self, table: TableCheck) -> Mapping[str, str] | None:
+        if table.node_type != "leaf":
+            raise HandlerError("handler lake: only a leaf keeps tables in a lake")
+        fmt = self._setting("format", "lake_format", "delta")
+        root = self._setting("path", "lake_path", "")
+        if not root:
+            raise HandlerError("handler lake: no lake_path in the ini and no path= argument")
+        if fmt not in lake_spec.FORMATS:
+            raise HandlerError(f"handler lake: lake_format must be delta or iceberg, not {fmt}")
+        module = lake_spec.module(fmt)
+        assert table.dest is not None
+        columns = lake_types.table_columns(table.conn, table.dest)
+        row = table.conn.execute(
+            "select node_name from ferry_node.node_info where queue_name = %s", (table.queue,)
+        ).fetchone()
+        node = row[0] if row else "?"
+        schema, _, name = table.table_name.partition(".")
+        schema, name = schema.strip('"'), name.strip('"')
+        spec = lake_spec.LakeSpec(
+            fmt, os.path.abspath(root), schema, name, f"{table.queue}:{node}:{table.table_name}"
+        )
+        _check_not_shared(table, spec)
+        lake_spec.writable(spec.root)
+        owner = module.owner_of(spec)
+        if owner == "":
+            raise HandlerError(f"handler lake: {spec.location} holds a {fmt} table pgferry did"
+                               " not create: choose another path")  # fmt: skip
+        if owner is not None and owner != spec.owner:
+            raise HandlerError(
+                f"handler lake: {spec.location} is the lake table of {owner.split(':')[1]}'s"
+                f" {owner.split(':', 2)[2]}: two nodes cannot write one lake table"
+            )
+        # The empty table carries the owner marker from now on, so a second node's
+        # add-table is refused; a failed add-table leaves only it (a retry takes it).
+        module.prepare(spec, lake_types.arrow_schema(columns))
+        return {
+            "lake_format": fmt, "location": spec.root, "owner": spec.owner,
+            "lake_table": f"{schema}.{name}",
+        }  # fmt: skip
+
+    # --- replay ---------------------------------------------------------------------------
+    def apply(self, staged: Staged) -> Applied:
+        spec = self.spec()
+        module = lake_spec.module(spec.format)
+        version = _next_version(staged.conn, spec.app_id, staged.tick_id)
+        done = module.applied_version(spec)
+        if done is not None and done >= version:
+            log.info("%s: tick %d part %d already in the lake, skipped", spec.name,
+                     staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
+            return Applied()
+        source, deletes = _read_stage(staged)
+        target = staged.target
+        if target.keyless:
+            inserts = source.filter(_ops(source, ("I", "U")))
+            gone = source.filter(_ops(source, ("D", "d")))
+            written, removed = module.multiset(
+                spec,
+                inserts.drop([lake_spec.OP]),
+                gone.drop([lake_spec.OP]),
+                version,
+                staged.tick_id,
+            )
+        else:
+            written, removed = module.merge(spec, source, target.pk, version, staged.tick_id)
+        self._maintain(module, spec)
+        return Applied(upserts=written, deletes=removed)
+
+    def truncated(self, conn, target: Target, tick_id: int) -> None:
+        spec = self.spec()
+        module = lake_spec.module(spec.format)
+        version = _next_version(conn, spec.app_id, tick_id)
+        done = module.applied_version(spec)
+        if done is not None and done >= version:
+            return
+        module.truncate(spec, version, tick_id)
+
+    def _maintain(self, module, spec: lake_spec.LakeSpec) -> None:
+        every = self.config.getint("lake_compact_interval", 0) if self.config else 0
+        keep = self.config.getint("lake_keep_hours", 168) if self.config else 168
+        if every and module.maintain(spec, every, keep):
+            log.info("%s: compacted, history older than %d hours vacuumed", spec.name, keep)
+
+
+def _next_version(conn, app_id: str, tick: int) -> int:
+    """The version of the next part of this attempt at the batch ending at ``tick``: parts
+    count from 0 in each transaction (a retried batch numbers its parts the same way)."""
+    row = conn.execute("select txid_current()").fetchone()
+    xid = int(row[0]) if row else 0
+    last = _parts.get(app_id)
+    part = last[2] if last is not None and last[:2] == (tick, xid) else 0
+    if part >= lake_spec.PARTS:
+        raise HandlerError(f"handler lake: more than {lake_spec.PARTS} parts in one batch")
+    _parts[app_id] = (tick, xid, part + 1)
+    return tick * lake_spec.PARTS + part
+
+
+def _ops(table, ops: tuple[str, ...]):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.is_in(table[lake_spec.OP], value_set=pa.array(ops))
+
+
+def _read_stage(staged: Staged):
+    """The stage as an Arrow table: the op column first, then the lake columns."""
+    conn = staged.conn
+    rel = staged.relation.as_string(conn)
+    columns = [c for c in lake_types.table_columns(conn, rel) if c.name in staged.target.columns]
+    query = sql.SQL("select op::text, {} from {}").format(
+        sql.SQL(", ").join(c.select() for c in columns), staged.relation
+    )
+    rows = conn.execute(query).fetchall()
+    table = lake_types.rows_to_arrow(
+        (lake_types.LakeColumn(lake_spec.OP, "text", "string", False), *columns), rows
+    )
+    deletes = sum(1 for r in rows if r[0] in ("D", "d"))
+    return table, deletes
+
+
+def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:
+    """No other table of this node writes the same lake table."""
+    row = table.conn.execute(
+        """
+        select table_name from ferry.table_info
+         where table_attrs->>'handler' = 'lake' and table_name <> %s
+           and table_attrs->'handler_args'->>'location' = %s
+           and table_attrs->'handler_args'->>'lake_table' = %s
+        """,
+        (table.table_name, spec.root, spec.name),
+    ).fetchone()
+    if row:
+        raise HandlerError(f"handler lake: {row[0]} already writes {spec.location}")

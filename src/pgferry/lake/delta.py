@@ -1,0 +1,211 @@
+"""Delta Lake tables through delta-rs (the ``deltalake`` package): no JVM.
+
+Every write here is ONE Delta commit that carries the application transaction
+``(app id, version)`` of the table's replay (:class:`~pgferry.lake.spec.LakeSpec`): delta-rs
+writes the ``txn`` action in the same log entry as the data, so the version a table has
+recorded says exactly which parts of which batches it holds.  Replay asks
+:func:`applied_version` before writing and skips a part the table already has.
+
+The table's description holds pgferry's owner marker (JSON, :func:`owner_of`): a Delta
+table pgferry did not create, or one another node's table writes, is refused at add-table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident
+
+
+def _dl():
+    try:
+        import deltalake
+    except ImportError:
+        raise LakeError(
+            "lake format delta needs the deltalake package: pip install 'pgferry[lake]'"
+        ) from None
+    return deltalake
+
+
+def check_installed() -> None:
+    _dl()
+
+
+def _props(spec: LakeSpec, version: int | None, tick: int | None):
+    from deltalake.transaction import CommitProperties, Transaction
+
+    apps = [Transaction(spec.app_id, version)] if version is not None else None
+    meta = {"pgferry.tick": tick} if tick is not None else None
+    return CommitProperties(app_transactions=apps, custom_metadata=meta)
+
+
+def _exists(spec: LakeSpec) -> bool:
+    return _dl().DeltaTable.is_deltatable(spec.location)
+
+
+def owner_of(spec: LakeSpec) -> str | None:
+    """The owner recorded in the Delta table at the spec's location; "" when a table is
+    there that pgferry did not make, None when there is none."""
+    if not _exists(spec):
+        return None
+    description = _dl().DeltaTable(spec.location).metadata().description or ""
+    try:
+        marker = json.loads(description)
+    except ValueError:
+        return ""
+    return str(marker.get("pgferry", "")) if isinstance(marker, dict) else ""
+
+
+def prepare(spec: LakeSpec, schema) -> None:
+    """Create the empty table with the owner marker, unless it is there (checked before)."""
+    if _exists(spec):
+        return
+    os.makedirs(spec.location, exist_ok=True)
+    _dl().DeltaTable.create(
+        spec.location, schema, mode="ignore", name=spec.name,
+        description=json.dumps({"pgferry": spec.owner}),
+    )  # fmt: skip
+
+
+def _table(spec: LakeSpec):
+    if not _exists(spec):
+        raise LakeError(f"no Delta table at {spec.location} (was it removed?)")
+    return _dl().DeltaTable(spec.location)
+
+
+def applied_version(spec: LakeSpec) -> int | None:
+    """The newest replay version the table has committed (None: none yet)."""
+    return _table(spec).transaction_version(spec.app_id)
+
+
+def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
+    """One MERGE of collapsed rows on the key: ``source`` is an Arrow table of the columns
+    with the op first (I, U: upsert; D, d: delete).  Returns (rows written, deleted)."""
+    dt = _table(spec)
+    on = " and ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key)
+    deletes = f"s.{OP} in ('D', 'd')"
+    upserts = f"s.{OP} not in ('D', 'd')"
+    metrics = (
+        dt.merge(source, on, source_alias="s", target_alias="t",
+                 commit_properties=_props(spec, version, tick))
+        .when_matched_delete(deletes)
+        .when_matched_update_all(upserts, except_cols=[OP])
+        .when_not_matched_insert_all(upserts, except_cols=[OP])
+        .execute()
+    )  # fmt: skip
+    written = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)
+    return written, metrics.get("num_target_rows_deleted", 0)
+
+
+def append(spec: LakeSpec, rows, version: int | None, tick: int | None) -> int:
+    dl = _dl()
+    dl.write_deltalake(spec.location, rows, mode="append",
+                       commit_properties=_props(spec, version, tick))  # fmt: skip
+    return rows.num_rows
+
+
+def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple[int, int]:
+    """A table without a key: each delete image removes one equal row, then the inserts;
+    the table is rewritten in one commit (documented: keyless tables are for small
+    tables).  Returns (rows inserted, deleted)."""
+    import pyarrow as pa
+
+    if not deletes.num_rows:
+        return append(spec, inserts, version, tick), 0
+    here = _table(spec).to_pyarrow_table()
+    deletes = deletes.cast(here.schema)
+    want = Counter(_frozen(r) for r in deletes.to_pylist())
+    kept, removed = [], 0
+    for i, row in enumerate(here.to_pylist()):
+        image = _frozen(row)
+        if want.get(image):
+            want[image] -= 1
+            removed += 1
+        else:
+            kept.append(i)
+    result = pa.concat_tables([here.take(kept), inserts.cast(here.schema)])
+    _dl().write_deltalake(spec.location, result, mode="overwrite",
+                          commit_properties=_props(spec, version, tick))  # fmt: skip
+    return inserts.num_rows, removed
+
+
+def _frozen(row: dict) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
+
+
+def truncate(spec: LakeSpec, version: int, tick: int) -> int:
+    """Delete every row, in one commit; the rows deleted."""
+    metrics = _table(spec).delete(commit_properties=_props(spec, version, tick))
+    return int(metrics.get("num_deleted_rows", 0) or 0)
+
+
+def data_dir(spec: LakeSpec) -> str:
+    """Where the initial load's tasks write their Parquet files (inside the table)."""
+    return spec.location
+
+
+def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int]], schema, tick: int) -> None:
+    """The initial load: replace the table's rows by ``files`` (paths relative to the
+    table, with their sizes) in ONE commit; the replay version is reset below every tick."""
+    from deltalake.transaction import AddAction
+
+    dt = _table(spec)
+    now = int(time.time() * 1000)
+    actions = [AddAction(path, size, {}, now, True, "") for path, size in files]
+    dt.create_write_transaction(
+        actions, mode="overwrite", schema=schema,
+        commit_properties=_props(spec, 0, tick),
+    )  # fmt: skip
+
+
+def new_file_name(range_no: int) -> str:
+    return f"part-load-{range_no:05d}-{uuid.uuid4().hex}.parquet"
+
+
+def read(spec: LakeSpec, tick: int | None = None):
+    """The table's rows as Arrow: at its newest version, or at the newest one whose commit
+    is of a tick at most ``tick`` (the compare's sync tick)."""
+    dt = _table(spec)
+    if tick is not None:
+        version = _version_at(dt, tick)
+        if version is not None and version != dt.version():
+            dt.load_as_version(version)
+    return dt.to_pyarrow_table()
+
+
+def _version_at(dt, tick: int) -> int | None:
+    for entry in dt.history():  # newest first
+        at = entry.get("pgferry.tick")
+        if at is None or int(at) <= tick:
+            return int(entry["version"])
+    return None
+
+
+def files(spec: LakeSpec) -> list[str]:
+    """The table's current Parquet files (absolute paths), for Spark to read."""
+    return [os.path.join(spec.location, f) for f in _table(spec).file_uris()]
+
+
+def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:
+    """Every ``compact_every`` commits: compact small files and vacuum files unused for
+    ``keep_hours``; whether it ran.  The replay's application transaction stays in the log."""
+    dt = _table(spec)
+    if compact_every <= 0 or dt.version() % compact_every:
+        return False
+    compact(spec, keep_hours)
+    return True
+
+
+def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
+    dt = _table(spec)
+    done = dt.optimize.compact()
+    if keep_hours is not None:
+        dt = _table(spec)
+        dt.vacuum(retention_hours=keep_hours, enforce_retention_duration=False, dry_run=False)
+        dt.cleanup_metadata()
+    return done

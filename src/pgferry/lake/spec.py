@@ -1,0 +1,81 @@
+"""Which lake table a replicated table writes, and which format module writes it.
+
+A :class:`LakeSpec` is plain data (picklable, for the initial load's Spark tasks): the
+format, where the table lives, the owner marker pgferry writes into it and the
+application id under which replay records the versions it committed (exactly once:
+``docs/lakehouse.md``).  :func:`module` returns the format's module (:mod:`.delta`,
+:mod:`.iceberg`), whose functions take the spec.
+
+Replay versions: part ``n`` (0, 1, ...) of a batch ending at tick ``T`` is committed as
+version ``T * PARTS + n``; the initial load commits version 0.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+from pgferry.errors import TableError
+
+FORMATS = ("delta", "iceberg")
+OP = "__pgferry_op"  # the stage's op, beside the row's columns in a merge's source
+PARTS = 1000  # commits one table may take in one batch (TRUNCATE barriers, ev_id ranges)
+
+
+class LakeError(TableError):
+    """A lake table cannot be written or read as asked (one line for the operator)."""
+
+
+@dataclass(frozen=True)
+class LakeSpec:
+    format: str  # delta or iceberg
+    root: str  # the lake's directory (lake_path or path=)
+    schema: str  # the table's schema and name in the lake
+    table: str
+    owner: str  # queue:node:table, recorded in the lake table
+
+    @property
+    def location(self) -> str:
+        """Delta: the table's directory; Iceberg: its data directory in the warehouse."""
+        return os.path.join(self.root, self.schema, self.table)
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def app_id(self) -> str:
+        return f"pgferry:{self.owner}"
+
+
+def module(fmt: str) -> ModuleType:
+    """The format's module (its import fails with one line when the package is missing)."""
+    if fmt == "delta":
+        from pgferry.lake import delta
+
+        delta.check_installed()
+        return delta
+    if fmt == "iceberg":
+        from pgferry.lake import iceberg
+
+        iceberg.check_installed()
+        return iceberg
+    raise LakeError(f"unknown lake format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def quote_ident(name: str) -> str:
+    """An identifier in the SQL of a Delta predicate."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def writable(directory: str) -> None:
+    """LakeError unless files can be created in ``directory`` (made when missing)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".pgferry-probe-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("")
+        os.unlink(probe)
+    except OSError as exc:
+        raise LakeError(f"lake path {directory} cannot be written: {exc.strerror}") from None
