@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgferry.apply.batch_sql import Segment
+from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import plan_segment
 from pgferry.apply.routes import Route
 
@@ -22,11 +22,11 @@ ROUTES = {
 }
 # name, row events, inserts only, barrier, seq value, first ev_id, last ev_id, scripts
 SUMMARY = [
-    ("s.big", 100, True, None, None, 1001, 1200, 0),
-    ("s.small", 10, True, 1150, None, 1005, 1190, 0),
-    ("s.new", 5, True, None, None, 1002, 1003, 0),
-    ("s.seq", 0, False, None, 77, None, None, 0),
-    (None, 0, False, None, None, None, None, 2),
+    SummaryRow("s.big", 100, True, None, None, 1001, 1200, 0),
+    SummaryRow("s.small", 10, True, 1150, None, 1005, 1190, 0),
+    SummaryRow("s.new", 5, True, None, None, 1002, 1003, 0),
+    SummaryRow("s.seq", 0, False, None, 77, None, None, 0),
+    SummaryRow(None, 0, False, None, None, None, None, 2),
 ]
 
 
@@ -53,7 +53,7 @@ def test_no_ranges_without_read_ahead_and_for_tiny_spans() -> None:
         ("s.big", None),
         ("s.small", None),
     ]
-    one_id = [("s.big", 100, True, 1100, None, 1100, 1100, 0)]
+    one_id = [SummaryRow("s.big", 100, True, 1100, None, 1100, 1100, 0)]
     plan = plan_segment(one_id, ROUTES, [], {}, range_events=10)
     assert len(plan.tables) == 1 and plan.tables[0].span is None
     assert [r.table_name for r in plan.truncate] == ["s.big"]
@@ -61,10 +61,10 @@ def test_no_ranges_without_read_ahead_and_for_tiny_spans() -> None:
 
 def test_only_insert_only_tables_are_split() -> None:
     """A table with updates or deletes is read whole: each key collapses to one row."""
-    mixed = [("s.big", 100, False, None, None, 1001, 1200, 0)]
+    mixed = [SummaryRow("s.big", 100, False, None, None, 1001, 1200, 0)]
     plan = plan_segment(mixed, ROUTES, [], {}, range_events=30)
     assert [(w.route.table_name, w.span) for w in plan.tables] == [("s.big", None)]
-    inserts = [("s.big", 100, True, None, None, 1001, 1200, 0)]
+    inserts = [SummaryRow("s.big", 100, True, None, None, 1001, 1200, 0)]
     assert len(plan_segment(inserts, ROUTES, [], {}, range_events=30).tables) == 4
     # Read by Spark tasks (each part held whole by the driver): split all the same.
     split = plan_segment(mixed, ROUTES, [], {}, range_events=30, whole_updates=False)

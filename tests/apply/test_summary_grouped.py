@@ -7,6 +7,7 @@ import itertools
 from pgferry.apply.batch_sql import (
     REMOVAL_EVENTS,
     Segment,
+    SummaryRow,
     fold_summary,
     grouped_summary_query,
     summary_query,
@@ -65,14 +66,17 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
         segments = [Segment(), Segment(None, 8), Segment(4, 13), Segment(13, None)]
         seen_kinds = set()
         for segment, scripts, removals in itertools.product(segments, (False, True), (False, True)):
-            old = conn.execute(
-                summary_query(batch, ROUTES, SEQS, segment, scripts=scripts, removals=removals)
-            ).fetchall()
+            old = [
+                SummaryRow(*row)
+                for row in conn.execute(
+                    summary_query(batch, ROUTES, SEQS, segment, scripts=scripts, removals=removals)
+                ).fetchall()
+            ]
             groups = conn.execute(grouped_summary_query(batch, SEQS, segment)).fetchall()
             new = fold_summary(groups, ROUTES, SEQS, scripts=scripts, removals=removals)
-            key = lambda row: (row[0] is None, row[0] or "")  # noqa: E731
+            key = lambda row: (row.name is None, row.name or "")  # noqa: E731
             assert sorted(new, key=key) == sorted(old, key=key), (segment, scripts, removals)
-            seen_kinds |= {row[0] for row in old}
+            seen_kinds |= {row.name for row in old}
         # The cases compared include tables, sequences and the row of scripts / removals.
         assert {"s.mixed", "s.ins", "s.trunc", "s.seq_a", "s.seq_b", None} <= seen_kinds
         assert "s.new" not in seen_kinds and "s.elsewhere" not in seen_kinds

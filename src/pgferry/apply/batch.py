@@ -24,15 +24,17 @@ from datetime import datetime
 import psycopg
 
 from pgferry.apply import forward, handover
-from pgferry.apply.batch_sql import REMOVAL_EVENTS, Segment
-from pgferry.apply.plan import (
+from pgferry.apply.batch_sql import Segment, SummaryRow
+from pgferry.apply.plan import count_removals, count_scripts, plan_segment
+from pgferry.apply.read import (
+    RemovalEvent,
+    ScriptEvent,
     TableShapes,
-    count_removals,
-    count_scripts,
-    plan_segment,
+    read_removals,
+    read_scripts,
     summarize,
 )
-from pgferry.apply.read import ReaderPool
+from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
@@ -180,10 +182,8 @@ class Replayer:
             provider, batch_sql, routes, seqs, Segment(), scripts=main, removals=main
         )
         summary_seconds = time.monotonic() - summary_at
-        scripts = queue_api.scripts(provider, batch_sql) if main and count_scripts(summary) else []
-        removals: list[tuple[int, str, str | None, str | None]] = []
-        if main and count_removals(summary):
-            removals = queue_api.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
+        scripts = read_scripts(provider, batch_sql) if main and count_scripts(summary) else []
+        removals = read_removals(provider, batch_sql) if main and count_removals(summary) else []
         estimate = None
         if batch.event_seq is not None and batch.prev_event_seq is not None:
             estimate = batch.event_seq - batch.prev_event_seq
@@ -205,7 +205,7 @@ class Replayer:
             stats = ApplyStats()
             after = None
             for script in [*scripts, None]:
-                upto = script[0] if script else None
+                upto = script.ev_id if script else None
                 segment_summary = None if scripts else summary
                 stats.add(
                     self._apply_segment(
@@ -265,7 +265,7 @@ class Replayer:
         reading: _Reading,
         routes: dict[str, Route],
         segment: Segment,
-        summary: list[tuple] | None,
+        summary: list[SummaryRow] | None,
     ) -> ApplyStats:
         batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
         active = [r for r in routes.values() if r.applies]
@@ -299,18 +299,19 @@ class Replayer:
         self,
         local: psycopg.Connection,
         node: model.NodeInfo,
-        removals: list[tuple[int, str, str | None, str | None]],
+        removals: list[RemovalEvent],
     ) -> list[str]:
         """Detach the tables and sequences the provider (or a node above it) removed, in
         the applying transaction; their rows and values stay.  Returns the copy consumers
         on the provider that only removed tables needed (dropped after the commit)."""
         queue = node.queue_name
         stale: list[str] = []
-        for _ev_id, ev_type, name, origin in removals:
+        for removal in removals:
+            name = removal.name
             if not name:
                 continue
-            source = origin or node.provider_node or "the provider"
-            if ev_type == seqops.REMOVE_SEQ_EVENT:
+            source = removal.origin or node.provider_node or "the provider"
+            if removal.ev_type == seqops.REMOVE_SEQ_EVENT:
                 if seqops.removed_upstream(local, queue, name):
                     log.info("Sequence %s removed: %s no longer replicates it", name, source)
                 continue
@@ -335,7 +336,7 @@ class Replayer:
         local: psycopg.Connection,
         node: model.NodeInfo,
         batch: Batch,
-        script: tuple,
+        script: ScriptEvent,
         routes: dict[str, Route],
         seqs: list[str],
     ) -> None:
@@ -347,7 +348,7 @@ class Replayer:
         """
         from pgferry.scripts.execute import EXECUTE_EVENT, apply_script_event
 
-        ev_id, script_sql, file_name, attrs_text, tables_json = script
+        ev_id, file_name = script.ev_id, script.file_name
         queue = node.queue_name
         if skip.is_skipped(local, queue, batch.tick_id, ev_id):
             log.warning("%s: skipped by the operator (event %s)", file_name, ev_id)
@@ -357,10 +358,10 @@ class Replayer:
                 apply_script_event(
                     local,
                     queue,
-                    script_sql=script_sql,
+                    script_sql=script.sql,
                     file_name=file_name,
-                    attrs_text=attrs_text,
-                    queue_tables_json=tables_json,
+                    attrs_text=script.attrs_text,
+                    queue_tables_json=script.tables_json,
                     local_names={r.table_name: r.dest_fq for r in routes.values()},
                     local_seqs=frozenset(seqs),
                 )

@@ -75,10 +75,10 @@ def summary_query(
     removals: bool = False,
 ) -> str:
     """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id, scripts, removals, some_inserts, some_deletes)`` of the segment (the ev_ids
-    of the table's row events); with ``scripts`` one more row, name NULL, counts the
-    queued scripts (EXECUTE events), and with ``removals`` the same row counts the
-    :data:`REMOVAL_EVENTS`."""
+    last_ev_id, scripts, removals, some_inserts, some_deletes)`` of the segment, the fields
+    of :class:`SummaryRow` in order (the ev_ids of the table's row events); with
+    ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events), and
+    with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
     row_or_truncate = "(e.ev_type = 'R' or substr(e.ev_type, 2, 1) = ':')"
@@ -171,6 +171,46 @@ def grouped_summary_query(batch_sql: str, sequences: Iterable[str], segment: Seg
     return query.as_string(None)
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """One row of a segment's summary (:func:`summary_query`, or :func:`fold_summary`):
+    a table's row events, a sequence's value, or, with ``name`` None, the counts of queued
+    scripts and removals.  ``first`` and ``last`` are the ev_ids of the table's row events;
+    ``barrier`` its last TRUNCATE's."""
+
+    name: str | None
+    row_events: int = 0
+    inserts_only: bool = False
+    barrier: int | None = None
+    seq_value: int | None = None
+    first: int | None = None
+    last: int | None = None
+    scripts: int = 0
+    removals: int = 0
+    some_inserts: bool = False
+    some_deletes: bool = False
+
+
+@dataclass(slots=True)
+class _Fold:
+    """A table's or sequence's groups, added up (see :func:`fold_summary`)."""
+
+    row_events: int = 0
+    inserts_only: bool | None = None
+    barrier: int | None = None
+    seq_value: int | None = None
+    first: int | None = None
+    last: int | None = None
+    some_inserts: bool = False
+    some_deletes: bool = False
+
+    def row(self, name: str) -> SummaryRow:
+        return SummaryRow(
+            name, self.row_events, bool(self.inserts_only), self.barrier, self.seq_value,
+            self.first, self.last, 0, 0, self.some_inserts, self.some_deletes,
+        )  # fmt: skip
+
+
 def fold_summary(
     groups: Iterable[tuple],
     routes: Iterable[Route],
@@ -178,13 +218,11 @@ def fold_summary(
     *,
     scripts: bool = False,
     removals: bool = False,
-) -> list[tuple]:
+) -> list[SummaryRow]:
     """:func:`summary_query`'s rows from :func:`grouped_summary_query`'s groups."""
     tables = {r.table_name for r in routes if r.applies}
     seqs = set(sequences)
-    # name -> [row_events, inserts_only, barrier, seq_value, first, last, some_inserts,
-    #          some_deletes]
-    acc: dict[str, list] = {}
+    acc: dict[str, _Fold] = {}
     scripts_n = removals_n = 0
     for name, ev_type, count, first, last, seq_value in groups:
         if ev_type == "EXECUTE":
@@ -195,29 +233,28 @@ def fold_summary(
             continue
         if ev_type == "SEQ":
             if name in seqs:
-                row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
-                row[3] = seq_value if row[3] is None else max(row[3], seq_value)
+                fold = acc.setdefault(name, _Fold())
+                fold.seq_value = (
+                    seq_value if fold.seq_value is None else max(fold.seq_value, seq_value)
+                )
             continue
         if name not in tables or ev_type is None:
             continue
         if ev_type == "R":
-            row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
-            row[2] = last if row[2] is None else max(row[2], last)
+            fold = acc.setdefault(name, _Fold())
+            fold.barrier = last if fold.barrier is None else max(fold.barrier, last)
         elif ev_type[1:2] == ":":  # a row event (other event types of a table count not)
-            row = acc.setdefault(name, [0, None, None, None, None, None, None, None])
+            fold = acc.setdefault(name, _Fold())
             ins = ev_type[:2] == "I:"
-            row[0] += count
-            row[1] = ins if row[1] is None else row[1] and ins
-            row[6] = ins if row[6] is None else row[6] or ins
-            row[7] = row[7] or ev_type[:2] == "D:"
-            row[4] = first if row[4] is None else min(row[4], first)
-            row[5] = last if row[5] is None else max(row[5], last)
-    out = [
-        (name, n, bool(only), barrier, seqv, first, last, 0, 0, bool(some), bool(dels))
-        for name, (n, only, barrier, seqv, first, last, some, dels) in acc.items()
-    ]
+            fold.row_events += count
+            fold.inserts_only = ins if fold.inserts_only is None else fold.inserts_only and ins
+            fold.some_inserts = fold.some_inserts or ins
+            fold.some_deletes = fold.some_deletes or ev_type[:2] == "D:"
+            fold.first = first if fold.first is None else min(fold.first, first)
+            fold.last = last if fold.last is None else max(fold.last, last)
+    out = [fold.row(name) for name, fold in acc.items()]
     if scripts_n or removals_n:
-        out.append((None, 0, False, None, None, None, None, scripts_n, removals_n, False, False))
+        out.append(SummaryRow(None, scripts=scripts_n, removals=removals_n))
     return out
 
 

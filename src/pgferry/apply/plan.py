@@ -1,11 +1,12 @@
 """The plan of one batch segment: what it holds, per table, and in what order to read it.
 
-One summary query on the provider (:func:`pgferry.apply.batch_sql.summary_query`) says
-which tables the segment touches, whether a table saw only inserts, its last TRUNCATE and
-the sequences' values.  :func:`plan_segment` turns those rows into :class:`TableWork` items
-(one per table, or one per ev_id range of a large table, read in parallel) with the columns
-both sides share and the types the provider decodes them as.  :class:`TableShapes` keeps
-what was learnt of the provider's tables and types between batches.
+The segment's summary, read by :func:`pgferry.apply.read.summarize`, says which tables it
+touches, whether a table saw only inserts, its last TRUNCATE and the sequences' values
+(:class:`~pgferry.apply.batch_sql.SummaryRow`).  :func:`plan_segment` turns those rows into
+:class:`TableWork` items (one per table, or one per ev_id range of a large table, read in
+parallel) with the columns both sides share and the types the provider decodes them as,
+from what :class:`~pgferry.apply.read.TableShapes` read of the provider.  Nothing here
+reads or writes a database: the planner only decides.
 """
 
 from __future__ import annotations
@@ -15,26 +16,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-import psycopg
-
 from pgferry.apply import unkeyed
-from pgferry.apply.batch_sql import (
-    Segment,
-    events_query,
-    fold_summary,
-    grouped_summary_query,
-    summary_query,
-    table_query,
-)
-from pgferry.apply.routes import Route, source_columns, types_present
-from pgferry.db import error_text
-from pgferry.errors import PgferryError
+from pgferry.apply.batch_sql import Segment, SummaryRow, events_query, table_query
+from pgferry.apply.routes import Route
 
 log = logging.getLogger(__name__)
-
-
-class ReplayError(PgferryError):
-    """A batch could not be applied (the message names the table where it is known)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +38,10 @@ class TableWork:
     order: int = 0  # ranges of one table apply in this order
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
     decode: tuple[str, ...] = ()  # the columns' types as the provider decodes them
+
+    @property
+    def table_name(self) -> str:
+        return self.route.table_name
 
     @property
     def events(self) -> bool:
@@ -90,35 +80,6 @@ class SegmentPlan:
     sequences: dict[str, int]
 
 
-class TableShapes:
-    """What the provider has of the replayed tables (their columns) and of the subscriber's
-    own column types, read once and kept until :meth:`forget` (the provider or a table's
-    shape may have changed)."""
-
-    def __init__(self) -> None:
-        self._src_cols: dict[str, frozenset[str] | None] = {}
-        self._prov_types: dict[str, bool] = {}  # the provider has this local type
-
-    def forget(self) -> None:
-        self._src_cols, self._prov_types = {}, {}
-
-    def source_columns(
-        self, provider: psycopg.Connection, active: list[Route]
-    ) -> dict[str, frozenset[str] | None]:
-        for route in active:
-            if route.table_name not in self._src_cols:
-                self._src_cols[route.table_name] = source_columns(provider, route.table_name)
-        return self._src_cols
-
-    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
-        """Whether the provider has each of the subscriber's own column types."""
-        wanted = {t for r in active if not r.builtin_types for t in r.types}
-        missing = sorted(wanted - self._prov_types.keys())
-        if missing:
-            self._prov_types.update(types_present(provider, missing))
-        return self._prov_types
-
-
 def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
     """Local columns that the source also has (a column only on one side keeps its own, and
     so does a column the capture leaves out)."""
@@ -129,53 +90,17 @@ def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
     return tuple(c for c in cols if c in src or c in route.pk or c in exprs)
 
 
-def summarize(
-    provider: psycopg.Connection,
-    batch_sql: str,
-    routes: dict[str, Route],
-    sequences: Iterable[str],
-    segment: Segment,
-    *,
-    scripts: bool = False,
-    removals: bool = False,
-) -> list[tuple]:
-    """The summary rows of the segment (see :func:`summary_query`)."""
-    active = [r for r in routes.values() if r.applies]
-    seqs = list(sequences)
-    if not active and not seqs and not scripts and not removals:
-        return []
-    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
-    # filters some table's events by transaction (only the per-table query can).
-    grouped = not any(r.copy_snapshot for r in active)
-    if grouped:
-        query = grouped_summary_query(batch_sql, seqs, segment)
-    else:
-        query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
-    try:
-        with provider.transaction():
-            provider.execute("set transaction read only")  # copy conditions run here
-            # Few groups, many rows: hashing beats the sort that the planner's row
-            # estimate for a batch (a handful) would choose, and spills to disk.
-            provider.execute("set local enable_sort = off")
-            rows = provider.execute(query.encode()).fetchall()
-    except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    if grouped:
-        return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
-    return rows
+def count_scripts(summary: list[SummaryRow]) -> int:
+    return sum(row.scripts for row in summary)
 
 
-def count_scripts(summary: list[tuple]) -> int:
-    return sum(row[7] for row in summary)
-
-
-def count_removals(summary: list[tuple]) -> int:
-    """Removals of tables or sequences in the batch (counted with ``removals=True``)."""
-    return sum(row[8] for row in summary if len(row) > 8)
+def count_removals(summary: list[SummaryRow]) -> int:
+    """Removals of tables or sequences in the segment (counted with ``removals=True``)."""
+    return sum(row.removals for row in summary)
 
 
 def plan_segment(
-    summary: list[tuple],
+    summary: list[SummaryRow],
     routes: dict[str, Route],
     sequences: Iterable[str],
     source_columns: dict[str, frozenset[str] | None],
@@ -198,11 +123,11 @@ def plan_segment(
     seqs = set(sequences)
     plan = SegmentPlan([], [], {})
     for row in summary:
-        name, count, inserts_only, barrier, seq_value, first, last = row[:7]
+        name, count, barrier = row.name, row.row_events, row.barrier
         if name is None:
             continue  # the row of scripts and removals
-        if seq_value is not None and name in seqs:
-            plan.sequences[name] = seq_value
+        if row.seq_value is not None and name in seqs:
+            plan.sequences[name] = row.seq_value
             continue
         route = routes.get(name)
         if route is None or not route.applies:
@@ -213,7 +138,7 @@ def plan_segment(
                 work = TableWork(route, (), count, False, None, binary=binary)
                 # Ranges of row events would leave out TRUNCATEs outside them: one read.
                 split = range_events if barrier is None else None
-                plan.tables.extend(_split(work, first, last, split))
+                plan.tables.extend(_split(work, row.first, row.last, split))
             continue
         if barrier is not None and not route.skip_truncate and route.handler.truncates:
             plan.truncate.append(route)
@@ -222,9 +147,9 @@ def plan_segment(
         if count:
             cols = apply_columns(route, source_columns.get(name))
             work = TableWork(
-                route, cols, count, bool(inserts_only), barrier,
-                some_inserts=bool(row[9]) if len(row) > 9 else True,
-                some_deletes=bool(row[10]) if len(row) > 10 else True,
+                route, cols, count, row.inserts_only, barrier,
+                some_inserts=row.some_inserts,
+                some_deletes=row.some_deletes,
                 binary=binary and route.builtin_types,
                 decode=_decode_types(route, cols, provider_types or {}),
             )  # fmt: skip
@@ -233,7 +158,7 @@ def plan_segment(
             # what a catch-up waits for.  So with ``whole_updates`` only a table that saw
             # nothing but inserts is split.
             split = range_events if work.inserts_only or not whole_updates else None
-            plan.tables.extend(_split(work, first, last, split))
+            plan.tables.extend(_split(work, row.first, row.last, split))
     # First ranges first, larger tables before smaller ones: what is read first is applied
     # first, while the rest is read.
     plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
@@ -249,8 +174,12 @@ def _decode_types(
     return tuple(by_name[c] if provider_types.get(by_name[c], True) else "text" for c in cols)
 
 
-def _split(work: TableWork, first: int, last: int, range_events: int | None) -> list[TableWork]:
-    if not range_events or work.rows <= range_events or last <= first:
+def _split(
+    work: TableWork, first: int | None, last: int | None, range_events: int | None
+) -> list[TableWork]:
+    if not range_events or work.rows <= range_events or first is None or last is None:
+        return [work]
+    if last <= first:
         return [work]
     n = min(-(-work.rows // range_events), last - first + 1)
     bounds = [first - 1 + (last - first + 1) * i // n for i in range(n + 1)]

@@ -1,38 +1,39 @@
-"""Reading the table parts of a batch segment from the provider, as COPY data.
+"""Every read replay makes on the provider, and what it hands on.
 
-A part (one table, or one ev_id range of it: :class:`~pgferry.apply.plan.TableWork`) is
-read in one of three ways:
-
-* inline, on the worker's own provider connection, while the part is loaded (small
-  segments: a thread costs more than it saves);
-* by reader threads of a :class:`ReaderPool`, each on a provider connection of a
-  :class:`psycopg_pool.ConnectionPool` kept between batches, ahead of the apply: while the
-  subscriber applies one table, the next ones are being read;
-* by Spark tasks, one per part (:mod:`pgferry.apply.spark_session` submits them from the
-  same reader threads); each task runs :func:`read_part` on an executor.
+* What a batch segment holds: :func:`summarize` runs its summary query
+  (:mod:`pgferry.apply.batch_sql`) and gives :class:`~pgferry.apply.batch_sql.SummaryRow`
+  items, which the planner (:mod:`pgferry.apply.plan`, no I/O of its own) turns into work.
+* The rare events read apart, in ev_id order: queued scripts (:class:`ScriptEvent`) and
+  removals of tables and sequences (:class:`RemovalEvent`).
+* What the provider has of the replayed tables and of the subscriber's own column types
+  (:class:`TableShapes`, read once and kept between batches).
+* A table part's rows as COPY data (:func:`read_chunks`; :func:`read_part` is the body
+  of a Spark task), read inline or ahead of the apply by :mod:`pgferry.apply.readers`.
 
 Every provider read runs in a read-only transaction: an operator's copy condition runs
-there.  :func:`table_parts` hands the parts to the applier in the order their reads become
-ready, the ranges of one table in their own order.
+there.  So flow is one way: read, plan, then read the parts while applying them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import queue
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import psycopg
-from psycopg import conninfo
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgferry import copyio
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.plan import ReplayError, TableWork
-from pgferry.db import connect, describe, error_text
-from pgferry.errors import DatabaseError
+from pgferry.apply.batch_sql import (
+    REMOVAL_EVENTS,
+    Segment,
+    SummaryRow,
+    fold_summary,
+    grouped_summary_query,
+    summary_query,
+)
+from pgferry.apply.routes import Route
+from pgferry.db import connect, error_text
+from pgferry.errors import DatabaseError, PgferryError
+from pgferry.queue import api as queue_api
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
 TEXT_FORMAT = (
@@ -44,21 +45,9 @@ TEXT_FORMAT = (
 
 APPLICATION_NAME = "pgferry-replay"  # how reader connections show in pg_stat_activity
 
-# Chunks a reader may hold before it waits for the apply (bounds memory per table).
-QUEUED_CHUNKS = 64
 
-# Seconds a reader thread waits for a pool connection.  The pool never has fewer slots than
-# reader threads, so this is only the time to connect (connect_timeout, and a retry).
-READER_CONNECT_WAIT = 15.0
-# Seconds an unused reader connection is kept: reconnecting costs milliseconds, far less
-# than a batch that needs readers; an idle worker does not hold provider backends forever.
-READER_MAX_IDLE = 600.0
-
-# The pool logs every request at INFO: a line per table read.  Only its warnings (failed
-# connections) belong in the worker's log, unless logging was set up for it already.
-_pool_log = logging.getLogger("psycopg.pool")
-if _pool_log.level == logging.NOTSET:
-    _pool_log.setLevel(logging.WARNING)
+class ReplayError(PgferryError):
+    """A batch could not be applied (the message names the table where it is known)."""
 
 
 def set_text_format(conn: psycopg.Connection) -> None:
@@ -90,224 +79,126 @@ def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes
         raise DatabaseError(error_text(exc)) from None
 
 
-class _Stream:
-    """Chunks of one table handed from a reader thread to the applying thread.
-
-    ``ready`` tells the applier the stream can be consumed without waiting for its
-    reader: it is complete (or failed), or its queue is full.
-    """
-
-    _END = object()
-
-    def __init__(self, wakeup: threading.Condition) -> None:
-        self.q: queue.Queue = queue.Queue(maxsize=QUEUED_CHUNKS)
-        self.cancelled = threading.Event()
-        self.ready = False
-        self._wakeup = wakeup
-
-    def _mark_ready(self) -> None:
-        with self._wakeup:
-            self.ready = True
-            self._wakeup.notify_all()
-
-    def put(self, item) -> bool:
-        final = item is self._END or isinstance(item, BaseException)
-        while not self.cancelled.is_set():
-            try:
-                self.q.put(item, timeout=0.2)
-                if final:
-                    self._mark_ready()
-                return True
-            except queue.Full:
-                self._mark_ready()
-        return False
-
-    def __iter__(self) -> Iterator[bytes]:
-        while True:
-            item = self.q.get()
-            if item is self._END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+# --- what a segment holds ------------------------------------------------------------------
 
 
-def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
-    """Index of the first stream that is ready, waiting for one if none is yet."""
-    with wakeup:
-        while True:
-            for i, stream in enumerate(streams):
-                if stream.ready:
-                    return i
-            wakeup.wait(timeout=1.0)
-
-
-# Reads one query's COPY data somewhere else than on a pool connection (a Spark task).
-RemoteRead = Callable[[str, bool], Iterable[bytes]]
-
-
-def _reader_conninfo(dsn: str) -> str:
-    """``dsn`` with the reader's defaults, as :func:`pgferry.db.connect` would add them."""
-    params = conninfo.conninfo_to_dict(dsn)
-    params.setdefault("application_name", APPLICATION_NAME)
-    params.setdefault("connect_timeout", "10")
-    return conninfo.make_conninfo(**params)
-
-
-class ReaderPool:
-    """Threads that read table queries ahead of the apply.
-
-    Each thread reads on a connection of the pool's :class:`ConnectionPool` (autocommit,
-    :data:`TEXT_FORMAT`), kept between batches: a connection per batch would cost more than
-    a small batch does.  With ``remote`` each query is read by one Spark task instead and no
-    connection is made.  :meth:`close` when the worker disconnects.
-    """
-
-    def __init__(self, dsn: str, size: int, remote: RemoteRead | None = None) -> None:
-        self.dsn = dsn
-        self.size = max(1, size)
-        self.remote = remote
-        self._conns: ConnectionPool | None = None
-        if remote is None:
-            # Made on demand, at most one per reader thread (as many as ``size``).
-            self._conns = ConnectionPool(
-                _reader_conninfo(dsn),
-                kwargs={"autocommit": True},
-                min_size=0,
-                max_size=self.size,
-                configure=set_text_format,
-                max_idle=READER_MAX_IDLE,
-                name=APPLICATION_NAME,
-                open=True,
-            )
-
-    def _take(self) -> psycopg.Connection:
-        assert self._conns is not None
-        try:
-            return self._conns.getconn(timeout=READER_CONNECT_WAIT)
-        except PoolTimeout:
-            # The pool retries quietly; one direct attempt names the reason.
-            connect(self.dsn, application_name=APPLICATION_NAME).close()
-            raise DatabaseError(
-                f"cannot connect to {describe(self.dsn)}: no reader connection"
-                f" within {READER_CONNECT_WAIT:g} s"
-            ) from None
-
-    def _give(self, conn: psycopg.Connection, broken: bool = False) -> None:
-        assert self._conns is not None
-        status = conn.info.transaction_status
-        if broken or status != psycopg.pq.TransactionStatus.IDLE:
-            # Cut off in a COPY or a transaction: not worth bringing back; the pool drops it.
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-        self._conns.putconn(conn)
-
-    def stream(
-        self, queries: Sequence[tuple[str, str, bool]]
-    ) -> tuple[list[_Stream], threading.Condition, Callable[[], None]]:
-        """Start reading ``(label, query, binary)`` in order; returns their streams, the
-        condition that signals a ready stream, and a function that stops what still runs."""
-        wakeup = threading.Condition()
-        streams = [_Stream(wakeup) for _ in queries]
-        order: queue.Queue[int] = queue.Queue()
-        for i in range(len(queries)):
-            order.put(i)
-
-        running: dict[int, psycopg.Connection] = {}
-
-        def run() -> None:
-            while True:
-                try:
-                    i = order.get_nowait()
-                except queue.Empty:
-                    return
-                stream = streams[i]
-                if stream.cancelled.is_set():
-                    continue
-                label, query, binary = queries[i]
-                conn = None
-                try:
-                    if self.remote is not None:
-                        chunks = self.remote(query, binary)
-                    else:
-                        conn = self._take()
-                        running[i] = conn
-                        chunks = read_chunks(conn, query, binary)
-                    for chunk in chunks:
-                        if not stream.put(chunk):
-                            break
-                    else:
-                        stream.put(_Stream._END)
-                except Exception as exc:  # noqa: BLE001 - handed to the applying thread
-                    msg = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
-                    stream.put(ReplayError(f"reading {label}: {msg}"))
-                finally:
-                    running.pop(i, None)
-                    if conn is not None:
-                        self._give(conn, broken=stream.cancelled.is_set())
-
-        threads = [
-            threading.Thread(target=run, name="pgferry-read", daemon=True)
-            for _ in range(min(self.size, len(queries)))
-        ]
-        for t in threads:
-            t.start()
-
-        def stop() -> None:
-            for s in streams:
-                s.cancelled.set()
-            for conn in list(running.values()):
-                with contextlib.suppress(psycopg.Error):
-                    conn.cancel_safe(timeout=5)
-            for t in threads:
-                t.join()
-
-        return streams, wakeup, stop
-
-    def close(self) -> None:
-        if self._conns is not None:
-            self._conns.close()
-            self._conns = None
-
-
-@contextlib.contextmanager
-def table_parts(
-    works: list[TableWork],
+def summarize(
+    provider: psycopg.Connection,
     batch_sql: str,
+    routes: dict[str, Route],
+    sequences: Iterable[str],
     segment: Segment,
     *,
-    provider: psycopg.Connection,
-    readers: ReaderPool | None = None,
-) -> Iterator[Iterator[tuple[TableWork, Iterable[bytes]]]]:
-    """The parts of ``works`` with their COPY data, in the order to apply them.
-
-    Read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or, without
-    them, inline on the worker's own ``provider`` connection, in the listed order.  Reads
-    still running when the block exits are stopped.
-    """
-    if readers is None or not works:
-        yield ((w, read_chunks(provider, w.query(batch_sql, segment), w.binary)) for w in works)
-        return
-    streams, wakeup, stop = readers.stream(
-        [(w.route.table_name, w.query(batch_sql, segment), w.binary) for w in works]
-    )
+    scripts: bool = False,
+    removals: bool = False,
+) -> list[SummaryRow]:
+    """The summary rows of the segment (see :func:`pgferry.apply.batch_sql.summary_query`);
+    ``scripts`` and ``removals`` add the row that counts them."""
+    active = [r for r in routes.values() if r.applies]
+    seqs = list(sequences)
+    if not active and not seqs and not scripts and not removals:
+        return []
+    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
+    # filters some table's events by transaction (only the per-table query can).
+    grouped = not any(r.copy_snapshot for r in active)
+    if grouped:
+        query = grouped_summary_query(batch_sql, seqs, segment)
+    else:
+        query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
     try:
-        yield _ready_first(list(zip(works, streams, strict=True)), wakeup)
-    finally:
-        stop()
+        with provider.transaction():
+            provider.execute("set transaction read only")  # copy conditions run here
+            # Few groups, many rows: hashing beats the sort that the planner's row
+            # estimate for a batch (a handful) would choose, and spills to disk.
+            provider.execute("set local enable_sort = off")
+            rows = provider.execute(query.encode()).fetchall()
+    except psycopg.Error as exc:
+        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+    if grouped:
+        return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
+    return [SummaryRow(*row) for row in rows]
 
 
-def _ready_first(
-    pending: list[tuple[TableWork, _Stream]], wakeup: threading.Condition
-) -> Iterator[tuple[TableWork, Iterable[bytes]]]:
-    # Tables in the order their reads become ready, not the listed one; the ranges of one
-    # table in their own order.
-    while pending:
-        heads = []
-        seen: set[str] = set()
-        for i, (work, _stream) in enumerate(pending):
-            if work.route.table_name not in seen:
-                heads.append(i)
-                seen.add(work.route.table_name)
-        pick = heads[next_ready([pending[i][1] for i in heads], wakeup)]
-        yield pending.pop(pick)
+@dataclass(frozen=True)
+class ScriptEvent:
+    """A queued script (an EXECUTE event): replayed at its place between the rows."""
+
+    ev_id: int
+    sql: str
+    file_name: str
+    attrs_text: str | None  # its header attributes, as the root queued them
+    tables_json: str | None  # the queue's tables the script names, as JSON
+
+
+@dataclass(frozen=True)
+class RemovalEvent:
+    """A root's or branch's removal of a table or sequence (one of ``REMOVAL_EVENTS``)."""
+
+    ev_id: int
+    ev_type: str
+    name: str | None  # the table or sequence
+    origin: str | None  # the node that removed it
+
+
+def read_scripts(provider: psycopg.Connection, batch_sql: str) -> list[ScriptEvent]:
+    """The batch's queued scripts in ev_id order."""
+    return [ScriptEvent(*row) for row in queue_api.scripts(provider, batch_sql)]
+
+
+def read_removals(provider: psycopg.Connection, batch_sql: str) -> list[RemovalEvent]:
+    """The batch's removals of tables and sequences in ev_id order."""
+    rows = queue_api.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
+    return [RemovalEvent(*row) for row in rows]
+
+
+# --- what the provider has of the tables ---------------------------------------------------
+
+
+class TableShapes:
+    """What the provider has of the replayed tables (their columns) and of the subscriber's
+    own column types, read once and kept until :meth:`forget` (the provider or a table's
+    shape may have changed)."""
+
+    def __init__(self) -> None:
+        self._src_cols: dict[str, frozenset[str] | None] = {}
+        self._prov_types: dict[str, bool] = {}  # the provider has this local type
+
+    def forget(self) -> None:
+        self._src_cols, self._prov_types = {}, {}
+
+    def source_columns(
+        self, provider: psycopg.Connection, active: list[Route]
+    ) -> dict[str, frozenset[str] | None]:
+        """Per source table, its columns on the provider (None: the provider has no such
+        table)."""
+        for route in active:
+            if route.table_name not in self._src_cols:
+                self._src_cols[route.table_name] = _source_columns(provider, route.table_name)
+        return self._src_cols
+
+    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
+        """Whether the provider has each of the subscriber's own column types."""
+        wanted = {t for r in active if not r.builtin_types for t in r.types}
+        missing = sorted(wanted - self._prov_types.keys())
+        if missing:
+            self._prov_types.update(_types_present(provider, missing))
+        return self._prov_types
+
+
+def _source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str] | None:
+    row = conn.execute(
+        """
+        select array_agg(attname) from pg_attribute
+         where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped
+        """,
+        (table_name,),
+    ).fetchone()
+    return frozenset(row[0]) if row and row[0] else None
+
+
+def _types_present(conn: psycopg.Connection, type_names: list[str]) -> dict[str, bool]:
+    """Which of ``type_names`` (SQL text, as in ``Route.types``) exist on ``conn``."""
+    rows = conn.execute(
+        "select t, to_regtype(t) is not null from unnest(%s::text[]) as t", (type_names,)
+    ).fetchall()
+    return {name: bool(present) for name, present in rows}

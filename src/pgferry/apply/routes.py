@@ -271,18 +271,6 @@ def split_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
-def source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str] | None:
-    """Columns of the source table on the provider, or None when it has no such table."""
-    row = conn.execute(
-        """
-        select array_agg(attname) from pg_attribute
-         where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped
-        """,
-        (table_name,),
-    ).fetchone()
-    return frozenset(row[0]) if row and row[0] else None
-
-
 def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
     """Changes whenever the local registry or a destination's columns change (one query)."""
     row = conn.execute(
@@ -300,13 +288,3 @@ def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
         (queue_name,),
     ).fetchone()
     return row[0] if row else ""
-
-
-def types_present(conn: psycopg.Connection, type_names: list[str]) -> dict[str, bool]:
-    """Which of ``type_names`` (SQL text, as in :attr:`Route.types`) exist on ``conn``."""
-    if not type_names:
-        return {}
-    rows = conn.execute(
-        "select t, to_regtype(t) is not null from unnest(%s::text[]) as t", (type_names,)
-    ).fetchall()
-    return {name: bool(present) for name, present in rows}

@@ -22,7 +22,7 @@ process) is used but never stopped.
 Where the read path runs:
 
 * On the driver (the worker process): everything in this module except the task function.
-  :meth:`WorkerSpark.readers` gives a :class:`~pgferry.apply.read.ReaderPool` whose reader
+  :meth:`WorkerSpark.readers` gives a :class:`~pgferry.apply.readers.ReaderPool` whose reader
   threads each submit a one-task job per table part and collect its COPY data; the driver
   loads it into the stage table (:mod:`pgferry.apply.stage_apply`).
 * On executors: the task function made by :func:`_read_task`; it opens a provider
@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pgferry.apply import read
-from pgferry.apply.plan import ReplayError
+from pgferry.apply.read import ReplayError
+from pgferry.apply.readers import ReaderPool
 from pgferry.config import Config
 from pgferry.daemon import exc_message
 from pgferry.pipeline.spark_errors import job_error
@@ -255,7 +256,7 @@ class WorkerSpark:
                 self._reads -= 1
                 self._used_at = time.monotonic()
 
-    def readers(self, batch_id: int, provider_dsn: str, parts: int) -> read.ReaderPool:
+    def readers(self, batch_id: int, provider_dsn: str, parts: int) -> ReaderPool:
         """Readers whose every query is one Spark task (a job each, submitted by as many
         threads as Spark has slots, or ``parts``, so reading stays ahead of the apply)."""
         sc = self.get().sparkContext
@@ -270,4 +271,4 @@ class WorkerSpark:
                 raise ReplayError(f"batch {batch_id}: {job_error(exc)}") from None
 
         slots = parts or sc.defaultParallelism
-        return read.ReaderPool(provider_dsn, slots, remote=read_remote)
+        return ReaderPool(provider_dsn, slots, remote=read_remote)

@@ -26,8 +26,9 @@ import psycopg
 from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment
-from pgferry.apply.plan import ReplayError, SegmentPlan, TableWork
-from pgferry.apply.read import ReaderPool, copy_options, table_parts
+from pgferry.apply.plan import SegmentPlan, TableWork
+from pgferry.apply.read import ReplayError, copy_options
+from pgferry.apply.readers import ReaderPool, table_parts
 from pgferry.apply.routes import Route
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -238,7 +239,7 @@ def apply_segment(
 
     Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
     for small segments, inline on the worker's own ``provider`` connection
-    (:func:`pgferry.apply.read.table_parts`).
+    (:func:`pgferry.apply.readers.table_parts`).
     """
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     try:

@@ -1,0 +1,291 @@
+"""Reading the table parts of a planned segment from the provider, ahead of the apply.
+
+A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
+:class:`~pgferry.apply.plan.TableWork`) is read in one of three ways:
+
+* inline, on the worker's own provider connection, while the part is loaded (small
+  segments: a thread costs more than it saves);
+* by reader threads of a :class:`ReaderPool`, each on a provider connection of a
+  :class:`psycopg_pool.ConnectionPool` kept between batches, ahead of the apply: while the
+  subscriber applies one table, the next ones are being read;
+* by Spark tasks, one per part (:mod:`pgferry.apply.spark_session` submits them from the
+  same reader threads); each task runs :func:`pgferry.apply.read.read_part` on an executor.
+
+Every read is a COPY in a read-only transaction (:func:`pgferry.apply.read.read_chunks`).
+:func:`table_parts` hands the parts to the applier in the order their reads become ready,
+the ranges of one table in their own order.  The parts come from the plan; this module
+knows of them only what :class:`Part` says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.read import APPLICATION_NAME, ReplayError, read_chunks, set_text_format
+from pgferry.db import connect, describe, error_text
+from pgferry.errors import DatabaseError
+
+# Chunks a reader may hold before it waits for the apply (bounds memory per table).
+QUEUED_CHUNKS = 64
+
+# Seconds a reader thread waits for a pool connection.  The pool never has fewer slots than
+# reader threads, so this is only the time to connect (connect_timeout, and a retry).
+READER_CONNECT_WAIT = 15.0
+# Seconds an unused reader connection is kept: reconnecting costs milliseconds, far less
+# than a batch that needs readers; an idle worker does not hold provider backends forever.
+READER_MAX_IDLE = 600.0
+
+# The pool logs every request at INFO: a line per table read.  Only its warnings (failed
+# connections) belong in the worker's log, unless logging was set up for it already.
+_pool_log = logging.getLogger("psycopg.pool")
+if _pool_log.level == logging.NOTSET:
+    _pool_log.setLevel(logging.WARNING)
+
+
+class _Stream:
+    """Chunks of one table handed from a reader thread to the applying thread.
+
+    ``ready`` tells the applier the stream can be consumed without waiting for its
+    reader: it is complete (or failed), or its queue is full.
+    """
+
+    _END = object()
+
+    def __init__(self, wakeup: threading.Condition) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=QUEUED_CHUNKS)
+        self.cancelled = threading.Event()
+        self.ready = False
+        self._wakeup = wakeup
+
+    def _mark_ready(self) -> None:
+        with self._wakeup:
+            self.ready = True
+            self._wakeup.notify_all()
+
+    def put(self, item) -> bool:
+        final = item is self._END or isinstance(item, BaseException)
+        while not self.cancelled.is_set():
+            try:
+                self.q.put(item, timeout=0.2)
+                if final:
+                    self._mark_ready()
+                return True
+            except queue.Full:
+                self._mark_ready()
+        return False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self.q.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
+    """Index of the first stream that is ready, waiting for one if none is yet."""
+    with wakeup:
+        while True:
+            for i, stream in enumerate(streams):
+                if stream.ready:
+                    return i
+            wakeup.wait(timeout=1.0)
+
+
+# Reads one query's COPY data somewhere else than on a pool connection (a Spark task).
+RemoteRead = Callable[[str, bool], Iterable[bytes]]
+
+
+def _reader_conninfo(dsn: str) -> str:
+    """``dsn`` with the reader's defaults, as :func:`pgferry.db.connect` would add them."""
+    params = conninfo.conninfo_to_dict(dsn)
+    params.setdefault("application_name", APPLICATION_NAME)
+    params.setdefault("connect_timeout", "10")
+    return conninfo.make_conninfo(**params)
+
+
+class ReaderPool:
+    """Threads that read table queries ahead of the apply.
+
+    Each thread reads on a connection of the pool's :class:`ConnectionPool` (autocommit,
+    :data:`TEXT_FORMAT`), kept between batches: a connection per batch would cost more than
+    a small batch does.  With ``remote`` each query is read by one Spark task instead and no
+    connection is made.  :meth:`close` when the worker disconnects.
+    """
+
+    def __init__(self, dsn: str, size: int, remote: RemoteRead | None = None) -> None:
+        self.dsn = dsn
+        self.size = max(1, size)
+        self.remote = remote
+        self._conns: ConnectionPool | None = None
+        if remote is None:
+            # Made on demand, at most one per reader thread (as many as ``size``).
+            self._conns = ConnectionPool(
+                _reader_conninfo(dsn),
+                kwargs={"autocommit": True},
+                min_size=0,
+                max_size=self.size,
+                configure=set_text_format,
+                max_idle=READER_MAX_IDLE,
+                name=APPLICATION_NAME,
+                open=True,
+            )
+
+    def _take(self) -> psycopg.Connection:
+        assert self._conns is not None
+        try:
+            return self._conns.getconn(timeout=READER_CONNECT_WAIT)
+        except PoolTimeout:
+            # The pool retries quietly; one direct attempt names the reason.
+            connect(self.dsn, application_name=APPLICATION_NAME).close()
+            raise DatabaseError(
+                f"cannot connect to {describe(self.dsn)}: no reader connection"
+                f" within {READER_CONNECT_WAIT:g} s"
+            ) from None
+
+    def _give(self, conn: psycopg.Connection, broken: bool = False) -> None:
+        assert self._conns is not None
+        status = conn.info.transaction_status
+        if broken or status != psycopg.pq.TransactionStatus.IDLE:
+            # Cut off in a COPY or a transaction: not worth bringing back; the pool drops it.
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        self._conns.putconn(conn)
+
+    def stream(
+        self, queries: Sequence[tuple[str, str, bool]]
+    ) -> tuple[list[_Stream], threading.Condition, Callable[[], None]]:
+        """Start reading ``(label, query, binary)`` in order; returns their streams, the
+        condition that signals a ready stream, and a function that stops what still runs."""
+        wakeup = threading.Condition()
+        streams = [_Stream(wakeup) for _ in queries]
+        order: queue.Queue[int] = queue.Queue()
+        for i in range(len(queries)):
+            order.put(i)
+
+        running: dict[int, psycopg.Connection] = {}
+
+        def run() -> None:
+            while True:
+                try:
+                    i = order.get_nowait()
+                except queue.Empty:
+                    return
+                stream = streams[i]
+                if stream.cancelled.is_set():
+                    continue
+                label, query, binary = queries[i]
+                conn = None
+                try:
+                    if self.remote is not None:
+                        chunks = self.remote(query, binary)
+                    else:
+                        conn = self._take()
+                        running[i] = conn
+                        chunks = read_chunks(conn, query, binary)
+                    for chunk in chunks:
+                        if not stream.put(chunk):
+                            break
+                    else:
+                        stream.put(_Stream._END)
+                except Exception as exc:  # noqa: BLE001 - handed to the applying thread
+                    msg = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
+                    stream.put(ReplayError(f"reading {label}: {msg}"))
+                finally:
+                    running.pop(i, None)
+                    if conn is not None:
+                        self._give(conn, broken=stream.cancelled.is_set())
+
+        threads = [
+            threading.Thread(target=run, name="pgferry-read", daemon=True)
+            for _ in range(min(self.size, len(queries)))
+        ]
+        for t in threads:
+            t.start()
+
+        def stop() -> None:
+            for s in streams:
+                s.cancelled.set()
+            for conn in list(running.values()):
+                with contextlib.suppress(psycopg.Error):
+                    conn.cancel_safe(timeout=5)
+            for t in threads:
+                t.join()
+
+        return streams, wakeup, stop
+
+    def close(self) -> None:
+        if self._conns is not None:
+            self._conns.close()
+            self._conns = None
+
+
+class Part(Protocol):
+    """What a reader needs of one part to read: its query, its table (parts of one table
+    are applied in their order) and whether its COPY is binary."""
+
+    @property
+    def table_name(self) -> str: ...
+
+    @property
+    def binary(self) -> bool: ...
+
+    def query(self, batch_sql: str, segment: Segment) -> str: ...
+
+
+P = TypeVar("P", bound=Part)
+
+
+@contextlib.contextmanager
+def table_parts(
+    works: list[P],
+    batch_sql: str,
+    segment: Segment,
+    *,
+    provider: psycopg.Connection,
+    readers: ReaderPool | None = None,
+) -> Iterator[Iterator[tuple[P, Iterable[bytes]]]]:
+    """The parts of ``works`` with their COPY data, in the order to apply them.
+
+    Read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or, without
+    them, inline on the worker's own ``provider`` connection, in the listed order.  Reads
+    still running when the block exits are stopped.
+    """
+    if readers is None or not works:
+        yield ((w, read_chunks(provider, w.query(batch_sql, segment), w.binary)) for w in works)
+        return
+    streams, wakeup, stop = readers.stream(
+        [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
+    )
+    try:
+        yield _ready_first(list(zip(works, streams, strict=True)), wakeup)
+    finally:
+        stop()
+
+
+def _ready_first(
+    pending: list[tuple[P, _Stream]], wakeup: threading.Condition
+) -> Iterator[tuple[P, Iterable[bytes]]]:
+    # Tables in the order their reads become ready, not the listed one; the ranges of one
+    # table in their own order.
+    while pending:
+        heads = []
+        seen: set[str] = set()
+        for i, (work, _stream) in enumerate(pending):
+            if work.table_name not in seen:
+                heads.append(i)
+                seen.add(work.table_name)
+        pick = heads[next_ready([pending[i][1] for i in heads], wakeup)]
+        yield pending.pop(pick)
