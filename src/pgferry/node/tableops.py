@@ -18,6 +18,7 @@ import psycopg
 from pgferry import expressions
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
+from pgferry.events import REMOVE_TABLE_EVENT
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
 from pgferry.node import capture, connect, copynode, handlerops, merge, model, readd
@@ -26,10 +27,6 @@ from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
-
-# Queued by remove-table on a root or branch: ev_data and ev_extra1 = the table
-# (``%I.%I``), ev_extra2 = the node that removed it (docs/events.md).
-REMOVE_TABLE_EVENT = "ferry.remove-table"
 
 
 @dataclass
