@@ -14,7 +14,7 @@ ticker would.  With ``--rows N`` each phase also times, after its pgbench run, o
 of N rows into ``user_login_rec`` and one UPDATE of N ``user_session`` rows (server time
 per row, the best of the repetitions: the least disturbed by other load).
 
-    .venv/bin/python bench/capture_overhead.py [--seconds 30] [--reps 3] [--fast]
+    .venv/bin/python -m bench.capture_overhead [--seconds 30] [--reps 3] [--fast]
         [--phases none,pgferry,londiste,ignore,when] [--rows 100000]
 
 Needs pgbench and the pgq extension (``apt-get install postgresql-15-pgq3``).

@@ -18,7 +18,7 @@ Then, for N update events of each form, the provider's decode and collapse in th
 replay's reads have (the image decoded once per event, ``DISTINCT ON`` the key, binary
 ``COPY`` out), per event.
 
-    .venv/bin/python bench/capture_profile.py [--rows 100000] [--reps 5]
+    .venv/bin/python -m bench.capture_profile [--rows 100000] [--reps 5]
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import argparse
 import statistics
 import time
 
-import capture_overhead as co
 import psycopg
 from psycopg import sql
 
+from bench import capture_overhead as co
 from pgferry.testing.cluster import make_cluster
 
 FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

@@ -5,7 +5,7 @@ and as the in-run anchor the counting query of the original compare run by hand 
 one after the other (``select count(1), sum(hashtext(t::text)) from only T t``), i.e. the
 original's work without its lock-and-wait.
 
-    .venv/bin/python bench/compare_seed.py [--reps 3] [--big-rows 1000000]
+    .venv/bin/python -m bench.compare_seed [--reps 3] [--big-rows 1000000]
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sys
 import time
 
 import psycopg
-from copy_seed import (
+
+from bench.copy_seed import (
     SCHEMA,
     SEED_TABLES,
     bench_spark,
@@ -26,7 +27,6 @@ from copy_seed import (
     pgferry_copy,
     start_clusters,
 )
-
 from pgferry.pipeline.compare import CompareTask, compare_tables
 
 ORIGINAL_SQL = "select count(1), sum(hashtext(t::text)) from only digoal_01.{} t"

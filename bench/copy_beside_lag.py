@@ -19,8 +19,8 @@ Afterwards the leaf is caught up and the four tables plus ``big_history`` are co
 (count + checksum).  Goals: lag p95 during the copy under 2x the steady p95; the copy at
 most 1.3x the raw pipe.
 
-    .venv/bin/python bench/copy_beside_lag.py --pgferry-verbose     # full run (~8 min)
-    .venv/bin/python bench/copy_beside_lag.py --rows 200000 --bench-s 10   # a quick look
+    .venv/bin/python -m bench.copy_beside_lag --pgferry-verbose     # full run (~8 min)
+    .venv/bin/python -m bench.copy_beside_lag --rows 200000 --bench-s 10   # a quick look
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from repl_env import (  # noqa: E402
+from bench.common import RESULTS_DIR, machine, one_line
+from bench.repl_env import (
     SCHEMA,
     TABLES,
     BenchError,
@@ -52,18 +51,17 @@ from repl_env import (  # noqa: E402
     rows_changed,
     settled_rows_changed,
 )
-from repl_phases import (  # noqa: E402
+from bench.repl_phases import (
     READY_TIMEOUT_S,
     Durations,
     LagSampler,
-    _checked,
-    _wait_ready,
+    checked,
     copy_tables,
     percentile,
     steady_lag,
+    wait_ready,
 )
-from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
-from replication_vs_londiste import RESULTS_DIR, _one_line, machine  # noqa: E402
+from bench.repl_systems import RIGS, Rig, chosen_systems
 
 BIG = "big_history"
 BIG_SQL = f"""
@@ -144,7 +142,7 @@ def big_equal(pair) -> dict:
 def copy_beside(rig: Rig, d: Durations, outdir: Path, pre_s: int) -> dict:
     """add-table of big_history on the leaf while the seed load runs; lag sampled throughout."""
     rig.wait_caught_up(d.catchup_timeout_s)
-    ready = _wait_ready(rig, READY_TIMEOUT_S)
+    ready = wait_ready(rig, READY_TIMEOUT_S)
     log_at = rig.log_size()
     sampler = LagSampler(rig)
     sampler.start()
@@ -203,7 +201,7 @@ def copy_beside(rig: Rig, d: Durations, outdir: Path, pre_s: int) -> dict:
         "add_wall": dt.datetime.fromtimestamp(wall0).isoformat(timespec="milliseconds"),
         "leaf_log": rig.log_since(log_at, keep=150),
     }
-    res["check"] = _checked(rig, d)
+    res["check"] = checked(rig, d)
     res["check_big"] = big_equal(rig.pair)
     return res
 
@@ -254,7 +252,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
             flush=True,
         )
     except Exception as exc:  # record what failed, keep the other system going
-        result["error"] = _one_line(exc)
+        result["error"] = one_line(exc)
         result["traceback"] = traceback.format_exc().splitlines()[-6:]
         result["log_tail"] = rig.log_tail(30) if rig else []
         print(f"[{name}] FAILED: {result['error']}", flush=True)

@@ -10,7 +10,7 @@ Starts two throw-away clusters, loads the walkthrough schema
 * once, two other data paths through Spark: Spark's JDBC source/sink (system driver), and
   reading into Arrow batches with ``mapInArrow`` (the repair read path, read only).
 
-    .venv/bin/python bench/copy_seed.py [--reps 3] [--login-rows 5000000]
+    .venv/bin/python -m bench.copy_seed [--reps 3] [--login-rows 5000000]
 
 The other benchmarks import the seed helpers from here.
 """

@@ -17,7 +17,7 @@ timed: a Spark that is already running) serves a third pair of commands, the sam
 
 reladiff lives in its own virtualenv so that it cannot change pgferry's dependencies:
     python3 -m venv .bench-venv && .bench-venv/bin/pip install reladiff psycopg2-binary
-    PYTHONPATH=src .venv/bin/python bench/diff_vs_reladiff.py [--reps 5] [--big-reps 3] [--connect]
+    PYTHONPATH=src .venv/bin/python -m bench.diff_vs_reladiff [--reps 5] [--big-reps 3] [--connect]
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import psycopg
-from copy_seed import machine
 
+from bench.copy_seed import machine
 from pgferry.testing.cluster import LocalCluster, make_cluster
 
 ROOT = Path(__file__).resolve().parent.parent

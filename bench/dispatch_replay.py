@@ -19,8 +19,8 @@ the backlog's events / that time.  The leaves take turns in a rotating order, on
 after another.  At the end every leaf is checked against the root (bulk, plain and
 latest hold exactly the root's rows; all holds one row per insert and update).
 
-    .venv/bin/python bench/dispatch_replay.py                      # 3 rounds, ~3-5 min
-    .venv/bin/python bench/dispatch_replay.py --inserts 50000 --rounds 1   # a quick look
+    .venv/bin/python -m bench.dispatch_replay                      # 3 rounds, ~3-5 min
+    .venv/bin/python -m bench.dispatch_replay --inserts 50000 --rounds 1   # a quick look
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from pathlib import Path
 
 import psycopg
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
+from pgferry.apply.worker import Worker
+from pgferry.config import load_config
+from pgferry.node import setup, tableops
+from pgferry.testing.cluster import make_cluster
 
-from pgferry.apply.worker import Worker  # noqa: E402
-from pgferry.config import load_config  # noqa: E402
-from pgferry.node import setup, tableops  # noqa: E402
-from pgferry.testing.cluster import make_cluster  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 QUEUE = "dispatch_bench"
 TABLE = "create table events (id bigint primary key, userid int, payload text, at timestamptz)"

@@ -25,9 +25,9 @@ defaults, as in ``replication_vs_londiste.py``, whose set-up and seed load this 
 
 Figures are printed and written as JSON under ``bench/results/``.
 
-    .venv/bin/python bench/latency.py                       # full run (~15 min)
-    .venv/bin/python bench/latency.py --quick               # small tables, short phases
-    .venv/bin/python bench/latency.py --systems pgferry --bench-s 20 --settle-s 0
+    .venv/bin/python -m bench.latency                       # full run (~15 min)
+    .venv/bin/python -m bench.latency --quick               # small tables, short phases
+    .venv/bin/python -m bench.latency --systems pgferry --bench-s 20 --settle-s 0
 """
 
 from __future__ import annotations
@@ -50,10 +50,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from idle_cost import Side, measure_idle  # noqa: E402
-from repl_env import (  # noqa: E402
+from bench.common import RESULTS_DIR, machine
+from bench.idle_cost import Side, measure_idle
+from bench.repl_env import (
     SCHEMA,
     SEQUENCES,
     TABLES,
@@ -66,12 +65,10 @@ from repl_env import (  # noqa: E402
     qualified,
     wait_for,
 )
-from repl_phases import READY_TIMEOUT_S, _wait_ready, percentile  # noqa: E402
-from repl_systems import QUEUE, RIGS, LondisteRig, Rig  # noqa: E402
-from replication_vs_londiste import RESULTS_DIR, machine  # noqa: E402
-
-from pgferry.daemon import read_pid  # noqa: E402
-from pgferry.db import connect  # noqa: E402
+from bench.repl_phases import READY_TIMEOUT_S, percentile, wait_ready
+from bench.repl_systems import QUEUE, RIGS, LondisteRig, Rig
+from pgferry.daemon import read_pid
+from pgferry.db import connect
 
 SYSTEMS = ("pgferry", "londiste", "native")
 PROBE = "probe"
@@ -137,7 +134,7 @@ class Trigger:
         rig = self.rig
         rig.setup()
         rig.root("add-table", qualified(PROBE))
-        ready = _wait_ready(rig, READY_TIMEOUT_S)
+        ready = wait_ready(rig, READY_TIMEOUT_S)
         rig.leaf("add-table", *(qualified(t) for t in (*TABLES, PROBE)))
         wait_for(
             "all tables ok on the leaf",

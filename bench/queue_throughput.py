@@ -10,7 +10,7 @@ On a throw-away cluster (fast settings), two phases:
 - backlog: the consumer is stopped while the same load is produced, then drains the backlog
   alone: the pure read rate of the queue.
 
-    .venv/bin/python bench/queue_throughput.py [--events 200000] [--writers 2]
+    .venv/bin/python -m bench.queue_throughput [--events 200000] [--writers 2]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ are broken: 400 updated, 300 deleted, 300 extra rows inserted.  Per repetition i
 * full diff: ``repair_tables`` over the whole table (both sides read into Spark and joined),
   without apply, on the same damage — the anchor.
 
-    .venv/bin/python bench/repair_scattered.py [--reps 3] [--rows 5000000] [--diffs 1000]
+    .venv/bin/python -m bench.repair_scattered [--reps 3] [--rows 5000000] [--diffs 1000]
 """
 
 from __future__ import annotations
@@ -22,8 +22,15 @@ import time
 from pathlib import Path
 
 import psycopg
-from copy_seed import SCHEMA, bench_spark, create_login_db, machine, pgferry_copy, start_clusters
 
+from bench.copy_seed import (
+    SCHEMA,
+    bench_spark,
+    create_login_db,
+    machine,
+    pgferry_copy,
+    start_clusters,
+)
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.pipeline.repair import repair_tables
 

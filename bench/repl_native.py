@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from psycopg import sql
-from repl_env import SCHEMA, TABLES, Pair, compare_sides, run_load, wait_for
+
+from bench.repl_env import SCHEMA, TABLES, Pair, compare_sides, run_load, wait_for
 
 PUBLICATION = "bench_pub"
 SUBSCRIPTION = "bench_sub"
@@ -108,7 +109,7 @@ def detach(pair: Pair) -> None:
 def run_native(args, workroot: Path) -> dict:
     """The native system's part of a run: only the catch-up phase (the others have no
     counterpart measured here)."""
-    from repl_env import load_seed, make_pair
+    from bench.repl_env import load_seed, make_pair
 
     result: dict = {"phases": {}}
     workdir = workroot / "native"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from repl_env import (
+from bench.repl_env import (
     SEQUENCES,
     TABLES,
     BenchError,
@@ -25,8 +25,7 @@ from repl_env import (
     run_load,
     wait_for,
 )
-from repl_systems import QUEUE, Rig
-
+from bench.repl_systems import QUEUE, Rig
 from pgferry.db import connect
 
 # Bound on the wait for the leaf worker's steady state before a copy (Spark's start takes
@@ -55,7 +54,7 @@ def _settle(rig: Rig, d: Durations) -> None:
     rig.wait_caught_up(d.catchup_timeout_s)
 
 
-def _wait_ready(rig: Rig, timeout: float) -> dict:
+def wait_ready(rig: Rig, timeout: float) -> dict:
     """Wait until the leaf worker runs (:meth:`Rig.leaf_ready`).
 
     A caught-up pgferry worker runs without Spark: the copy starts it, and its start is part
@@ -72,7 +71,7 @@ def _wait_ready(rig: Rig, timeout: float) -> dict:
     return res
 
 
-def _checked(rig: Rig, d: Durations) -> dict:
+def checked(rig: Rig, d: Durations) -> dict:
     """Wait until the leaf has applied everything written so far, then compare both sides."""
     rig.wait_caught_up(d.catchup_timeout_s)
     result = compare_sides(rig.pair)
@@ -90,7 +89,7 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
     Before it, the raw psql pipe of the same rows into the same (emptied) leaf tables.
     """
     _settle(rig, d)
-    ready = _wait_ready(rig, READY_TIMEOUT_S)
+    ready = wait_ready(rig, READY_TIMEOUT_S)
     if rig.leaf_states():
         rig.leaf("remove-table", *(qualified(t) for t in TABLES))
     counts = row_counts(rig.pair, "root")
@@ -136,7 +135,7 @@ def copy_tables(rig: Rig, d: Durations, outdir: Path, busy: bool, add_seqs: bool
     )
     if add_seqs:
         rig.leaf("add-seq", *(qualified(s) for s in SEQUENCES))
-    res["check"] = _checked(rig, d)
+    res["check"] = checked(rig, d)
     return res
 
 
@@ -201,7 +200,7 @@ def steady_lag(rig: Rig, d: Durations, outdir: Path) -> dict:
         "sample_errors": sampler.errors[:5],
         "raw_samples": samples,
     }
-    res["check"] = _checked(rig, d)
+    res["check"] = checked(rig, d)
     return res
 
 
@@ -247,7 +246,7 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
         # Only logged with --pgferry-verbose: when the worker's Spark session came up (the
         # worker may start it in the background while it replays on its driver path).
         res["spark_started_s"] = round(spark_at - wall0, 3)
-    res["check"] = _checked(rig, d)
+    res["check"] = checked(rig, d)
     return res
 
 

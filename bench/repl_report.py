@@ -1,6 +1,6 @@
 """Figures of a replication benchmark run as a table: plain for the terminal, or Markdown.
 
-    .venv/bin/python bench/repl_report.py bench/results/replication_vs_londiste_<when>.json
+    .venv/bin/python -m bench.repl_report bench/results/replication_vs_londiste_<when>.json
 prints the Markdown table of a recorded run (for BENCHMARKS.md).
 """
 
@@ -165,6 +165,14 @@ def render_markdown(results: dict) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":
-    doc = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not Path(argv[0]).is_file():
+        print("usage: python -m bench.repl_report RESULTS.json", file=sys.stderr)
+        return 2
+    doc = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     print(render_markdown(doc["systems"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

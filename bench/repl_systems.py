@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from psycopg import sql
-from repl_env import SEQUENCES, TABLES, BenchError, Pair, qualified, wait_for
 
+from bench.repl_env import SEQUENCES, TABLES, BenchError, Pair, qualified, wait_for
 from pgferry.daemon import pid_alive, read_pid
 
 QUEUE = "replika"

@@ -14,8 +14,8 @@ For each system, on its own throw-away root + leaf cluster pair with its own tic
 After every phase the leaf is caught up and all four tables are compared (count + checksum).
 Figures are printed as a table and written as JSON under ``bench/results/``.
 
-    .venv/bin/python bench/replication_vs_londiste.py            # full run (~20-25 min)
-    .venv/bin/python bench/replication_vs_londiste.py --quick    # 10 s phases, small tables
+    .venv/bin/python -m bench.replication_vs_londiste            # full run (~20-25 min)
+    .venv/bin/python -m bench.replication_vs_londiste --quick    # 10 s phases, small tables
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,18 +34,15 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from repl_env import BenchError, compare_sides, load_seed, make_pair  # noqa: E402
-from repl_native import run_native  # noqa: E402
-from repl_phases import Durations, catch_up, copy_tables, steady_lag  # noqa: E402
-from repl_report import print_report  # noqa: E402
-from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
-
-from pgferry.errors import PgferryError  # noqa: E402
+from bench.common import RESULTS_DIR, machine, one_line
+from bench.repl_env import BenchError, compare_sides, load_seed, make_pair
+from bench.repl_native import run_native
+from bench.repl_phases import Durations, catch_up, copy_tables, steady_lag
+from bench.repl_report import print_report
+from bench.repl_systems import RIGS, Rig, chosen_systems
+from pgferry.errors import PgferryError
 
 PHASES = ("copy-idle", "copy-busy", "lag", "catchup")
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -100,23 +96,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def machine() -> dict:
-    info: dict = {"nproc": os.cpu_count(), "platform": platform.platform()}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                info["mem_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    lscpu = shutil.which("lscpu")
-    if lscpu:
-        out = subprocess.run([lscpu], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-    return info
-
-
 def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
     """Set up one system on a fresh cluster pair and run the chosen phases."""
     result: dict = {"phases": {}}
@@ -161,7 +140,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
                     run = steady_lag if phase == "lag" else catch_up
                     res = run(rig, durations, outdir)
             except Exception as exc:  # record the failure, keep the other phases going
-                res = {"error": _one_line(exc), "log_tail": rig.log_tail()}
+                res = {"error": one_line(exc), "log_tail": rig.log_tail()}
                 print(f"[{name}] {phase} FAILED: {res['error']}", flush=True)
                 try:  # record how far apart the sides are, then go on
                     res["check"] = compare_sides(pair)
@@ -184,13 +163,6 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
         else:
             pair.destroy()
     return result
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    known = (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError)
-    first = text[0] if text else ""
-    return first if isinstance(exc, known) and first else f"{exc.__class__.__name__}: {first}"
 
 
 def _short(res: dict) -> str:

@@ -15,7 +15,7 @@ Same cluster, data, load and rotation of phases as ``bench/capture_overhead.py``
 helpers this uses): the seed load's tps with pgferry's capture triggers alone and with
 each signal, plus a connection that listens and reads the notifications as a ticker would.
 
-    .venv/bin/python bench/tick_signal_overhead.py [--seconds 30] [--reps 3]
+    .venv/bin/python -m bench.tick_signal_overhead [--seconds 30] [--reps 3]
 """
 
 from __future__ import annotations
@@ -23,17 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from capture_overhead import DURABLE, QUEUE, SEED, TABLES, run_phase, setup, ticker  # noqa: E402
-
-from pgferry.testing.cluster import make_cluster  # noqa: E402
+from bench.capture_overhead import DURABLE, QUEUE, SEED, TABLES, run_phase, setup, ticker
+from pgferry.testing.cluster import make_cluster
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("pgferry", "notify", "flag")

@@ -17,8 +17,8 @@ Each figure is the sum of VmRSS (resident, shared pages counted in each process:
 tree's real share of the machine), split by kind of process.  Londiste's worker runs as
 the ``postgres`` OS user from Debian's packages, as in the replication benchmark.
 
-    .venv/bin/python bench/worker_memory.py                      # both systems, ~6 min
-    .venv/bin/python bench/worker_memory.py --skip-londiste --idle-s 10
+    .venv/bin/python -m bench.worker_memory                      # both systems, ~6 min
+    .venv/bin/python -m bench.worker_memory --skip-londiste --idle-s 10
 """
 
 from __future__ import annotations
@@ -35,13 +35,10 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from repl_env import TABLES, load_seed, make_pair, qualified  # noqa: E402
-from repl_systems import RIGS, Rig, chosen_systems  # noqa: E402
-from replication_vs_londiste import RESULTS_DIR, _one_line, machine  # noqa: E402
-
-from pgferry.daemon import read_pid  # noqa: E402
+from bench.common import RESULTS_DIR, machine, one_line
+from bench.repl_env import TABLES, load_seed, make_pair, qualified
+from bench.repl_systems import RIGS, Rig, chosen_systems
+from pgferry.daemon import read_pid
 
 SAMPLE_EVERY = 0.2  # seconds between samples of the tree during the copy
 GOAL_IDLE_MB = 150  # a caught-up leaf worker, all its processes
@@ -235,7 +232,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
         result["idle_after_copy"] = idle_sample(rig, wait)
         result["idle_after_copy"]["idle_s"] = wait
     except Exception as exc:  # noqa: BLE001 - reported in the results, the other system runs
-        result["error"] = _one_line(exc)
+        result["error"] = one_line(exc)
         traceback.print_exc()
     finally:
         if rig is not None:
@@ -269,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report["pgferry_imports"] = import_costs()
         except (RuntimeError, subprocess.SubprocessError) as exc:  # an older pgferry
-            report["pgferry_imports_error"] = _one_line(exc)
+            report["pgferry_imports_error"] = one_line(exc)
     workroot = Path(tempfile.mkdtemp(prefix="pgferry-memory-"))
     if os.geteuid() == 0:
         shutil.chown(workroot, user="postgres")  # Londiste runs as postgres

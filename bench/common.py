@@ -1,0 +1,44 @@
+"""What the benchmark scripts share beyond their set-ups: where results go, the machine, errors.
+
+Every script writes its JSON under :data:`RESULTS_DIR` with :func:`machine` beside the
+figures, and reports a failed phase as :func:`one_line` of its exception.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+
+from bench.repl_env import BenchError
+from pgferry.errors import PgferryError
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    info: dict = {"nproc": os.cpu_count(), "platform": platform.platform()}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["mem_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    lscpu = shutil.which("lscpu")
+    if lscpu:
+        out = subprocess.run([lscpu], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+    return info
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    known = (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError)
+    first = text[0] if text else ""
+    return first if isinstance(exc, known) and first else f"{exc.__class__.__name__}: {first}"
