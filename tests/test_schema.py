@@ -1,20 +1,16 @@
-"""Schema installation: versions made of several files, component requirements, ferry_copy."""
+"""Schema installation: table versions and function files, refused layouts, component
+requirements, ferry_copy.  (Upgrades from every released version: tests/versions/.)"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgferry import schema
 from pgferry.db import connect
-
-# SHA-256 of queue version 1 as released in one file (sql/queue/001_queue.sql, 1,075 lines).
-# Its parts, each without the comment block that opens it, joined by one empty line, must
-# give back exactly that text: same statements, same order, same function bodies.
-QUEUE_V1_SHA256 = "959754db47606c0f42769d64c5f7ddeb8915e10d432554445ba51e692e26e7e9"
 
 # The bookkeeping that copies created before ferry_copy was a versioned component.
 UNVERSIONED_COPY_SQL = """
@@ -90,42 +86,55 @@ def pgferry_schemas(connstr: str) -> set[str]:
         return {row[0] for row in rows}
 
 
-def without_opening_comment(text: str) -> str:
-    """A part's text after the comment block that opens it and the empty line after that."""
-    head, _, body = text.partition("\n\n")
-    assert head and all(line.startswith("--") for line in head.splitlines()), head
-    return body
-
-
-def queue_v1() -> schema.Migration:
-    first = schema.migrations("queue")[0]
-    assert first.version == 1
-    return first
-
-
 def run_versions(connstr: str, component: str, upto: int) -> None:
-    """Run a component's files up to version ``upto`` as the old installer did, recording it."""
-    with psycopg.connect(connstr) as conn:
+    """Bring a database to version ``upto`` of a component as an install then would have:
+    its table versions up to there, its function files, the version recorded."""
+    with connect(connstr) as conn:
         conn.execute("create schema if not exists ferry_queue")
         conn.execute(
             "create table ferry_queue.schema_version (component text primary key,"
-            " version integer not null, installed_at timestamptz not null default now())"
+            " version integer not null, installed_at timestamptz not null default now(),"
+            " functions_digest text)"
         )
         for migration in schema.migrations(component):
             if migration.version <= upto:
                 for _, text in migration.scripts():
                     conn.execute(text)  # type: ignore[arg-type]
+        conn.execute("set check_function_bodies = off")
+        for _, text in schema.functions(component):
+            conn.execute(text)  # type: ignore[arg-type]
         conn.execute(
-            "insert into ferry_queue.schema_version (component, version) values (%s, %s)",
-            (component, upto),
+            "insert into ferry_queue.schema_version (component, version, functions_digest)"
+            " values (%s, %s, %s)",
+            (component, upto, schema.functions_digest(component)),
         )
 
 
-# --- versions made of several files ---------------------------------------------------------
+def table_files(component: str, above: int = 0) -> list[str]:
+    return [
+        f"{component}/tables/{f}"
+        for m in schema.migrations(component)
+        if m.version > above
+        for f in m.files
+    ]
+
+
+def functions_item(component: str) -> str:
+    return f"{component}/functions/ ({len(schema.functions(component))} files)"
+
+
+def layout(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+# --- versions and function files -----------------------------------------------------------
 
 
 def test_file_names_group_into_versions_in_part_order() -> None:
-    names = ["002_b.sql", "001_10_z.sql", "001_2_y.sql", "001_1_x.sql", "003_2pc.sql", "x.sql"]
+    names = ["002_b.sql", "001_10_z.sql", "001_2_y.sql", "001_1_x.sql", "003_2pc.sql"]
     found = schema.group_versions("queue", names)
     assert [(m.version, m.files) for m in found] == [
         (1, ("001_1_x.sql", "001_2_y.sql", "001_10_z.sql")),
@@ -143,48 +152,53 @@ def test_a_version_is_one_file_or_distinct_parts(names: list[str]) -> None:
         schema.group_versions("queue", names)
 
 
+def test_a_table_file_without_a_version_is_refused() -> None:
+    with pytest.raises(ValueError, match="sql/queue/tables/x.sql: a version is NNN"):
+        schema.group_versions("queue", ["001_a.sql", "x.sql"])
+
+
 def test_every_shipped_version_parses() -> None:
     for name in (*schema.COMPONENTS, "copy"):
         found = schema.migrations(name)
         assert found and found[0].version == 1, name
         assert schema.latest_version(name) == found[-1].version
+    for name in schema.COMPONENTS:
+        assert schema.functions(name), name
+    assert schema.functions("copy") == []
 
 
-def test_queue_version_1_parts_are_the_released_file() -> None:
-    first = queue_v1()
-    assert len(first.files) > 1
-    bodies = [without_opening_comment(text) for _, text in first.scripts()]
-    for body in bodies:
-        assert body.strip() and not body.startswith("\n") and body.endswith(";\n")
-    released = "\n".join(bodies)
-    assert len(released.splitlines()) == 1075
-    assert hashlib.sha256(released.encode()).hexdigest() == QUEUE_V1_SHA256
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"ferry/100_ddl.sql": "select 1;"}, "sql/ferry/100_ddl.sql: SQL files belong in"),
+        ({"ferry/functions/f.sql": "select 1;"}, "a function file is ferry.<name>.sql"),
+        ({"ferry/functions/ferry_queue.f.sql": "select 1;"}, "a function file is ferry.<name>"),
+        (
+            {"ferry/functions/ferry.f.sql": "create function ferry.f() returns int"},
+            "write CREATE OR REPLACE",
+        ),
+    ],
+)
+def test_a_malformed_layout_is_refused_before_anything_runs(
+    db_a: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], message: str
+) -> None:
+    layout(tmp_path, {"queue/tables/001_q.sql": "create schema ferry_queue;", **files})
+    monkeypatch.setattr(schema, "_folder", lambda name, *sub: tmp_path.joinpath(name, *sub))
+    with connect(db_a) as conn, pytest.raises(ValueError, match=message):
+        schema.install(conn, ("queue", "ferry"))
+    assert pgferry_schemas(db_a) == set()
 
 
-def test_queue_version_1_parts_equal_one_script(new_db_a: Callable[[str | None], str]) -> None:
-    """Running the parts one by one builds exactly what running them as one script does."""
-    by_parts, as_one = new_db_a(None), new_db_a(None)
-    with psycopg.connect(by_parts) as conn:
-        for _, text in queue_v1().scripts():
-            conn.execute(text)  # type: ignore[arg-type]
-    script = "\n".join(without_opening_comment(text) for _, text in queue_v1().scripts())
-    with psycopg.connect(as_one) as conn:
-        conn.execute(script)  # type: ignore[arg-type]
-    objects = catalog(by_parts, "ferry_queue")
-    assert any(line.startswith("function ferry_queue.attach_capture(") for line in objects)
-    assert objects == catalog(as_one, "ferry_queue")
-
-
-def test_fresh_install_runs_every_file_in_order(db_a: str) -> None:
+def test_fresh_install_runs_every_version_then_the_functions(db_a: str) -> None:
     with connect(db_a) as conn:
         applied = schema.install(conn, ("queue",))
         assert schema.installed_versions(conn) == {"queue": schema.latest_version("queue")}
-    expected = [f"queue/{f}" for m in schema.migrations("queue") for f in m.files]
-    assert applied == expected
-    assert applied[: len(queue_v1().files)] == [f"queue/{f}" for f in queue_v1().files]
+        again = schema.install(conn, ("queue",))
+    assert applied == [*table_files("queue"), functions_item("queue")]
+    assert again == []
 
 
-def test_a_database_at_version_1_gets_only_newer_files(
+def test_a_database_at_version_1_gets_only_newer_versions(
     new_db_a: Callable[[str | None], str],
 ) -> None:
     upgraded, fresh = new_db_a(None), new_db_a(None)
@@ -193,32 +207,25 @@ def test_a_database_at_version_1_gets_only_newer_files(
         applied = schema.install(conn, ("queue",))
         assert schema.installed_versions(conn) == {"queue": schema.latest_version("queue")}
         again = schema.install(conn, ("queue",))
-    newer = [f"queue/{f}" for m in schema.migrations("queue") if m.version > 1 for f in m.files]
-    assert applied == newer
+    assert applied == [*table_files("queue", above=1), functions_item("queue")]
     assert again == []
     with connect(fresh) as conn:
         schema.install(conn, ("queue",))
     assert catalog(upgraded, "ferry_queue") == catalog(fresh, "ferry_queue")
 
 
-def test_capture_triggers_made_before_version_9_keep_working(db_a: str) -> None:
-    """Version 9 rewrites the capture functions' bookkeeping: a trigger attached before it
-    still queues, also after the next rotation."""
-    run_versions(db_a, "queue", 8)
-    with psycopg.connect(db_a, autocommit=True) as conn:
-        conn.execute("select ferry_queue.create_queue('q')")
-        conn.execute("select ferry_queue.set_queue_config('q', 'rotation_period', '0')")
-        conn.execute("create table t (id int primary key)")
-        conn.execute("select ferry_queue.attach_capture('q', 't')")
-        conn.execute("insert into t values (1)")
-        schema.install(conn, ("queue",))
-        conn.execute("insert into t values (2)")
-        conn.execute("select ferry_queue.maint_rotate_tables_step1('q')")
-        conn.execute("insert into t values (3)")
-        rows = conn.execute(
-            "select ev_part % 10, ev_data from ferry_queue.event order by ev_id"
-        ).fetchall()
-    assert rows == [(0, '{"id":1}'), (0, '{"id":2}'), (1, '{"id":3}')]
+def test_changed_function_files_are_applied_without_a_new_version(db_a: str) -> None:
+    with connect(db_a) as conn:
+        schema.install(conn, ("ferry",))
+        conn.execute("create or replace function ferry_queue.version() returns text"
+                     " language sql immutable as $$ select 'edited' $$")  # fmt: skip
+        # As if the files had changed since: their digest is not the one recorded.
+        conn.execute("update ferry_queue.schema_version set functions_digest = 'before'"
+                     " where component = 'queue'")  # fmt: skip
+        applied = schema.install(conn, ("ferry",))
+        version = conn.execute("select ferry_queue.version()").fetchone()
+    assert applied == [functions_item("queue")]
+    assert version == ("1.0",)
 
 
 # --- components and their requirements ------------------------------------------------------
@@ -249,7 +256,7 @@ def test_copy_installs_alone_and_once(db_a: str) -> None:
         first = schema.install(conn, ("copy",))
         again = schema.install(conn, ("copy",))
         versions = schema.installed_versions(conn)
-    assert first == ["copy/001_copy.sql"]
+    assert first == ["copy/tables/001_copy.sql"]
     assert again == []
     assert versions == {"copy": 1}
     assert pgferry_schemas(db_a) == {"ferry_copy"}
@@ -269,7 +276,7 @@ def test_copy_installs_alone_and_once(db_a: str) -> None:
 def test_copy_and_node_components_share_a_database(db_a: str) -> None:
     with connect(db_a) as conn:
         schema.install(conn, ("ferry",))
-        assert schema.install(conn, ("copy",)) == ["copy/001_copy.sql"]
+        assert schema.install(conn, ("copy",)) == ["copy/tables/001_copy.sql"]
         assert schema.install(conn, ("ferry", "copy")) == []
         versions = schema.installed_versions(conn)
     expected = {name: schema.latest_version(name) for name in ("queue", "node", "ferry", "copy")}
@@ -289,7 +296,7 @@ def test_unversioned_copy_bookkeeping_upgrades(new_db_a: Callable[[str | None], 
         )
     with connect(old) as conn:
         assert schema.installed_versions(conn) == {}
-        assert schema.install(conn, ("copy",)) == ["copy/001_copy.sql"]
+        assert schema.install(conn, ("copy",)) == ["copy/tables/001_copy.sql"]
         assert schema.installed_versions(conn) == {"copy": 1}
         assert schema.install(conn, ("copy",)) == []
         kept = conn.execute(

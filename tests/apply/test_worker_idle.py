@@ -68,7 +68,7 @@ def test_a_tick_nobody_announced_is_taken(pair) -> None:
 
 def test_a_pause_is_confirmed_at_once(pair) -> None:
     worker = _setup(pair)
-    # What `pause` does: the flag, which clears uptodate (sql/node/010_pause.sql); the
+    # What `pause` does: the flag, which clears uptodate (ferry_node.local_state_guard); the
     # worker's next write sets it again, and `pause --wait` waits for that.
     pair.leaf("update ferry_node.local_state set paused = true")
     assert pair.leaf("select uptodate from ferry_node.local_state") == [(False,)]

@@ -28,7 +28,7 @@ def test_install_is_idempotent(
 ) -> None:
     ini = node_ini(tmp_path, db_a, section="londiste3")
     code, out, _ = run(capsys, ini, "install")
-    assert code == 0 and "Installing queue/001_1_tables.sql" in out
+    assert code == 0 and "Installing queue/tables/001_queue.sql" in out
     code, out, _ = run(capsys, ini, "install")
     assert code == 0 and "up to date" in out and "Installing" not in out
     with psycopg.connect(db_a) as conn:

@@ -1,5 +1,6 @@
-"""What the queue hands to other layers (sql/queue/003_api.sql, sql/ferry/063_sync_tick.sql):
-make_tick, batch_event_sql with and without ordering, forward_events, ferry.sync_tick."""
+"""What the queue hands to other layers (their files in sql/queue/functions/ and
+sql/ferry/functions/): make_tick, batch_event_sql with and without ordering, forward_events,
+ferry.sync_tick."""
 
 from __future__ import annotations
 

@@ -1,0 +1,7 @@
+-- ferry.local_missing: objects of this database that could be attached on a root node.
+--
+-- Ordinary and partitioned tables ('r') and sequences ('S') outside the system and pgferry
+-- schemas that are not yet registered as local for the queue.  Names are in
+-- format('%I.%I') form, the same form table_info and seq_info use.
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,8 @@
+-- ferry.attach_deny: refuse direct writes to a subscriber's copy of a replicated table.
+--
+-- A leaf has no queue of its own, so this does not go through ferry_queue.attach_capture
+-- (which needs one); it installs the queue layer's deny_write() under the same trigger
+-- names, so ferry_queue.detach_capture removes them like any capture trigger.  The worker
+-- applies with session_replication_role = replica, where these triggers do not fire.
+--
+-- Functions only: their current text is in functions/.

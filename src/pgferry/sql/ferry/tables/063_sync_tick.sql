@@ -1,0 +1,6 @@
+-- ferry: sync_tick makes its tick through the queue (ferry_queue.make_tick), like the
+-- ticker, instead of writing ferry_queue.tick itself.  Same contract as before: the tick
+-- carries the caller's open snapshot, and a snapshot that does not contain the previous
+-- tick's raises SQLSTATE 40001 (the caller retries with a new one).
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,14 @@
+-- ferry_node: pause that holds, and the worker's acknowledgement of state changes.
+--
+-- Cascade operations (change-provider, takeover) pause a worker and then rely on its
+-- position not moving.  A worker may be in the middle of a batch when the pause commits,
+-- so waiting for it is not enough (it may not be running at all): instead, while a node is
+-- paused, the worker's connection (application_name 'pgferry-worker') may not move
+-- last_tick_id.  An in-flight batch then fails and rolls back as a whole, and the batch is
+-- taken again after resume.  Admin commands connect under another name and may set the
+-- position of a paused node (takeover does).
+--
+-- uptodate follows the original: a change of paused clears it, and the worker's next write
+-- of its heartbeat (last_seen) sets it again, which tells the admin the change was seen.
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,16 @@
+-- ferry_node: watermarks, what the cascade still needs from each node's queue.
+--
+-- Up: a branch's local watermark is the lowest tick its subtree still needs (its
+-- subscribers' positions on its queue and the watermarks they reported, hence recursively
+-- every node below it); a leaf's is its own position.  Each subscriber reports it to its
+-- provider, which keeps a hold '.<node>.watermark' there (ferry_queue.set_hold): the
+-- provider's rotation then keeps every tick and event any node below it may still need,
+-- and the root keeps what the whole cascade needs.
+--
+-- Down: the root's lowest position over all of that is the global watermark.  Each branch
+-- copies its provider's into a hold '.global_watermark' on its own queue, so that a branch
+-- keeps what any node of the cascade needs and every live member can serve any other.
+-- The hold is left out of the branch's local watermark, or the two would hold each other
+-- in place for ever.
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,18 @@
+-- ---------------------------------------------------------------------------------------
+-- Function: ferry_queue.deny_write()
+--
+--     Trigger on a subscriber's table: a direct write is refused (SQLSTATE 42501).  Replay runs
+--     with session_replication_role = replica, where ordinary triggers do not fire.
+--     Arguments: queue name, table.
+--
+-- Returns:
+--     trigger
+-- ---------------------------------------------------------------------------------------
+create or replace function ferry_queue.deny_write() returns trigger
+language plpgsql as $$
+begin
+    raise exception 'Table ''%'' to queue ''%'': change not allowed (%)',
+        tg_argv[1], tg_argv[0], tg_op
+        using errcode = '42501';
+end;
+$$;

@@ -1,0 +1,110 @@
+-- ---------------------------------------------------------------------------------------
+-- Function: ferry_queue.tick_due(ferry_queue.queue)
+--
+--     Whether queue q needs a tick now, and whether events wait for one, read without any
+--     lock.  With new events: a tick once ticker_max_count events wait or the last tick is
+--     ticker_max_lag old.  Without: a tick every ticker_idle_period, and also, once
+--     ticker_max_lag has passed, when a transaction that was running at the last tick has
+--     committed events since (its events were counted before that tick but not visible in it).
+--     That late-commit check is remembered for the session once settled (setting
+--     ferry_queue.late_<queue id> = '<tick id>:<xmax>' while pending, '<tick id>:settled'): no
+--     write, no transaction id.  Generic plans: the lookups are index probes whatever the
+--     values, and a custom plan would be planned again at every call.
+--
+-- Parameters:
+--     q ferry_queue.queue
+--
+-- Returns:
+--     one row of:
+--         due boolean
+--         waiting boolean
+--
+-- Tables:
+--     ferry_queue.event
+--     ferry_queue.queue
+--     ferry_queue.tick
+-- ---------------------------------------------------------------------------------------
+create or replace function ferry_queue.tick_due(q ferry_queue.queue, out due boolean, out waiting boolean)
+language plpgsql set plan_cache_mode = force_generic_plan as $$
+declare
+    v_last  ferry_queue.tick;
+    v_new   bigint;
+    v_lag   interval;
+    v_now   pg_snapshot;
+    v_x     xid8;
+    v_n     integer := 0;
+    v_key   text := 'ferry_queue.late_' || q.queue_id;
+    v_memo  text;
+    v_whole boolean := false;  -- the walk above xmax saw every event there
+    v_later boolean := false;  -- it met a transaction that committed after v_now
+begin
+    select * into v_last from ferry_queue.tick
+     where tick_queue = q.queue_id order by tick_id desc limit 1;
+    if not found then
+        due := true;
+        waiting := false;
+        return;
+    end if;
+    v_new := ferry_queue.seq_position(q.queue_event_seq) - v_last.tick_event_seq;
+    v_lag := now() - v_last.tick_time;
+    waiting := v_new > 0;
+    if q.queue_force_tick then
+        due := true;
+    elsif waiting then
+        due := v_new >= q.queue_ticker_max_count or v_lag >= q.queue_ticker_max_lag;
+    elsif v_lag >= q.queue_ticker_idle_period then
+        due := true;
+    elsif v_lag < q.queue_ticker_max_lag then
+        due := false;
+    else
+        due := false;
+        v_memo := current_setting(v_key, true);
+        if v_memo = v_last.tick_id || ':settled' then
+            return;
+        end if;
+        -- Late commits: a transaction running at the last tick is in its snapshot's xip
+        -- list or at or above its xmax.  Those in the list that have committed since are
+        -- found from the snapshots and looked up in the ev_txid index; above xmax the
+        -- index is walked one transaction at a time (few: the writers of that moment).
+        v_now := pg_current_snapshot();
+        for v_x in select x from pg_snapshot_xip(v_last.tick_snapshot) x
+                    where pg_visible_in_snapshot(x, v_now) loop
+            if exists (select 1 from ferry_queue.event e
+                        where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
+                          and e.ev_txid = v_x) then
+                due := true;
+                exit;
+            end if;
+        end loop;
+        v_x := pg_snapshot_xmax(v_last.tick_snapshot);
+        while not due and v_n < 100 loop
+            select e.ev_txid into v_x from ferry_queue.event e
+             where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
+               and e.ev_txid >= v_x
+             order by e.ev_txid limit 1;
+            if not found then
+                v_whole := true;
+                exit;
+            end if;
+            -- Visible now: committed since the tick.  Otherwise still running (or rolled
+            -- back): look past it.
+            due := pg_visible_in_snapshot(v_x, v_now);
+            v_later := v_later or not due;
+            v_x := (v_x::text::bigint + 1)::text::xid8;
+            v_n := v_n + 1;
+        end loop;
+        waiting := due;
+        if due then
+            return;
+        end if;
+        -- Nothing late now.  The first check of this tick records X; a complete check once
+        -- every transaction below X has ended settles it.
+        if v_memo is null or split_part(v_memo, ':', 1) <> v_last.tick_id::text then
+            perform set_config(v_key, v_last.tick_id || ':' || pg_snapshot_xmax(v_now), false);
+        elsif v_whole and not v_later
+              and pg_snapshot_xmin(v_now) >= split_part(v_memo, ':', 2)::xid8 then
+            perform set_config(v_key, v_last.tick_id || ':settled', false);
+        end if;
+    end if;
+end;
+$$;

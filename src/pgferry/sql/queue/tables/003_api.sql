@@ -1,0 +1,9 @@
+-- ferry_queue: what the queue hands to other layers, so that none of them writes its tables.
+--
+-- * make_tick: the one place a tick is made from a snapshot (the ticker, ferry.sync_tick).
+-- * batch_event_sql(batch, ordered): a batch's events with or without "order by ev_id"; a
+--   caller that wraps the query in its own aggregate or sort does not pay for a sort.
+-- * forward_events: events read from a provider's batch, stored in this queue unchanged
+--   (ev_id, time, retry count), in its current table.
+--
+-- Functions only: their current text is in functions/.

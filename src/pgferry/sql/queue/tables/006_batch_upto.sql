@@ -1,0 +1,8 @@
+-- ferry_queue: a batch that ends no later than a given tick.
+--
+-- A copied group catches up with the main stream of its node through a consumer of its own
+-- (see pgferry's apply/handover.py).  It must meet the main stream exactly at the main
+-- stream's tick, so its batches end at the first tick that closes i_min_count events or at
+-- i_upto, whichever comes first, never after i_upto.
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,12 @@
+-- ferry_queue: holds, and cutting a queue back to a tick.
+--
+-- A hold is a subscription that never reads: rotation keeps every tick from the lowest
+-- subscription position on and empties no table that still has events after it, so a
+-- hold at tick T keeps T and every event after T.  Other layers place holds for what is
+-- needed elsewhere (the cascade's watermarks); the queue does not know why.
+--
+-- A tick is usable as a starting position when the queue holds it and every event after
+-- it: rotation records in queue_rotated_xid the bound below which events may be gone (the
+-- same test as rewind_consumer's).
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,7 @@
+-- ferry_queue: subscribers hear of a new tick at once.
+--
+-- Every tick sends a notification on channel ferry_queue_tick with the queue's name as
+-- payload (delivered when the ticking transaction commits).  A worker that has nothing to
+-- do waits for it instead of sleeping loop_delay, so a batch is taken as soon as it exists.
+--
+-- Functions only: their current text is in functions/.

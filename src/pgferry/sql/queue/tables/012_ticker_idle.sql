@@ -1,0 +1,22 @@
+-- ferry_queue: an idle ticker round is one read.
+--
+-- * tick_due(queue) remembers, for the session, when the late-commit check of the queue's
+--   last tick is settled, and skips it from then on.  The check looks for events of
+--   transactions that were running at the last tick and have committed since.  Such a
+--   transaction had its transaction id before any later snapshot was taken: it is below
+--   the xmax X of the first check's snapshot.  Once no transaction below X runs any more,
+--   one more complete check that finds nothing settles it: no such transaction can commit
+--   later.  Until then (and after a reconnect, which forgets) every round checks, as
+--   before.  One case remains, by choice: a writer that took its event id before the tick
+--   but its transaction id only after the first check (stalled between the two halves of
+--   one INSERT; a capture trigger has its transaction id before) gets its tick with the
+--   next event or the idle tick, ticker_idle_period at most, as before version 10.  The
+--   memory is a session setting (ferry_queue.late_<queue id> = '<tick id>:<X>' while
+--   pending, '<tick id>:settled'): no write, no transaction id.
+-- * ticker_round() reads every queue's state in one query first and returns at once when
+--   no queue can be due and none has events waiting (no new event, no forced tick, idle
+--   period not passed, last tick younger than ticker_max_lag or its late-commit check
+--   settled); otherwise it goes on as before, queue by queue.  An idle daemon runs this
+--   round every ticker_period: one statement instead of three nested functions a queue.
+--
+-- Functions only: their current text is in functions/.

@@ -1,0 +1,9 @@
+-- ferry_queue: a batch is opened with one update of the consumer's row.
+--
+-- next_batch_custom and next_batch_upto recorded the call (sub_active) and then, when a tick
+-- was there, the batch (sub_batch, sub_next_tick): two new row versions for every batch.
+-- Both now end in open_batch, which writes the batch and sub_active in one update, and
+-- sub_active alone only when no batch opens: one row version, one WAL record, less for
+-- vacuum, per batch and consumer.  Nothing else changes.
+--
+-- Functions only: their current text is in functions/.
