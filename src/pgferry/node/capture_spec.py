@@ -45,7 +45,7 @@ REFUSED_ARGS = {
     "no_merge": "pgferry has no merge leaves",
     "virtual_table": "pgferry has no virtual tables",
 }
-# The placeholders of ferry_queue's capture templates (sql/queue/009_capture_options.sql):
+# The placeholders of ferry_queue's capture templates (ferry_queue.attach_capture_spec):
 # text that holds one would be rewritten at every rotation.
 _PLACEHOLDER = "@@ferry_"
 

@@ -142,7 +142,7 @@ def set_paused(c: Cascade, name: str, paused: bool) -> bool:
     """Set (or clear) ``paused`` on node ``name``; False when it already was so.
 
     Once a pause has committed the worker cannot move that node's position any more
-    (``sql/node/010_pause.sql``), whether it is running or not.
+    (``ferry_node.local_state_guard``), whether it is running or not.
     """
     if c.is_dead(name):
         raise NodeError(f"Node {name} is marked dead")

@@ -48,7 +48,7 @@ class LocalState:
 
 @dataclass
 class Divergence:
-    """What replay found missing here and repaired (sql/node/012_divergence.sql)."""
+    """What replay found missing here and repaired (sql/node/tables/012_divergence.sql)."""
 
     rows: int  # rows an update re-created: the key was missing here
     deletes: int  # deletes whose key was missing here

@@ -1,7 +1,7 @@
 """``change-provider``: move a subscriber under another node without loss or duplicates.
 
 The node is paused first; from then on its position (``last_tick_id``) cannot move (see
-``sql/node/010_pause.sql``).  Its consumer is registered on the new provider at exactly that
+``ferry_node.local_state_guard``).  Its consumer is registered on the new provider at exactly that
 tick — every root and branch holds the same tick ids, so the next batch there starts where
 the node stopped — then ``local_state.provider_node`` is switched and the node resumed.  The
 old provider forgets the node last; when it is dead that is only a warning.

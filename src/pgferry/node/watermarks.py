@@ -6,7 +6,7 @@ leaf's own position).  The provider holds it as ``.<node>.watermark``, a positio
 queue that rotation respects like a consumer that never reads, so the root keeps what the
 whole cascade needs.  Down: a branch copies its provider's global watermark (the root's
 lowest position of all) into a ``.global_watermark`` hold, so any live member can serve any
-other after ``change-provider``.  The SQL side is ``sql/node/011_watermarks.sql``.
+other after ``change-provider``.  The SQL side is ``sql/node/functions/``.
 
 ``--sync-watermark=A,B`` (node attr ``sync_watermark``) is for branches that may take each
 other's subscribers: such a branch reports only its own position upstream and keeps, for

@@ -37,7 +37,7 @@ APPLICATION_NAME = "pgferry ticker"
 ERROR_RETRY_DELAY = 10.0
 # A retry/maint function returning non-zero is called again; this bounds one round.
 MAX_REPEATS = 1000
-# force_tick notifies this channel (sql/queue/010_ticker.sql): the ticker runs at once.
+# force_tick notifies this channel (ferry_queue.force_tick): the ticker runs at once.
 WAKE_CHANNEL = "ferry_queue_ticker"
 # The round, prepared once per connection and run through libpq (run_prepared).
 ROUND_STATEMENT = b"ferry_ticker_round"
