@@ -17,6 +17,7 @@ the catch-up).  Where the consumer is registered, and at which tick:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import uuid
@@ -33,7 +34,7 @@ from pgferry.node import copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
-from pgferry.registry import copystate
+from pgferry.registry import copystate, entries
 
 log = logging.getLogger(__name__)
 
@@ -184,16 +185,25 @@ class CopyRun:
             ]  # fmt: skip
             log.info("Copying %s from %s %s", ", ".join(names),
                      "provider" if copied_from is None else "node", source.node_name)  # fmt: skip
-            result = copy_tables(
+            lakes = _lake_specs(local, self.queue, names)
+            if lakes:  # the rows go to lake tables (handler lake): one commit per table
+                from pgferry.pipeline.lake_copy import copy_to_lake
+
+                copy = functools.partial(copy_to_lake, specs=lakes)
+            else:
+                copy = functools.partial(
+                    copy_tables,
+                    copy_id=copy_id,
+                    on_snapshot=None if copied_from is None else self._check_snapshot(source),
+                    progress=False,
+                )
+            result = copy(
                 self._session,  # called only for tables too large for the driver
                 source.dsn,
                 replica_dsn(self.local_dsn),
                 tasks,
                 max_parallel=self.group.max_parallel,
-                copy_id=copy_id,
                 on_totals=lambda totals: _record_totals(self.local_dsn, self.queue, totals),
-                on_snapshot=None if copied_from is None else self._check_snapshot(source),
-                progress=False,
                 cancelled=self.cancelled,
             )
             if self.cancelled.is_set():
@@ -259,6 +269,22 @@ class CopyRun:
                 self._seen_tick = tick
 
         return check
+
+
+def _lake_specs(conn: psycopg.Connection, queue: str, names: list[str]) -> list | None:
+    """The lake tables of a group whose handler is ``lake`` (None for any other group)."""
+    from pgferry.handlers import registry as handler_registry
+    from pgferry.handlers.lake import Lake
+
+    handlers = []
+    for name in names:
+        entry = entries.get_table(conn, queue, name)
+        handlers.append(handler_registry.from_attrs(entry.table_attrs if entry else {}))
+    if not any(isinstance(h, Lake) for h in handlers):
+        return None
+    if not all(isinstance(h, Lake) for h in handlers):
+        raise TableError(f"copy group of {', '.join(names)} mixes lake and other tables")
+    return [h.spec() for h in handlers]
 
 
 def _lock_group(conn: psycopg.Connection, queue: str, group_id: str) -> bool:

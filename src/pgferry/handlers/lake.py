@@ -168,7 +168,7 @@ def _read_stage(staged: Staged):
     """The stage as an Arrow table: the op column first, then the lake columns."""
     conn = staged.conn
     rel = staged.relation.as_string(conn)
-    columns = [c for c in lake_types.table_columns(conn, rel) if c.name in staged.target.columns]
+    columns = lake_types.table_columns(conn, rel, staged.target.columns)
     query = sql.SQL("select op::text, {} from {}").format(
         sql.SQL(", ").join(c.select() for c in columns), staged.relation
     )

@@ -149,14 +149,18 @@ def data_dir(spec: LakeSpec) -> str:
     return spec.location
 
 
-def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int]], schema, tick: int) -> None:
+def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, tick: int) -> None:
     """The initial load: replace the table's rows by ``files`` (paths relative to the
-    table, with their sizes) in ONE commit; the replay version is reset below every tick."""
+    table, their sizes and rows) in ONE commit; the replay version is reset below every
+    tick."""
     from deltalake.transaction import AddAction
 
     dt = _table(spec)
     now = int(time.time() * 1000)
-    actions = [AddAction(path, size, {}, now, True, "") for path, size in files]
+    actions = [
+        AddAction(path, size, {}, now, True, json.dumps({"numRecords": rows}))
+        for path, size, rows in files
+    ]
     dt.create_write_transaction(
         actions, mode="overwrite", schema=schema,
         commit_properties=_props(spec, 0, tick),

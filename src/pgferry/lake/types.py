@@ -144,9 +144,9 @@ def arrow_schema(columns: Sequence[LakeColumn], not_null: Sequence[str] = ()):
     )  # fmt: skip
 
 
-def table_columns(conn, relation: str) -> tuple[LakeColumn, ...]:
-    """The lake columns of a local table (or a stage), from the catalog; TypeRefused for
-    a column without a lake type."""
+def table_columns(conn, relation: str, only: Sequence[str] | None = None) -> tuple:
+    """The lake columns of a local table (or a stage; ``only`` these columns), from the
+    catalog; TypeRefused for a column without a lake type."""
     rows = conn.execute(
         """
         select a.attname, format_type(a.atttypid, a.atttypmod),
@@ -160,7 +160,7 @@ def table_columns(conn, relation: str) -> tuple[LakeColumn, ...]:
         """,
         (relation,),
     ).fetchall()
-    return tuple(lake_column(n, t, e) for n, t, e in rows)
+    return tuple(lake_column(n, t, e) for n, t, e in rows if only is None or n in only)
 
 
 def rows_to_arrow(columns: Sequence[LakeColumn], rows: Sequence[Sequence], schema=None):
