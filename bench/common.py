@@ -1,11 +1,13 @@
 """What the benchmark scripts share beyond their set-ups: where results go, the machine, errors.
 
-Every script writes its JSON under :data:`RESULTS_DIR` with :func:`machine` beside the
-figures, and reports a failed phase as :func:`one_line` of its exception.
+Every script writes its JSON under :data:`RESULTS_DIR` (:func:`write_results`) with
+:func:`machine` beside the figures, and reports a failed phase as :func:`one_line` of its exception.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import platform
 import shutil
@@ -42,3 +44,13 @@ def one_line(exc: BaseException) -> str:
     known = (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError)
     first = text[0] if text else ""
     return first if isinstance(exc, known) and first else f"{exc.__class__.__name__}: {first}"
+
+
+def write_results(doc: dict, name: str, started: dt.datetime, out: Path | None) -> Path:
+    """Stamp ``doc`` finished and write it as JSON to ``out`` (default: the results
+    folder's ``<name>_<started>.json``); the path written."""
+    doc["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    out = out or RESULTS_DIR / f"{name}_{started:%Y%m%dT%H%M%SZ}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    return out

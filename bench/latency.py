@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
 import shutil
@@ -50,7 +49,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from bench.common import RESULTS_DIR, machine
+from bench.common import machine, write_results
 from bench.idle_cost import Side, measure_idle
 from bench.repl_env import (
     SCHEMA,
@@ -530,11 +529,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
                 system.stop()
             except Exception as exc:  # noqa: BLE001 - the clusters go anyway
                 print(f"[{name}] stop: {exc}", flush=True)
-        if args.keep:
-            print(f"[{name}] kept: {workdir}, {pair.root.base_dir} {pair.leaf.base_dir}")
-            pair.close()
-        else:
-            pair.destroy()
+        pair.finish(args.keep, name, workdir)
     return result
 
 
@@ -655,11 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workroot, ignore_errors=True)
-    doc["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     doc["loadavg_end"] = os.getloadavg()
-    out = args.out or RESULTS_DIR / f"latency_{started:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    out = write_results(doc, "latency", started, args.out)
     report(doc["systems"])
     print(f"\nload average: start {doc['loadavg_start']}, end {doc['loadavg_end']}")
     print(f"raw results: {out}")

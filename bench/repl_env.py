@@ -128,6 +128,14 @@ class Pair:
         self.root.destroy()
         self.leaf.destroy()
 
+    def finish(self, keep: bool, label: str, workdir: Path) -> None:
+        """Keep the clusters for a look (``--keep``; connections closed), or destroy them."""
+        if keep:
+            print(f"[{label}] kept: {workdir}, clusters {self.root.base_dir} {self.leaf.base_dir}")
+            self.close()
+        else:
+            self.destroy()
+
 
 def make_pair(
     label: str, workdir: Path, durable: bool = True, extra: dict[str, str] | None = None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import RESULTS_DIR, machine, one_line
+from bench.common import machine, one_line, write_results
 from bench.repl_env import BenchError, compare_sides, load_seed, make_pair
 from bench.repl_native import run_native
 from bench.repl_phases import Durations, catch_up, copy_tables, steady_lag
@@ -157,11 +156,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
     finally:
         if rig is not None:
             rig.stop_all()
-        if args.keep:
-            print(f"[{name}] kept: {workdir}, clusters {pair.root.base_dir} {pair.leaf.base_dir}")
-            pair.close()
-        else:
-            pair.destroy()
+        pair.finish(args.keep, name, workdir)
     return result
 
 
@@ -224,10 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workroot, ignore_errors=True)
-    doc["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    out = args.out or RESULTS_DIR / f"replication_vs_londiste_{started:%Y%m%dT%H%M%SZ}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    out = write_results(doc, "replication_vs_londiste", started, args.out)
     print_report(doc["systems"])
     print(f"\nraw results: {out}")
     return 0

@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 
 from bench.common import RESULTS_DIR, machine, one_line
+from bench.idle_cost import children
 from bench.repl_env import TABLES, load_seed, make_pair, qualified
 from bench.repl_systems import RIGS, Rig, chosen_systems
 from pgferry.daemon import read_pid
@@ -61,22 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def tree(pid: int) -> list[int]:
     """``pid`` and every process below it (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # comm may hold spaces and parentheses
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [pid], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return [pid, *children(pid)]
 
 
 def kind(pid: int, root: int) -> str:
