@@ -4,7 +4,7 @@ trigger changed; and what `tables` shows of the options given."""
 from __future__ import annotations
 
 from tests.apply import test_registry_tables as registry_tests
-from tests.apply.test_registry_tables import Cascade, sql, states
+from tests.apply.test_registry_tables import Nodes, sql, states
 
 # The fixtures of the registry tests: a root and a leaf with their tables, a CLI runner.
 cascade = registry_tests.cascade
@@ -31,7 +31,7 @@ BAD = [
 ]
 
 
-def test_bad_trigger_options_change_nothing(cascade: Cascade, run) -> None:
+def test_bad_trigger_options_change_nothing(cascade: Nodes, run) -> None:
     assert run(cascade.root_ini, "add-table", "digoal_01.user_session").code == 0
     before_attrs = states(cascade.root_db)
     before_fn = _trigger_functions(cascade.root_db)
@@ -52,7 +52,7 @@ def test_bad_trigger_options_change_nothing(cascade: Cascade, run) -> None:
         assert _trigger_functions(cascade.root_db) == before_fn
 
 
-def test_subscribers_take_the_providers_capture(cascade: Cascade, run) -> None:
+def test_subscribers_take_the_providers_capture(cascade: Nodes, run) -> None:
     res = run(
         cascade.root_ini,
         "add-table",

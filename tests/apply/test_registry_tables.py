@@ -3,46 +3,32 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgferry.cli.main import main
+from pgferry.testing.cascade import sql_rows
 
 
 @dataclass
-class Run:
-    code: int
-    out: str
-    err: str
+class Nodes:
+    """The root and leaf the ``cascade`` fixture made through the command line."""
 
-
-@dataclass
-class Cascade:
     root_db: str
     leaf_db: str
     root_ini: Path
     leaf_ini: Path
 
 
-def sql(connstr: str, query: str, params: tuple = ()) -> list[tuple]:
-    with psycopg.connect(connstr, autocommit=True) as conn:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
+sql = sql_rows
 
 
 @pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    def go(*args: object) -> Run:
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        got = capsys.readouterr()
-        return Run(code, got.out, got.err)
-
-    return go
+def run(cli):
+    """``run(*args)``: ``pgferry ARGS`` in-process (the ``cli`` fixture)."""
+    return cli
 
 
 SOURCE_DDL = """
@@ -59,7 +45,7 @@ create sequence digoal_01.seq_a;
 
 
 @pytest.fixture
-def cascade(db_a: str, db_b: str, tmp_path: Path, run) -> Cascade:
+def cascade(db_a: str, db_b: str, tmp_path: Path, run) -> Nodes:
     sql(db_a, SOURCE_DDL)
 
     def ini(job: str, db: str) -> Path:
@@ -74,7 +60,7 @@ def cascade(db_a: str, db_b: str, tmp_path: Path, run) -> Cascade:
     root_ini, leaf_ini = ini("src", db_a), ini("dst", db_b)
     assert run(root_ini, "create-root", "src").code == 0
     assert run(leaf_ini, "create-leaf", "dst", f"--provider={db_a}").code == 0
-    return Cascade(db_a, db_b, root_ini, leaf_ini)
+    return Nodes(db_a, db_b, root_ini, leaf_ini)
 
 
 def states(connstr: str) -> dict[str, tuple]:
@@ -96,7 +82,7 @@ def triggers(connstr: str, table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def test_root_add_table_and_capture(cascade: Cascade, run):
+def test_root_add_table_and_capture(cascade: Nodes, run):
     res = run(cascade.root_ini, "add-table", "digoal_01.user_info", "digoal_01.user_session")
     assert res.code == 0, res.err
     assert "Table added: digoal_01.user_info" in res.err
@@ -116,7 +102,7 @@ def test_root_add_table_and_capture(cascade: Cascade, run):
     assert again.code == 0 and "already added" in again.err
 
 
-def test_root_bad_trigger_arg_and_unknown(cascade: Cascade, run):
+def test_root_bad_trigger_arg_and_unknown(cascade: Nodes, run):
     res = run(
         cascade.root_ini,
         "add-table",
@@ -135,7 +121,7 @@ def test_root_bad_trigger_arg_and_unknown(cascade: Cascade, run):
     assert res.code == 1 and "Table not found: digoal_01.nosuch" in res.err
 
 
-def test_root_glob_mixed_case_unicode(cascade: Cascade, run):
+def test_root_glob_mixed_case_unicode(cascade: Nodes, run):
     res = run(cascade.root_ini, "add-table", "digoal_01.user_s*", '"My Schema".*')
     assert res.code == 0, res.err
     assert set(states(cascade.root_db)) == {
@@ -157,7 +143,7 @@ def test_root_glob_mixed_case_unicode(cascade: Cascade, run):
     assert triggers(cascade.root_db, '"My Schema"."Ünïcødé"') == []
 
 
-def test_root_missing_and_seqs(cascade: Cascade, run):
+def test_root_missing_and_seqs(cascade: Nodes, run):
     run(cascade.root_ini, "add-table", "digoal_01.user_info")
     res = run(cascade.root_ini, "missing")
     assert res.code == 0
@@ -185,7 +171,7 @@ def test_root_missing_and_seqs(cascade: Cascade, run):
     assert sql(cascade.leaf_db, "select count(*) from ferry.seq_info") == [(0,)]
 
 
-def test_leaf_add_table_variants(cascade: Cascade, run):
+def test_leaf_add_table_variants(cascade: Nodes, run):
     res = run(cascade.root_ini, "add-table", "digoal_01.user_[is]*", '"My Schema"."Mixed Tbl"')
     assert res.code == 0, res.err
     # Not registered on the provider.
@@ -240,7 +226,7 @@ def test_leaf_add_table_variants(cascade: Cascade, run):
     assert res.code == 1 and "3/3 table(s) to copy" in res.err
 
 
-def test_leaf_renamed_partial_table(cascade: Cascade, run):
+def test_leaf_renamed_partial_table(cascade: Nodes, run):
     run(cascade.root_ini, "add-table", "digoal_01.user_info", "digoal_01.user_session")
     res = run(
         cascade.leaf_ini,
@@ -276,7 +262,7 @@ def test_leaf_renamed_partial_table(cascade: Cascade, run):
     assert res.code == 2
 
 
-def test_leaf_expect_sync_and_no_triggers(cascade: Cascade, run):
+def test_leaf_expect_sync_and_no_triggers(cascade: Nodes, run):
     run(cascade.root_ini, "add-table", "digoal_01.user_info")
     sql(cascade.leaf_db, SOURCE_DDL)
     res = run(
@@ -293,7 +279,7 @@ def test_leaf_expect_sync_and_no_triggers(cascade: Cascade, run):
     assert res.code == 1 and "Table not registered" in res.err
 
 
-def test_root_rejects_subscriber_options(cascade: Cascade, run):
+def test_root_rejects_subscriber_options(cascade: Nodes, run):
     res = run(cascade.root_ini, "add-table", "--dest-table=a.b", "digoal_01.user_info")
     assert res.code == 2 and "branch and leaf nodes only" in res.err
 
@@ -321,7 +307,7 @@ def test_branch_chain_tables(new_db_a, new_db_b, tmp_path: Path, run):
     assert "Tables: 0/0/1" in out and "Tables: 2/0/0" in out
 
 
-def test_add_table_gives_up_on_a_locked_table(cascade: Cascade, run):
+def test_add_table_gives_up_on_a_locked_table(cascade: Nodes, run):
     ini = cascade.root_ini
     ini.write_text(ini.read_text() + "lock_timeout = 0.2\n")
     # An open writer transaction holds a lock that CREATE TRIGGER must wait for.
@@ -333,7 +319,7 @@ def test_add_table_gives_up_on_a_locked_table(cascade: Cascade, run):
     assert states(cascade.root_db) == {}
 
 
-def test_root_add_all_takes_tables_without_primary_key(cascade: Cascade, run):
+def test_root_add_all_takes_tables_without_primary_key(cascade: Nodes, run):
     res = run(cascade.root_ini, "add-table", "--all")
     assert res.code == 0, res.err
     assert "Table digoal_01.user_login_rec has no key: every column identifies its rows" in (
@@ -363,7 +349,7 @@ def test_root_add_all_takes_tables_without_primary_key(cascade: Cascade, run):
         "userid < 10 /* unclosed",
     ],
 )
-def test_copy_condition_is_one_expression(cascade: Cascade, run, condition: str):
+def test_copy_condition_is_one_expression(cascade: Nodes, run, condition: str):
     sql(cascade.root_db, "create table digoal_01.z_victim (id int primary key)")
     run(cascade.root_ini, "add-table", "digoal_01.user_info")
     res = run(cascade.leaf_ini, "add-table", "--create", f"--copy-condition={condition}",
@@ -374,7 +360,7 @@ def test_copy_condition_is_one_expression(cascade: Cascade, run, condition: str)
     assert "digoal_01.user_info" not in states(cascade.leaf_db)
 
 
-def test_copy_condition_runs_read_only(cascade: Cascade, run):
+def test_copy_condition_runs_read_only(cascade: Nodes, run):
     sql(cascade.root_db, "create table digoal_01.z_victim (id int primary key)")
     sql(
         cascade.root_db,
@@ -389,7 +375,7 @@ def test_copy_condition_runs_read_only(cascade: Cascade, run):
     assert sql(cascade.root_db, "select count(*) from digoal_01.z_victim") == [(1,)]
 
 
-def test_create_full_brings_indexes_and_constraints(cascade: Cascade, run):
+def test_create_full_brings_indexes_and_constraints(cascade: Nodes, run):
     sql(
         cascade.root_db,
         """
@@ -429,7 +415,7 @@ def test_create_full_brings_indexes_and_constraints(cascade: Cascade, run):
     assert [k for k, _ in shape(cascade.leaf_db, 'copy."Plain Copy"')] == ["c", "i"]
 
 
-def test_piped_output_is_neither_wrapped_nor_coloured(cascade: Cascade, run):
+def test_piped_output_is_neither_wrapped_nor_coloured(cascade: Nodes, run):
     import subprocess
     import sys
 

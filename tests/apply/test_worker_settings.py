@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 
+
+@pytest.mark.timing
 def test_keep_lag_delays_replay(make_pair) -> None:
     pair = make_pair(pgq_keep_lag="2s")
     for side in (pair.root, pair.leaf):
@@ -52,6 +55,7 @@ def test_collect_interval_gathers_ticks(pair) -> None:
     assert all(b.tick_id - (b.prev_tick_id or 0) >= 2 for b in applied)
 
 
+@pytest.mark.timing
 def test_idle_worker_wakes_on_a_tick(pair) -> None:
     import threading
 

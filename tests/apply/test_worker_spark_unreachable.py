@@ -34,6 +34,7 @@ def copies_need_spark(monkeypatch) -> None:
     monkeypatch.setattr(copy_pkg, "LOCAL_PAGES", -1)
 
 
+@pytest.mark.timing
 def test_unreachable_master_replays_on_the_driver(pair, caplog, copies_need_spark) -> None:
     bad = f"spark://127.0.0.1:{free_port()}"
     pair.root(TABLE.format(t="items"))

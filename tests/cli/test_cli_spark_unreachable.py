@@ -4,20 +4,13 @@ no traceback, no secret; commands that do not need it (a small compare or repair
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import psycopg
 
 from pgferry.testing.cluster import free_port
+from pgferry.testing.commands import run_pgferry
 
-
-def pgferry(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pgferry", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+pgferry = run_pgferry
 
 
 def sql(dsn: str, query: str) -> None:

@@ -9,14 +9,9 @@ from pathlib import Path
 
 import psycopg
 
+from pgferry.testing.commands import run_pgferry
 
-def pgferry(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pgferry", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+pgferry = run_pgferry
 
 
 def _gone(pidfile: Path, timeout: float = 30) -> bool:

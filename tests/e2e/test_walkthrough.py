@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ import pytest
 
 from pgferry.daemon import pid_alive, read_pid
 from pgferry.testing.cluster import LocalCluster, make_cluster
+from pgferry.testing.commands import run_pgferry
 from pgferry.testing.scenario import sql, wait_until
 from pgferry.testing.seed import seed_fill, seed_schema
 
@@ -86,13 +85,7 @@ class Cli:
         self.workdir = workdir
 
     def __call__(self, *args: str, check: int | None = 0, timeout: float = 300) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pgferry", *args],
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        proc = run_pgferry(*args, timeout=timeout, cwd=self.workdir)
         if check is not None:
             assert proc.returncode == check, (args, proc.stdout, proc.stderr)
         return proc.stdout + proc.stderr

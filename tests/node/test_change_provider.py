@@ -9,7 +9,9 @@ import psycopg
 from psycopg import sql
 
 from pgferry.config import load_config
-from tests.node.conftest import TABLE_ID, Runner, Writer
+from pgferry.testing.cascade import Runner
+from pgferry.testing.load import Inserts
+from tests.fixtures.fix_cascade import TABLE_ID
 
 
 def _consumers(tree, node: str) -> list[str]:
@@ -26,7 +28,7 @@ def test_move_leaf_under_branch_while_writing(tree) -> None:
     tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
     tree.catch_up()
     tree.start_ticker()
-    writer = Writer([tree.dsns["root"]], 1000)
+    writer = Inserts([tree.dsns["root"]], TABLE_ID, 1000)
     writer.start()
     try:
         tree.wait_for(lambda: writer.next_id > 1030, what="writes")

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.node.conftest import TABLE, Writer
+from pgferry.testing.load import Inserts
+from tests.fixtures.fix_cascade import TABLE, TABLE_ID
 
 BIG = 'public."Big é"'
 BIG_ID = sql.Identifier("public", "Big é")
@@ -93,7 +94,7 @@ def test_copy_from_upstream_and_beside_under_writes(tree, new_db_a) -> None:
     tree.wait_for(lambda: _state(tree, "branch")[0][0] == "ok", 300, "branch copy")
 
     changes = Changes(tree.dsns["root"])
-    writer = Writer([tree.dsns["root"]], 1000)
+    writer = Inserts([tree.dsns["root"]], TABLE_ID, 1000)
     changes.start()
     writer.start()
     try:

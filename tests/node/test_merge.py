@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,8 @@ from psycopg import sql
 
 from pgferry.cli.main import main
 from pgferry.config import load_config
-from tests.node.conftest import Runner, Ticker, write_ini
+from pgferry.testing.cascade import Runner, Ticker, write_ini
+from pgferry.testing.load import Load
 
 TABLE = 'public."Merged é"'
 TABLE_ID = sql.Identifier("public", "Merged é")
@@ -32,33 +32,23 @@ BASE = {"s1": 0, "s2": 1_000_000}  # the shards' keys never meet
 _sets = itertools.count(1)
 
 
-class Load(threading.Thread):
+def shard_load(dsn: str, base: int, seed: int) -> Load:
     """Random upserts and deletes in one shard's key range until stopped."""
+    rng = random.Random(seed)
+    upsert = sql.SQL(
+        "insert into {t} values (%s, %s) on conflict (id) do update set v = {t}.v || 'u'"
+    ).format(t=TABLE_ID)
+    delete = sql.SQL("delete from {t} where id = %s").format(t=TABLE_ID)
 
-    def __init__(self, dsn: str, base: int, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.base, self.rng = dsn, base, random.Random(seed)
-        self.halt, self.done = threading.Event(), 0
+    def unit(conn: psycopg.Connection, _done: int) -> None:
+        for _ in range(rng.randint(1, 4)):
+            key = base + rng.randint(1, ROWS + 500)
+            if rng.random() < 0.8:
+                conn.execute(upsert, (key, "w"))
+            else:
+                conn.execute(delete, (key,))
 
-    def run(self) -> None:
-        upsert = sql.SQL(
-            "insert into {t} values (%s, %s) on conflict (id) do update set v = {t}.v || 'u'"
-        ).format(t=TABLE_ID)
-        delete = sql.SQL("delete from {t} where id = %s").format(t=TABLE_ID)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self.halt.wait(0.01):
-                with conn.transaction():
-                    for _ in range(self.rng.randint(1, 4)):
-                        key = self.base + self.rng.randint(1, ROWS + 500)
-                        if self.rng.random() < 0.8:
-                            conn.execute(upsert, (key, "w"))
-                        else:
-                            conn.execute(delete, (key,))
-                self.done += 1
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(timeout=30)
+    return Load(dsn, unit, every=0.01)
 
 
 class Merged:
@@ -77,8 +67,8 @@ class Merged:
             self.inis["c" + shard] = self._ini(f"c{shard}{n}", dsns["c"], self.queues[shard])
 
     def _ini(self, job: str, db: str, queue: str) -> Path:
-        return write_ini(self.tmp / f"{job}.ini", job_name=job, db=db, queue_name=queue,
-                         loop_delay="0.1", exception_sleep="0.2")  # fmt: skip
+        return write_ini(self.tmp / f"{job}.ini", "londiste3", job_name=job, db=db,
+                         queue_name=queue, loop_delay="0.1", exception_sleep="0.2")  # fmt: skip
 
     def cli(self, who: str, *args: str) -> tuple[int, str]:
         self.capsys.readouterr()
@@ -180,7 +170,7 @@ def test_two_shards_merge_into_one_table(merged: Merged) -> None:
     code, out = m.cli("cs1", "add-table", TABLE, "--merge-all")
     assert code == 0, out
     assert [q for q, _ in m.states()] == sorted(m.queues.values())
-    loads = [Load(m.dsns[s], BASE[s], i) for i, s in enumerate(("s1", "s2"))]
+    loads = [shard_load(m.dsns[s], BASE[s], i) for i, s in enumerate(("s1", "s2"))]
     for load in loads:
         load.start()
     try:

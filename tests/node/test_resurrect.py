@@ -9,7 +9,7 @@ import json
 import psycopg
 import pytest
 
-from tests.node.conftest import write_ini
+from pgferry.testing.cascade import write_ini
 
 EXTRA1 = 'public."Tbl é"'  # the table as events name it
 
@@ -90,6 +90,7 @@ def test_resurrect_and_rejoin(tree) -> None:
     # Rejoin under the new root; the tables are copied again.
     write_ini(
         tree.configs["root"],
+        "londiste3",
         job_name=f"{tree.queue}_root_job",
         db=tree.dsns["root"],
         queue_name=tree.queue,

@@ -10,7 +10,8 @@ import psycopg
 
 from pgferry.config import load_config
 from pgferry.node import tableops
-from tests.node.conftest import TABLE, TABLE_ID, write_ini
+from pgferry.testing.cascade import write_ini
+from tests.fixtures.fix_cascade import TABLE, TABLE_ID
 from tests.node.watermark_helpers import hold, publish, rotate, usable
 
 _ids = itertools.count(1000)
@@ -21,6 +22,7 @@ def _add_branch(tree, node: str, dsn: str, provider: str, *options: str):
     tree.dsns[node] = dsn
     tree.configs[node] = write_ini(
         tree.tmp_path / f"{node}.ini",
+        "londiste3",
         job_name=f"{tree.queue}_{node}_job",
         db=dsn,
         queue_name=tree.queue,

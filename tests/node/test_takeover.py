@@ -6,7 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.node.conftest import Writer
+from pgferry.testing.load import Inserts
+from tests.fixtures.fix_cascade import TABLE_ID
 
 
 def _same_everywhere(tree, nodes=("root", "branch", "leaf", "leaf2")) -> list[tuple]:
@@ -24,7 +25,7 @@ def test_switchover_under_writes(tree) -> None:
     tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
     tree.catch_up()
     tree.start_ticker()
-    writer = Writer([tree.dsns["root"], tree.dsns["branch"]], 1000)
+    writer = Inserts([tree.dsns["root"], tree.dsns["branch"]], TABLE_ID, 1000)
     writer.start()
     try:
         tree.wait_for(lambda: writer.next_id > 1030, what="writes")

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from pgferry.apply import publish_seqs
 from pgferry.node.seqops import DEFAULT_SEQ_BUFFER
-from tests.node.conftest import Tree
+from tests.fixtures.fix_cascade import Tree
 
 SEQ = "public.order_ids"
 ORDERS = "public.orders"

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.node.conftest import Tree, _queues
+from tests.fixtures.fix_cascade import Tree
 
 
 @pytest.fixture
-def quick_tree(new_db_a, new_db_b, tmp_path: Path, capsys):
-    t = Tree(f"casc{next(_queues)}", {}, {}, capsys, tmp_path, watermark_period="0.2")
+def quick_tree(make_tree, new_db_a, new_db_b):
+    t = make_tree(watermark_period="0.2")
     t.add_node("root", new_db_a(None), "root", None)
     t.add_node("branch", new_db_b(None), "branch", "root")
     t.add_node("leaf", new_db_b(None), "leaf", "branch")

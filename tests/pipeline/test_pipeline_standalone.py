@@ -30,6 +30,7 @@ from pgferry.pipeline import compare
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
+from pgferry.testing.commands import run_pgferry
 from pgferry.testing.spark_env import spark_env, spark_home
 
 pytestmark = pytest.mark.cluster
@@ -247,12 +248,7 @@ time.sleep(600)
 
 
 def _pgferry(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pgferry", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_pgferry(*args, timeout=timeout)
 
 
 @contextmanager
@@ -276,6 +272,7 @@ def _ticking(dsn: str, queue: str = "replika") -> Iterator[None]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, cli, tmp_path):
     """The leaf's copy and large batches run on the cluster; its idle session then goes, so
     compare gets the cores; with the cores held by someone else, compare fails in bounded

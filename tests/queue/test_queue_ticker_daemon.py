@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from queue_helpers import install_queue, take_batch
 from pgferry.config import load_config
 from pgferry.queue.ticker import DatabaseState, TickerService, TickerSettings
 from pgferry.testing.cluster import LocalCluster
+from pgferry.testing.commands import run_pgferry
 
 
 def wait_for(check: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
@@ -33,12 +33,7 @@ def wait_for(check: Callable[[], object], timeout: float = 30, what: str = "cond
 
 
 def pgferry(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pgferry", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_pgferry(*args, timeout=60)
 
 
 def query(connstr: str, text: str, *params: object) -> object:
@@ -224,6 +219,7 @@ def _run_ticker(
     return stop
 
 
+@pytest.mark.timing
 def test_busy_queue_ticks_every_busy_period(pg_a: LocalCluster, tmp_path: Path) -> None:
     # An idle round only every 30 s: the ticks below can only come from the busy cadence.
     name = f"busy_{os.getpid()}"
@@ -270,6 +266,7 @@ def test_idle_rounds_write_nothing(pg_a: LocalCluster, tmp_path: Path) -> None:
         stop()
 
 
+@pytest.mark.timing
 def test_idle_daemon_ticks_new_and_late_events(pg_a: LocalCluster, tmp_path: Path) -> None:
     # Idle rounds are one query and skip a settled late-commit check (queue version 12):
     # a new event and a late commit must still get their tick within a ticker_period.

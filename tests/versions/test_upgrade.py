@@ -7,19 +7,15 @@ The steps are the document's, through the command line (``takeover``, ``status``
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
-
 import pytest
 
-from tests.node.conftest import Tree, Writer
-
-_n = itertools.count(1)
+from pgferry.testing.load import Inserts
+from tests.fixtures.fix_cascade import TABLE_ID, Tree
 
 
 @pytest.fixture
-def upgrade(new_db, tmp_path: Path, capsys):
-    tree = Tree(f"upg{next(_n)}", {}, {}, capsys, tmp_path, watermark_period="1")
+def upgrade(make_tree, new_db):
+    tree = make_tree("upg", watermark_period="1")
     tree.add_node("pg15", new_db(15), "root", None)
     tree.add_node("pg18", new_db(18), "branch", "pg15")
     try:
@@ -37,7 +33,7 @@ def test_upgrade_15_to_18_and_back(upgrade: Tree) -> None:
     # Step 3 of the document: both sides equal, compared at one tick.
     assert tree.cli("pg18", "compare").code == 0
     tree.start_ticker()
-    writer = Writer([tree.dsns["pg15"], tree.dsns["pg18"]], 1000)
+    writer = Inserts([tree.dsns["pg15"], tree.dsns["pg18"]], TABLE_ID, 1000)
     writer.start()
     try:
         tree.wait_for(lambda: writer.next_id > 1030, what="writes on 15")

@@ -13,9 +13,6 @@ import logging
 import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +21,9 @@ from pathlib import Path
 import psycopg
 
 from pgferry.daemon import pid_alive, read_pid
+from pgferry.testing import load
 from pgferry.testing.cluster import LocalCluster
+from pgferry.testing.commands import run_pgferry
 
 log = logging.getLogger(__name__)
 
@@ -67,54 +66,40 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-class Load:
+class Load(load.Load):
     """Logins, logouts and log inserts on the source in a thread; reconnects after faults."""
 
     def __init__(self, dsn: str, pause: float = 0.002) -> None:
-        self.dsn = dsn
-        self.pause = pause
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.transactions = 0
-        self.failures = 0
-
-    def _run(self) -> None:
         rng = random.Random(7)
-        while not self.stop.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as conn:
-                    while not self.stop.is_set():
-                        uid = rng.randint(1, ROWS)
-                        with conn.transaction():
-                            conn.execute(
-                                "update digoal_01.user_session set logintime = now(),"
-                                " login_count = login_count + 1 where userid = %s",
-                                (uid,),
-                            )
-                            conn.execute(
-                                "insert into digoal_01.user_login_rec (userid, login_time, ip)"
-                                " values (%s, now(), '10.0.0.1')",
-                                (uid,),
-                            )
-                            if uid % 13 == 0:
-                                conn.execute(
-                                    "update digoal_01.user_info set mod_time = now(),"
-                                    " userid = userid + %s where userid = %s",
-                                    (ROWS, uid),
-                                )
-                        self.transactions += 1
-                        time.sleep(self.pause)
-            except psycopg.Error:
-                self.failures += 1
-                time.sleep(0.5)  # the source is down: try again
 
-    def __enter__(self) -> Load:
-        self.thread.start()
-        return self
+        def login(conn: psycopg.Connection, _done: int) -> None:
+            uid = rng.randint(1, ROWS)
+            conn.execute(
+                "update digoal_01.user_session set logintime = now(),"
+                " login_count = login_count + 1 where userid = %s",
+                (uid,),
+            )
+            conn.execute(
+                "insert into digoal_01.user_login_rec (userid, login_time, ip)"
+                " values (%s, now(), '10.0.0.1')",
+                (uid,),
+            )
+            if uid % 13 == 0:
+                conn.execute(
+                    "update digoal_01.user_info set mod_time = now(),"
+                    " userid = userid + %s where userid = %s",
+                    (ROWS, uid),
+                )
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=30)
+        super().__init__(dsn, login, every=pause, retry=0.5)  # the source is down: again
+
+    @property
+    def transactions(self) -> int:
+        return self.done
+
+    @property
+    def failures(self) -> int:
+        return self.refused
 
 
 @dataclass
@@ -133,13 +118,7 @@ class Scenario:
 
     # --- command line -----------------------------------------------------------------
     def cli(self, *args: str, check: bool = True) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pgferry", *args],
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_pgferry(*args, timeout=300, cwd=self.workdir)
         if check and proc.returncode != 0:
             raise AssertionError(f"pgferry {' '.join(args)}: {proc.stdout}{proc.stderr}")
         return proc.stdout + proc.stderr
