@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 from pgferry.apply.batch_sql import (
-    REMOVAL_EVENTS,
     Segment,
     SummaryRow,
     fold_summary,
@@ -14,6 +13,7 @@ from pgferry.apply.batch_sql import (
 )
 from pgferry.apply.routes import Route
 from pgferry.db import connect
+from pgferry.events import REMOVAL_EVENTS
 
 
 def _route(name: str, state: str = "ok") -> Route:

@@ -41,6 +41,7 @@ from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, re
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
+from pgferry.events import EXECUTE_EVENT, REMOVE_SEQ_EVENT
 from pgferry.node import model, seqops, tableops
 from pgferry.queue import api as queue_api
 from pgferry.queue.api import Batch
@@ -311,7 +312,7 @@ class Replayer:
             if not name:
                 continue
             source = removal.origin or node.provider_node or "the provider"
-            if removal.ev_type == seqops.REMOVE_SEQ_EVENT:
+            if removal.ev_type == REMOVE_SEQ_EVENT:
                 if seqops.removed_upstream(local, queue, name):
                     log.info("Sequence %s removed: %s no longer replicates it", name, source)
                 continue
@@ -346,7 +347,7 @@ class Replayer:
         kept); the failing event is recorded so that ``skip-event`` can name it.  A script
         the operator skipped is passed over.
         """
-        from pgferry.scripts.execute import EXECUTE_EVENT, apply_script_event
+        from pgferry.scripts.execute import apply_script_event
 
         ev_id, file_name = script.ev_id, script.file_name
         queue = node.queue_name

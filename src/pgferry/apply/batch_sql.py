@@ -31,12 +31,17 @@ from psycopg import sql
 
 from pgferry import expressions
 from pgferry.apply.routes import Route, split_name
-from pgferry.handlers import EVENT_COLUMNS
-from pgferry.node.seqops import REMOVE_SEQ_EVENT
-from pgferry.node.tableops import REMOVE_TABLE_EVENT
+from pgferry.events import (
+    EVENT_COLUMNS,
+    EXECUTE_EVENT,
+    REMOVAL_EVENTS,
+    SEQ_EVENT,
+    TRUNCATE_EVENT,
+)
 
-# Events by which a root or branch says a table or sequence is no longer replicated.
-REMOVAL_EVENTS = (REMOVE_TABLE_EVENT, REMOVE_SEQ_EVENT)
+# The event types in the SQL text, as literals.
+_TRUNCATE, _SEQ, _EXECUTE = (sql.Literal(t) for t in (TRUNCATE_EVENT, SEQ_EVENT, EXECUTE_EVENT))
+_REMOVALS = sql.Literal(list(REMOVAL_EVENTS))
 
 
 @dataclass(frozen=True)
@@ -81,32 +86,30 @@ def summary_query(
     with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
     seqs = list(sequences)
-    row_or_truncate = "(e.ev_type = 'R' or substr(e.ev_type, 2, 1) = ':')"
+    row_or_truncate = sql.SQL("(e.ev_type = {} or substr(e.ev_type, 2, 1) = ':')").format(_TRUNCATE)
     # Tables without a hand-over filter share one array test; the others need their own.
     plain = [r.table_name for r in routes if _handover_skip(r) is None]
     terms = []
     if plain:
         terms.append(
-            sql.SQL("(e.ev_extra1 = any({}) and {})").format(
-                sql.Literal(plain), sql.SQL(row_or_truncate)
-            )
+            sql.SQL("(e.ev_extra1 = any({}) and {})").format(sql.Literal(plain), row_or_truncate)
         )
     for route in routes:
         skip = _handover_skip(route)
         if skip is not None:
             terms.append(
                 sql.SQL("(e.ev_extra1 = {} and {} and {})").format(
-                    sql.Literal(route.table_name), sql.SQL(row_or_truncate), skip
+                    sql.Literal(route.table_name), row_or_truncate, skip
                 )
             )
     if seqs:
         terms.append(
-            sql.SQL("(e.ev_type = 'SEQ' and e.ev_extra1 = any({}))").format(sql.Literal(seqs))
+            sql.SQL("(e.ev_type = {} and e.ev_extra1 = any({}))").format(_SEQ, sql.Literal(seqs))
         )
     if scripts:
-        terms.append(sql.SQL("(e.ev_type = 'EXECUTE')"))
+        terms.append(sql.SQL("(e.ev_type = {})").format(_EXECUTE))
     if removals:
-        terms.append(sql.SQL("(e.ev_type = any({}))").format(sql.Literal(list(REMOVAL_EVENTS))))
+        terms.append(sql.SQL("(e.ev_type = any({}))").format(_REMOVALS))
     if not terms:
         terms.append(sql.SQL("false"))
     where = [sql.SQL("({})").format(sql.SQL(" or ").join(terms)), *segment.filters()]
@@ -121,15 +124,16 @@ def summary_query(
                count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G'),
                coalesce(bool_or(ins) filter (where rowev), false),
                coalesce(bool_or(del) filter (where rowev), false)
-          from (select case when e.ev_type = 'EXECUTE' or e.ev_type = any({removal})
+          from (select case when e.ev_type = {execute} or e.ev_type = any({removal})
                             then null else e.ev_extra1 end as name,
                        e.ev_id,
                        substr(e.ev_type, 2, 1) = ':' as rowev,
                        substr(e.ev_type, 1, 2) = 'I:' as ins,
                        substr(e.ev_type, 1, 2) = 'D:' as del,
-                       case when e.ev_type = 'R' then 'R' when e.ev_type = 'EXECUTE' then 'X'
+                       case when e.ev_type = {truncate} then 'R'
+                            when e.ev_type = {execute} then 'X'
                             when e.ev_type = any({removal}) then 'G' end as kind,
-                       case when e.ev_type = 'SEQ' then e.ev_data::bigint end as seqv
+                       case when e.ev_type = {seq} then e.ev_data::bigint end as seqv
                   from ({batch}) e
                  where {where}
                 offset 0) x
@@ -138,7 +142,10 @@ def summary_query(
     ).format(
         batch=sql.SQL(batch_sql),
         where=sql.SQL(" and ").join(where),
-        removal=sql.Literal(list(REMOVAL_EVENTS)),
+        removal=_REMOVALS,
+        truncate=_TRUNCATE,
+        execute=_EXECUTE,
+        seq=_SEQ,
     )
     return query.as_string(None)
 
@@ -157,7 +164,7 @@ def grouped_summary_query(batch_sql: str, sequences: Iterable[str], segment: Seg
     query = sql.SQL(
         """
         select e.ev_extra1, e.ev_type, count(*), min(e.ev_id), max(e.ev_id),
-               max(case when e.ev_type = 'SEQ' and e.ev_extra1 = any({seqs})
+               max(case when e.ev_type = {seq} and e.ev_extra1 = any({seqs})
                         then e.ev_data::bigint end)
           from ({batch}) e
          where {where}
@@ -167,6 +174,7 @@ def grouped_summary_query(batch_sql: str, sequences: Iterable[str], segment: Seg
         batch=sql.SQL(batch_sql),
         where=sql.SQL(" and ").join(where),
         seqs=sql.Literal(list(sequences)),
+        seq=_SEQ,
     )
     return query.as_string(None)
 
@@ -225,13 +233,13 @@ def fold_summary(
     acc: dict[str, _Fold] = {}
     scripts_n = removals_n = 0
     for name, ev_type, count, first, last, seq_value in groups:
-        if ev_type == "EXECUTE":
+        if ev_type == EXECUTE_EVENT:
             scripts_n += count if scripts else 0
             continue
         if ev_type in REMOVAL_EVENTS:
             removals_n += count if removals else 0
             continue
-        if ev_type == "SEQ":
+        if ev_type == SEQ_EVENT:
             if name in seqs:
                 fold = acc.setdefault(name, _Fold())
                 fold.seq_value = (
@@ -240,7 +248,7 @@ def fold_summary(
             continue
         if name not in tables or ev_type is None:
             continue
-        if ev_type == "R":
+        if ev_type == TRUNCATE_EVENT:
             fold = acc.setdefault(name, _Fold())
             fold.barrier = last if fold.barrier is None else max(fold.barrier, last)
         elif ev_type[1:2] == ":":  # a row event (other event types of a table count not)
@@ -327,11 +335,13 @@ def table_query(
     return query.as_string(None)
 
 
-def table_events(route: Route, segment: Segment, kinds: str) -> list[sql.Composable]:
-    """Conditions choosing the table's events of ``kinds`` in the segment."""
+def table_events(
+    route: Route, segment: Segment, kinds: str | sql.Composable
+) -> list[sql.Composable]:
+    """Conditions choosing the table's events of ``kinds`` (SQL) in the segment."""
     where = [
         sql.SQL("e.ev_extra1 = {}").format(sql.Literal(route.table_name)),
-        sql.SQL(kinds),
+        sql.SQL(kinds) if isinstance(kinds, str) else kinds,
         *segment.filters(),
     ]
     skip = _handover_skip(route)
@@ -342,11 +352,14 @@ def table_events(route: Route, segment: Segment, kinds: str) -> list[sql.Composa
 
 def events_query(batch_sql: str, route: Route, segment: Segment) -> str:
     """SQL text of one table's events, uncollapsed, in ev_id order, as the columns of
-    :data:`pgferry.handlers.EVENT_COLUMNS` (row events and TRUNCATEs), for a handler that
+    :data:`pgferry.events.EVENT_COLUMNS` (row events and TRUNCATEs), for a handler that
     works on events.  A key filter of the handler skips row events failing it."""
-    where = table_events(route, segment, "(e.ev_type like '_:%' or e.ev_type = 'R')")
+    kinds = sql.SQL("(e.ev_type like '_:%' or e.ev_type = {})").format(_TRUNCATE)
+    where = table_events(route, segment, kinds)
     if route.key_filter:
-        where.append(sql.SQL("(e.ev_type = 'R' or {})").format(_on_source(route, route.key_filter)))
+        where.append(
+            sql.SQL("(e.ev_type = {} or {})").format(_TRUNCATE, _on_source(route, route.key_filter))
+        )
     cols = sql.SQL(", ").join(
         sql.SQL("e.{}::text::{}").format(sql.Identifier(c), sql.SQL(t))
         if c == "ev_txid"

@@ -23,7 +23,6 @@ import psycopg
 
 from pgferry import copyio
 from pgferry.apply.batch_sql import (
-    REMOVAL_EVENTS,
     Segment,
     SummaryRow,
     fold_summary,
@@ -33,6 +32,7 @@ from pgferry.apply.batch_sql import (
 from pgferry.apply.routes import Route
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, PgferryError
+from pgferry.events import REMOVAL_EVENTS
 from pgferry.queue import api as queue_api
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.

@@ -32,7 +32,8 @@ from pgferry.apply.readers import ReaderPool, table_parts
 from pgferry.apply.routes import Route
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.handlers import EVENT_COLUMNS, Staged
+from pgferry.events import EVENT_COLUMNS
+from pgferry.handlers import Staged
 from pgferry.node import model
 from pgferry.registry import entries
 

@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 
 from pgferry.errors import UsageError
+
+# Columns of an "events" stage, in order, with their types (the event vocabulary's).
+from pgferry.events import EVENT_COLUMNS as EVENT_COLUMNS
 from pgferry.handlers import upsert
 
 # The data a handler is handed and returns lives one module down, where the set-based
@@ -42,19 +45,6 @@ from pgferry.handlers.staged import Target as Target
 if TYPE_CHECKING:
     from pgferry.config import Config
 
-# Columns of an "events" stage, in order, with their types.
-EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("ev_id", "bigint"),
-    ("ev_time", "timestamptz"),
-    ("ev_txid", "bigint"),
-    ("ev_retry", "integer"),
-    ("ev_type", "text"),
-    ("ev_data", "text"),
-    ("ev_extra1", "text"),
-    ("ev_extra2", "text"),
-    ("ev_extra3", "text"),
-    ("ev_extra4", "text"),
-)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

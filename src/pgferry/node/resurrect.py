@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from pgferry.errors import NodeError, PgferryError
+from pgferry.events import EVENT_COLUMN_NAMES
 from pgferry.node import capture, cascade, model, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView
 from pgferry.queue import api as queue_api
@@ -266,7 +267,7 @@ def _document(queue: str, me: str, plan: _Plan, events: list[tuple]) -> dict[str
     other: dict[str, int] = {}
     rows = []
     for event in events:
-        row = dict(zip(queue_api.EVENT_COLUMNS, event, strict=True))
+        row = dict(zip(EVENT_COLUMN_NAMES, event, strict=True))
         ev_type = row["ev_type"] or ""
         op = ev_type.split(":", 1)[0]
         if op in ROW_OPS and row["ev_extra1"]:

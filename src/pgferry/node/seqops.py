@@ -18,6 +18,7 @@ import psycopg
 
 from pgferry.config import Config
 from pgferry.errors import ConfigError, TableError, UsageError
+from pgferry.events import REMOVE_SEQ_EVENT, SEQ_EVENT
 from pgferry.node import connect, model
 from pgferry.node.tableops import provider_conn, resolve
 from pgferry.queue.api import insert_event
@@ -34,10 +35,6 @@ log = logging.getLogger(__name__)
 # switchover skips up to one buffer of values and a failover up to two, nothing for bigint
 # keys and little for int ones.
 DEFAULT_SEQ_BUFFER = 10000
-
-# Queued by remove-seq on a root or branch: ev_data and ev_extra1 = the sequence
-# (``%I.%I``), ev_extra2 = the node that removed it (docs/events.md).
-REMOVE_SEQ_EVENT = "ferry.remove-seq"
 
 
 def seq_buffer(config: Config) -> int:
@@ -225,7 +222,7 @@ def publish_ahead(conn: psycopg.Connection, queue: str, buffer: int) -> dict[str
         value = _due(state, buffer)
         if value is None:
             continue
-        insert_event(conn, queue, "SEQ", str(value), state.seq_name)
+        insert_event(conn, queue, SEQ_EVENT, str(value), state.seq_name)
         entries.set_seq_published(conn, queue, state.seq_name, value)
         sent[state.seq_name] = value
     return sent

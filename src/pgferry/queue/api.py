@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgferry.errors import QueueError
+from pgferry.events import EVENT_COLUMN_NAMES, EXECUTE_EVENT
 
 
 @dataclass(frozen=True)
@@ -266,12 +267,11 @@ def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
 
     Rows: (ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4).
     """
-    query = (
-        "select ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4 from ("
-        + batch_sql
-        + ") e where e.ev_type = 'EXECUTE' order by e.ev_id"
-    )
-    return conn.execute(query.encode()).fetchall()
+    query = sql.SQL(
+        "select ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4 from ({}) e"
+        " where e.ev_type = {} order by e.ev_id"
+    ).format(sql.SQL(batch_sql), sql.Literal(EXECUTE_EVENT))
+    return conn.execute(query).fetchall()
 
 
 def events_of_types(
@@ -287,19 +287,6 @@ def events_of_types(
 
 
 # --- events ------------------------------------------------------------------------------
-# The columns of an event, in table order (also what ``queue.ticks.cut_after`` returns).
-EVENT_COLUMNS = (
-    "ev_id",
-    "ev_time",
-    "ev_txid",
-    "ev_retry",
-    "ev_type",
-    "ev_data",
-    "ev_extra1",
-    "ev_extra2",
-    "ev_extra3",
-    "ev_extra4",
-)
 
 
 def insert_event(
@@ -333,7 +320,7 @@ def insert_staged_events(conn: psycopg.Connection, queue: str, relation: sql.Com
 
 # Columns of a provider's events that forward_events stores, in this order (the txid is
 # the forwarding transaction's own).
-FORWARDED_COLUMNS = tuple(c for c in EVENT_COLUMNS if c != "ev_txid")
+FORWARDED_COLUMNS = tuple(c for c in EVENT_COLUMN_NAMES if c != "ev_txid")
 # Events per call: each call sends its columns as arrays, one parameter each, which must
 # stay well below the server's limit for one value even for large events.
 _FORWARD_CHUNK = 5000

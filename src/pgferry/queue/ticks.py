@@ -177,7 +177,7 @@ def drop_hold(conn: psycopg.Connection, queue: str, name: str) -> bool:
 def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple]:
     """Cut ``queue`` back to ``tick_id`` in the caller's transaction: the events after it
     (ticked or not) and the later ticks are deleted; returns those events (rows of
-    :data:`pgferry.queue.api.EVENT_COLUMNS`, first deliveries, by ev_id).  New events wait
+    :data:`pgferry.events.EVENT_COLUMN_NAMES`, first deliveries, by ev_id).  New events wait
     for the commit."""
     return conn.execute("select * from ferry_queue.cut_after(%s, %s)", (queue, tick_id)).fetchall()
 
