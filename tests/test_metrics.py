@@ -27,6 +27,7 @@ from pgferry.errors import ConfigError, PgferryError
 from pgferry.metrics.server import Endpoint, MetricsServer, endpoint, start
 from pgferry.metrics.ticker import watch_ticker
 from pgferry.metrics.worker import NodeReading, WorkerCollector, read_node, watch_worker
+from pgferry.node.ticker_health import StallLog
 from pgferry.settings import NODE_SETTINGS, TICKER_SETTINGS
 from pgferry.testing.cluster import LocalCluster, free_port
 
@@ -219,6 +220,7 @@ class _FakeWorker:
         self.batches_applied = self.spark_batches = self.events_applied = 0
         self.errors_total = 0
         self.batch_observers: list = []
+        self.ticker_watch = StallLog(10.0)  # never looked: no ticker metric
 
 
 def test_worker_collector_states_copies_and_database_down(tmp_path: Path) -> None:
@@ -243,6 +245,7 @@ def test_worker_collector_states_copies_and_database_down(tmp_path: Path) -> Non
     assert value(down, "pgferry_node_database_up", node="n1") == 0
     assert value(down, "pgferry_batches_total", node="n1") == 0
     assert value(down, "pgferry_consumer_lag_seconds") is None
+    assert value(down, "pgferry_root_ticker_stopped") is None
 
     for observe in worker.batch_observers:
         observe(None, None, 0.02)

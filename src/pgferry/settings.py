@@ -42,6 +42,11 @@ NODE_SETTINGS: list[Setting] = [
     ("loop_delay", "1.0", "longest idle wait; a new tick wakes a subscriber at once"),
     ("exception_sleep", "20", "seconds to wait after an error before retrying"),
     ("watermark_period", "5", "seconds between reports of what this subtree still needs"),
+    (
+        "ticker_stopped_after",
+        "10",
+        "seconds without a root tick while events wait: the ticker counts as stopped",
+    ),
     ("connection_lifetime", "1200", "seconds before a database connection is reopened"),
     ("pgq_batch_collect_events", "200000", "events per multi-tick batch when catching up"),
     ("pgq_batch_collect_interval", "", "minimum time span per batch (10s, 5 min, ...)"),

@@ -39,7 +39,7 @@ from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError
 from pgferry.handlers import registry as handler_registry
-from pgferry.node import model, watermarks
+from pgferry.node import model, ticker_health, watermarks
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
@@ -72,6 +72,9 @@ class Worker(Service):
         self.verbose = verbose
         self.settings = WorkerSettings.from_config(config)
         self._idle = idle.IdleWatch(self.settings.watermark_period)
+        # The root's ticker, seen from the root or a node reading from it (metrics read it).
+        self.ticker_watch = ticker_health.StallLog(ticker_health.stopped_after(config))
+        self._ticker_on: str | None = None  # where to look: "local", "provider" or nowhere
         self._spark = WorkerSpark(config, verbose)
         self.replay = Replayer(self.settings.replay, self._spark)
         self.conns = WorkerConnections(config, self.settings, self.replay)
@@ -92,6 +95,7 @@ class Worker(Service):
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
         self._idle.watermark_period = self.settings.watermark_period
+        self.ticker_watch.after = ticker_health.stopped_after(self.config)
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
         self.conns.config, self.conns.settings = self.config, self.settings
@@ -154,6 +158,10 @@ class Worker(Service):
         assert lock is not None  # autocommit, on the node: the idle reads
         self._loop_at = time.monotonic()
         copying = self._copies.running_tables() > 0
+        # The root's queue (see _whole_loop): the root's own, or the provider's (read as
+        # the root's only when it ticks itself).
+        on = {"local": lock, "provider": self.conns.provider}.get(self._ticker_on or "")
+        self.ticker_watch.look(on, self.settings.queue)
         if self._idle.quiet(lock, self.conns.provider, self.settings.queue, copying=copying):
             return False
         more = self._whole_loop(local)
@@ -168,6 +176,9 @@ class Worker(Service):
             node.consumer_name
             if node.node_type != "root" and node.provider_location and not node.paused
             else None
+        )
+        self._ticker_on = (
+            "local" if node.node_type == "root" else "provider" if self._idle.consumer else None
         )
         if node.node_type != "root" and node.provider_location is None:
             # A node without a provider (an old root after resurrect) waits for

@@ -9,7 +9,7 @@ from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError, UsageError
-from pgferry.node import connect, copynode, model, resync, seqops, tableops
+from pgferry.node import connect, copynode, model, resync, seqops, tableops, waits
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -257,6 +257,7 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
     # Checks start 0.1 s apart and grow to ``poll``: a small table's copy takes under a
     # second, a large one's minutes.
     interval = min(poll, 0.1)
+    ticker = waits.RootTicker(config)  # a copy never ends without the root's ticks
     while True:
         with local_tx(config) as conn:
             model.require_node(conn, queue)
@@ -276,5 +277,6 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
             last_msg = msg
         if deadline is not None and time.monotonic() >= deadline:
             raise PgferryError(f"wait-sync: timed out, {msg}")
+        ticker.check()
         time.sleep(interval)  # polling the state written by the worker, not synchronising
         interval = min(poll, interval * 2)

@@ -1,6 +1,7 @@
 """The replication worker's metrics: counts from the :class:`~pgferry.apply.worker.Worker`
-object (its counters, and a histogram its per-batch callback fills), positions, lag, table
-states and copy progress read from the node's database while the scrape runs.
+object (its counters, a histogram its per-batch callback fills, its last look at the root's
+ticker), positions, lag, table states and copy progress read from the node's database
+while the scrape runs.
 ``docs/metrics.md`` lists every metric.
 """
 
@@ -213,6 +214,17 @@ class WorkerCollector(Collector):
         )
         up.add_metric(values, 1 if reading is not None else 0)
         yield up
+        stopped = GaugeMetricFamily(
+            "pgferry_root_ticker_stopped",
+            "1 while the root's ticker counts as stopped (no tick for ticker_stopped_after"
+            " seconds while events wait), else 0; only on the root's worker and on workers"
+            " reading from the root.",
+            labels=labels,
+        )
+        stalled = w.ticker_watch.stalled  # the worker's last look (None: not watched)
+        if stalled is not None:
+            stopped.add_metric(values, 1 if stalled else 0)
+        yield stopped
         if reading is None:
             return
         yield from self._node_metrics(reading, labels, values)

@@ -1,8 +1,9 @@
 """Gathering and drawing the cascade tree for ``status``.
 
 Every member listed in the local ``node_location`` is asked for its own view (type, provider,
-tick, error, table states, the divergence its replay repaired) through its public location,
-in parallel.  Dead members are not contacted and unreachable ones are shown with the
+tick, error, table states, the divergence its replay repaired; on the root, whether its
+ticker counts as stopped, see :mod:`.ticker_health`) through its public location, in
+parallel.  Dead members are not contacted and unreachable ones are shown with the
 connection error, so ``status`` works from any node even when parts of the cascade are down.
 """
 
@@ -18,7 +19,7 @@ import psycopg
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.node import connect, model
+from pgferry.node import connect, model, ticker_health
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 
@@ -52,6 +53,10 @@ class NodeStatus:
     diverged_since: datetime | None = None
     diverged_last: datetime | None = None
     diverged_tables: str | None = None
+    # Root: events added since its newest tick, and the ticker's line when it counts as
+    # stopped (no tick for ticker_stopped_after seconds while events wait).
+    events_waiting: int | None = None
+    ticker_stopped: str | None = None
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -75,6 +80,8 @@ class StatusReport:
                 found.append(f"{n.name} unreachable")
             elif n.error:
                 found.append(f"{n.name} in ERR")
+            if n.ticker_stopped:
+                found.append(f"ticker of root {n.name} stopped")
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -94,8 +101,13 @@ class StatusReport:
         }
 
 
-def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeStatus:
-    """The view one node has of itself."""
+def read_node_status(
+    conn: psycopg.Connection,
+    queue: str,
+    name: str,
+    stopped_after: float = ticker_health.STOPPED_AFTER,
+) -> NodeStatus:
+    """The view one node has of itself (``stopped_after``: ``ticker_stopped_after``)."""
     node = model.load_node(conn, queue)
     if node is None:
         return NodeStatus(name=name, reachable=True, error="node not initialized here")
@@ -131,6 +143,11 @@ def read_node_status(conn: psycopg.Connection, queue: str, name: str) -> NodeSta
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
         st.tick, st.tick_time = queue_ticks.last_tick(conn, queue)
+        ticker = ticker_health.read(conn, queue)
+        if ticker is not None:
+            st.events_waiting = ticker.waiting
+            if ticker.stopped(stopped_after):
+                st.ticker_stopped = ticker.line()
     return st
 
 
@@ -141,7 +158,9 @@ def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStat
         with connect.connect_remote(
             config, member.node_location, autocommit=True, connect_timeout=REMOTE_TIMEOUT
         ) as conn:
-            st = read_node_status(conn, queue, member.node_name)
+            st = read_node_status(
+                conn, queue, member.node_name, ticker_health.stopped_after(config)
+            )
     except PgferryError as exc:
         return NodeStatus(name=member.node_name, reachable=False, error=str(exc))
     except psycopg.Error as exc:
@@ -159,7 +178,9 @@ def gather(
     """
     queue = connect.queue_name(config)
     local = model.require_node(conn, queue)
-    local_status = read_node_status(conn, queue, local.node_name)
+    local_status = read_node_status(
+        conn, queue, local.node_name, ticker_health.stopped_after(config)
+    )
     others = [
         model.Member(m.node_name, m.node_location, m.dead or m.node_name in assume_dead)
         for m in model.members(conn, queue)
@@ -214,6 +235,8 @@ def _info_lines(n: NodeStatus) -> list[str]:
         lines.append(
             f"Lag: {format_lag(n.lag_seconds)}, Tick: {n.tick if n.tick is not None else '?'}"
         )
+        if n.ticker_stopped:
+            lines.append(f"TICKER STOPPED: {n.ticker_stopped}")
         if n.paused:
             lines.append("PAUSED")
         lines += [f"Copy {line}" for line in n.copies]

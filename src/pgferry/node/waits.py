@@ -1,16 +1,22 @@
 """Waiting on ticks: ``wait-root`` / ``wait-provider`` and the waits of cascade operations.
 
 Tick ids are the same on every node of a cascade (branches copy the root's ticks), so "node
-N has caught up with tick T" is simply ``last_tick_id >= T`` on N.
+N has caught up with tick T" is simply ``last_tick_id >= T`` on N.  Events the root has
+not ticked yet are in no tick: ``wait-root`` (and ``wait-provider`` on the root) waits for
+the tick that takes them, and every wait fails at once, naming the ticker, when the root's
+ticker counts as stopped (:mod:`.ticker_health`), instead of reporting a tick that leaves
+those events out.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
+from pgferry.config import Config
 from pgferry.errors import NodeError, WaitTimeout
-from pgferry.node import model
-from pgferry.node.cascade import Cascade
+from pgferry.node import model, ticker_health
+from pgferry.node.cascade import Cascade, load
 from pgferry.polling import wait_until
 from pgferry.queue import ticks as queue_ticks
 
@@ -45,9 +51,14 @@ def wait_applied(c: Cascade, name: str, tick: int, timeout: float, poll: float) 
         return wait_until(reached, timeout=timeout if timeout > 0 else None, interval=poll)
     except WaitTimeout:
         raise NodeError(
-            f"Node {name} did not reach tick {tick} within {timeout:g}s"
+            f"Node {name} did not reach tick {tick} within {_seconds(timeout)}s"
             f" (at tick {current if current is not None else '?'}; is its worker running?)"
         ) from None
+
+
+def _seconds(value: float) -> str:
+    """4.86 -> '4.9', 120.0 -> '120' (what is left of a wait, as a person reads it)."""
+    return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
 def missing_tick(c: Cascade, name: str, tick: int) -> str | None:
@@ -103,27 +114,100 @@ def find_root(c: Cascade) -> str:
     raise NodeError("No root found above the local node")
 
 
+def _read_ticker(c: Cascade, root: str) -> ticker_health.TickerReading | None:
+    """The root's ticker; fails with the ticker's line when it counts as stopped."""
+    with c.on(root, autocommit=True) as conn:
+        reading = ticker_health.read(conn, c.queue)
+    if reading is not None and reading.stopped(ticker_health.stopped_after(c.config)):
+        raise NodeError(reading.line(root)[0].upper() + reading.line(root)[1:])
+    return reading
+
+
+def _left(deadline: float | None) -> float:
+    """What is left of a wait as a ``timeout`` argument (<= 0 waits for ever)."""
+    return 0.0 if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+
+def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int | None:
+    """The root's tick that takes every event committed there now: its newest tick, or
+    while events wait for a tick, the next one (waited for until ``deadline``; None: for
+    ever).  Fails, naming the ticker, when it counts as stopped."""
+    first = _read_ticker(c, root)
+    if first is None:  # frozen by a switchover, or no queue: its newest tick is final
+        return queue_top(c, root)
+    if not first.waiting or first.last_tick is None:
+        return first.last_tick
+
+    def ticked() -> int | None:
+        now = _read_ticker(c, root)
+        if now is None or now.last_tick is None:
+            return queue_top(c, root)
+        return now.last_tick if now.last_tick > first.last_tick else None  # type: ignore[operator]
+
+    log.info("Waiting for root %s to tick %d waiting events", root, first.waiting)
+    try:
+        return wait_until(
+            ticked, timeout=None if deadline is None else _left(deadline), interval=poll
+        )
+    except WaitTimeout:
+        raise NodeError(
+            f"Root {root} made no tick for the {first.waiting} events waiting there:"
+            f" {ticker_health.REMEDY}"
+        ) from None
+
+
 def wait_root(c: Cascade, timeout: float, poll: float) -> tuple[str, int | None]:
-    """Wait until the local node has applied the root's newest tick; (root, tick)."""
+    """Wait until the local node has applied every event committed on the root when
+    called (the root's newest tick, or the next one while events wait); (root, tick)."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
     root = find_root(c)
+    tick = root_tick(c, root, deadline, poll)
     if root == c.local.node_name:
-        return root, queue_top(c, root)
-    tick = queue_top(c, root)
+        return root, tick
     if tick is not None:
         log.info("Waiting for tick %s of root %s", tick, root)
-        wait_applied(c, c.local.node_name, tick, timeout, poll)
+        wait_applied(c, c.local.node_name, tick, _left(deadline), poll)
     return root, tick
 
 
 def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | None]:
-    """Wait until the local node has applied its provider's newest tick; (provider, tick)."""
+    """Wait until the local node has applied its provider's newest tick (on the root,
+    every event committed there when called, as :func:`wait_root`); (provider, tick)."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
     provider = c.local.provider_node
     if provider is None:
         raise NodeError(f"Node {c.local.node_name} is the root: it has no provider")
     with c.on(provider, autocommit=True) as conn:
         node = model.require_node(conn, c.queue)
         tick = queue_ticks.last_tick(conn, c.queue)[0] if node.has_queue else None
+    if node.is_root:
+        tick = root_tick(c, provider, deadline, poll)
+    else:
+        _read_ticker(c, find_root(c))  # a branch waits on the root's ticker too
     if tick is not None:
         log.info("Waiting for tick %s of provider %s", tick, provider)
-        wait_applied(c, c.local.node_name, tick, timeout, poll)
+        wait_applied(c, c.local.node_name, tick, _left(deadline), poll)
     return provider, tick
+
+
+class RootTicker:
+    """For a long wait (``wait-sync``): fails, naming the ticker, once the root's ticker
+    counts as stopped.  Looks at most every ``ticker_health.CHECK_EVERY`` seconds (the
+    cascade is walked to the root at the first look)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._cascade: Cascade | None = None
+        self._root: str | None = None
+        self._looked_at = float("-inf")
+
+    def check(self) -> None:
+        every = min(ticker_health.CHECK_EVERY, ticker_health.stopped_after(self.config))
+        if time.monotonic() - self._looked_at < every:
+            return
+        self._looked_at = time.monotonic()
+        if self._cascade is None:
+            self._cascade = load(self.config)
+            self._root = find_root(self._cascade)
+        assert self._root is not None
+        _read_ticker(self._cascade, self._root)
