@@ -36,7 +36,7 @@ from pgferry.scripts.attrs import (
     parse_attrs,
     replace_tags,
 )
-from pgferry.scripts.translate import plan_script, table_renames
+from pgferry.scripts.translate import plan_script
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +127,6 @@ def execute_on_root(
             conn.execute("set local session_replication_role = replica")
             log.info("Executing: %s", script.name)
             _run_statements(conn, statements)
-            # A renamed table keeps its registry entry and its capture (whose trigger
-            # passes the table's name) under the new name.
-            for old, new in table_renames(script.sql, set(queue_tables)):
-                entries.rename_table(conn, queue, old, new)
-                capture.attach(conn, queue, new, deny=False)
             # Functions of captures with options name the columns: made again for the
             # tables as the script left them (a spec they no longer meet fails the script).
             capture.refresh_specs(conn, queue)
@@ -207,8 +202,6 @@ def apply_script_event(
         statements = [p.sql for p in plan if p.run]
     log.info("Executing: %s", file_name)
     _run_statements(conn, statements)
-    for old, new in table_renames(script_sql, queue_tables) if not attrs else []:
-        entries.rename_table(conn, queue, old, new)  # the source's new name, here too
     _record(conn, queue, script)
     log.info("Execute finished: %s", file_name)
     return True
