@@ -32,7 +32,6 @@ from pgferry.node import connect
 
 log = logging.getLogger(__name__)
 
-GLOBAL_HOLD = ".global_watermark"
 SYNC_ATTR = "sync_watermark"
 PEER_TIMEOUT = 5  # seconds: an unreachable peer must not stall the worker for long
 

@@ -81,19 +81,6 @@ def tick_time(conn: psycopg.Connection, queue: str, tick_id: int) -> datetime | 
     return None if row is None else row[0]
 
 
-def has_tick(conn: psycopg.Connection, queue: str, tick_id: int) -> tuple[bool, int | None]:
-    """Whether the queue holds ``tick_id``, and its newest tick."""
-    row = conn.execute(
-        """
-        select bool_or(t.tick_id = %s), max(t.tick_id)
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s
-        """,
-        (tick_id, queue),
-    ).fetchone()
-    return (bool(row and row[0]), row[1] if row else None)
-
-
 def advance_tick_ids(conn: psycopg.Connection, queue: str, past: int) -> None:
     """New tick ids of ``queue`` continue after ``past`` and after every tick it holds."""
     conn.execute(
