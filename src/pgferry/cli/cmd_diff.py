@@ -1,10 +1,16 @@
 """``pgferry diff``: compare any two tables (and write or apply the fix) without a config file.
 
     pgferry diff SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND]
-                 [--repair FILE] [--apply] [--set spark_master=...] [--set spark.x=...]
-                 [--set spark_wait=SECONDS]
+                 [--max-rows N] [--json] [--repair FILE] [--apply]
+                 [--set spark_master=...] [--set spark.x=...] [--set spark_wait=SECONDS]
 
-Exit status: 0 when the tables match (or the fix was applied), 1 when they differ.
+The report names every differing key, in key order, the same on every run: ``-`` only in
+the source, ``+`` only in the destination, ``!`` on both with other values (as reladiff
+marks them), the rows of the first ``--max-rows`` (10) below their keys, and a count
+(:mod:`pgferry.pipeline.keydiff`); ``--json`` prints the same as one object.
+
+Exit status: 0 when the tables match (or the fix was applied), 1 when they differ (or an
+error stopped the run, with its one line on stderr), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from pgferry.log import setup_logging
 @command("diff", "compare two tables, optionally write/apply the fix", needs_config=False)
 def cmd_diff(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser(
-        "SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND] [--repair FILE] [--apply]",
+        "SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE [--where COND] [--max-rows N] [--json]"
+        " [--repair FILE] [--apply]",
         description="Compare two tables with the same columns and primary key.",
     )
     parser.prog = "pgferry diff"
@@ -31,6 +38,10 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("dst_connstr")
     parser.add_argument("dst_table")
     parser.add_argument("--where", help="WHERE expression applied on both sides")
+    parser.add_argument(
+        "--max-rows", type=int, default=10, metavar="N", help="rows shown for the first N keys"
+    )
+    parser.add_argument("--json", action="store_true", help="the report as one JSON object")
     parser.add_argument("--repair", metavar="FILE", type=Path, help="write the fix SQL here")
     parser.add_argument("--apply", action="store_true", help="apply the fix (needs --repair)")
     # Global switches written after "diff" reach this parser: accept them here too.
@@ -40,6 +51,8 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     overrides = {**ctx.overrides, **parse_set_options(args.set)}
     verbose = ctx.verbose + args.verbose
+    if args.max_rows < 0:
+        raise UsageError("pgferry diff: --max-rows must be 0 or more")
     if args.apply and args.repair is None:
         raise UsageError("pgferry diff: --apply needs --repair FILE")
     setup_logging(verbose=verbose, quiet=ctx.quiet or args.quiet)
@@ -74,12 +87,21 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     task = CompareTask(src.display, dst.display, where, where)
     threads = driver_threads(overrides)  # small tables: the driver's threads
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
-    for line in result.lines():
-        print(line)
-    if result.matches:
-        return 0
-    if args.repair is None:
-        return 1
+    report = None
+    if not result.matches:  # the differing ranges refined to keys
+        from pgferry.pipeline.keydiff import key_differences
+
+        report = key_differences(
+            spark, args.src_connstr, args.dst_connstr, task, result.ranges, args.max_rows
+        )
+    if not args.json:
+        print("\n".join(result.lines()[:3]))  # totals and ok / do not match; keys below
+        for line in report.lines() if report else ():
+            print(line)
+    if result.matches or args.repair is None:
+        if args.json:
+            _print_json(result, report, None)
+        return 0 if result.matches else 1
 
     from pgferry.pipeline.repair import repair_tables
 
@@ -94,5 +116,31 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         ranges={task.dest_table: result.ranges},
         threads=threads,
     )
-    print(fixed.line())
+    if args.json:
+        _print_json(result, report, fixed)
+    else:
+        print(fixed.line())
     return 0 if fixed.applied or (args.apply and not fixed.changes) else 1
+
+
+def _print_json(result, report, fixed) -> None:
+    """The report as one object: totals, keys (``report``) and the fix (``fixed``)."""
+    from pgferry.cli.output import print_json
+
+    out = {
+        "srcdb": {"rows": result.src_rows, "checksum": str(result.src_checksum)},
+        "dstdb": {"rows": result.dst_rows, "checksum": str(result.dst_checksum)},
+    }
+    if report is None:
+        out.update(dest_table=result.dest_table, matches=True, differences=[])
+    else:
+        out.update(report.as_json(), matches=False)
+    if fixed is not None:
+        out["repair"] = {
+            "file": str(fixed.sql_path),
+            "applied": fixed.applied,
+            "inserts": fixed.inserts,
+            "updates": fixed.updates,
+            "deletes": fixed.deletes,
+        }
+    print_json(out)

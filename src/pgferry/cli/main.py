@@ -48,7 +48,7 @@ COMMAND_MODULE = {name: module for module, names in COMMAND_MODULES.items() for 
 USAGE = """usage: pgferry [switches] CONFIG.ini COMMAND [ARGS]
        pgferry [switches] pgqd.ini ticker
        pgferry diff SRC_CONNSTR SRC_TABLE DST_CONNSTR DST_TABLE
-                    [--where COND] [--repair FILE] [--apply]
+                    [--where COND] [--max-rows N] [--json] [--repair FILE] [--apply]
 
 switches:
   -h, --help      show this help

@@ -105,6 +105,43 @@ def repair_tables(
         raise PgferryError("repair: no tables given")
     if fix_file is not None and len(tasks) != 1:
         raise PgferryError("repair: fix_file needs exactly one table")
+    prepared, diffs = find_differences(
+        spark, src_connstr, dst_connstr, tasks,
+        src_snapshot=src_snapshot, dst_snapshot=dst_snapshot, ranges=ranges,
+    )  # fmt: skip
+    results = []
+    fix_dir.mkdir(parents=True, exist_ok=True)
+    with connect(dst_connstr, autocommit=True) as conn:
+        for table_no, task in enumerate(tasks):
+            dest = prepared.dests[table_no]
+            result = RepairResult(task.source_table, task.dest_table)
+            plan = prepared.plans[table_no]
+            statements = _fix_sql(conn, dest.ident, plan, diffs[table_no], result)
+            result.sql_path = fix_file or fix_dir / f"fix.{_file_safe(dest.display)}.sql"
+            _write_fix(result.sql_path, dest.display, statements)
+            if apply and statements:
+                _apply(dst_connstr, conn, statements)
+                result.applied = True
+            log.info("repair %s", result.line())
+            results.append(result)
+    return results
+
+
+def find_differences(
+    spark,  # a SparkSession, or a callable that returns one (started only when needed)
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CompareTask],
+    *,
+    src_snapshot: str | None = None,
+    dst_snapshot: str | None = None,
+    ranges: Mapping[str, Sequence[KeyRange]] | None = None,
+):
+    """The prepared tables and, per table, every differing row as (join key, kind, source
+    values, destination values), kind ``insert`` (only in the source), ``delete`` (only in
+    the destination) or ``update``; values as PostgreSQL prints them, key columns first
+    (:func:`~.repair_local.ordered_columns`).  ``ranges`` (per dest_table) limits where to
+    look; few rows are joined on the driver, more by a Spark job."""
     with (
         maybe_snapshot(src_connstr, src_snapshot) as src_snap,
         maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
@@ -140,22 +177,7 @@ def repair_tables(
             raise
         except Exception as exc:
             raise DatabaseError(f"repair failed: {job_error(exc)}") from None
-    results = []
-    fix_dir.mkdir(parents=True, exist_ok=True)
-    with connect(dst_connstr, autocommit=True) as conn:
-        for table_no, task in enumerate(tasks):
-            dest = prepared.dests[table_no]
-            result = RepairResult(task.source_table, task.dest_table)
-            plan = prepared.plans[table_no]
-            statements = _fix_sql(conn, dest.ident, plan, diffs[table_no], result)
-            result.sql_path = fix_file or fix_dir / f"fix.{_file_safe(dest.display)}.sql"
-            _write_fix(result.sql_path, dest.display, statements)
-            if apply and statements:
-                _apply(dst_connstr, conn, statements)
-                result.applied = True
-            log.info("repair %s", result.line())
-            results.append(result)
-    return results
+    return prepared, diffs
 
 
 def _file_safe(name: str) -> str:
