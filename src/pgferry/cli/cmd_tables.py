@@ -51,6 +51,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     _copy_node_options(parser)
     parser.add_argument("--merge-all", action="store_true", help="on every part (merge leaf)")
     parser.add_argument("--no-merge", action="store_true", help="this part's own (merge leaf)")
+    _skip_option(parser)
     args = parser.parse_args(argv)
     if args.max_parallel_copy is not None and args.max_parallel_copy < 1:
         raise UsageError("add-table: --max-parallel-copy must be at least 1")
@@ -73,6 +74,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         copy_node=_copy_node(args),
         merge_all=args.merge_all,
         no_merge=args.no_merge,
+        skip_non_existing=args.skip_non_existing,
     )
     with local_tx(config) as conn:
         added = tableops.add_tables(config, conn, args.tables, opts)
@@ -81,6 +83,14 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
     if args.wait_sync:
         return _wait_sync(ctx, 1.0, None)
     return 0
+
+
+def _skip_option(parser) -> None:
+    parser.add_argument(
+        "--skip-non-existing",
+        action="store_true",
+        help="leave out, with a warning, names missing here or on the provider",
+    )
 
 
 def _copy_node_options(parser) -> None:
@@ -201,11 +211,17 @@ def cmd_add_seq(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("--create", action="store_true")
     parser.add_argument("--create-full", action="store_true")
     parser.add_argument("--force", action="store_true", help="accepted for compatibility")
+    _skip_option(parser)
     args = parser.parse_args(argv)
     config = start(ctx)
     with local_tx(config) as conn:
         seqops.add_seqs(
-            config, conn, args.seqs, all_=args.all, create=args.create or args.create_full
+            config,
+            conn,
+            args.seqs,
+            all_=args.all,
+            create=args.create or args.create_full,
+            skip_non_existing=args.skip_non_existing,
         )
     return 0
 

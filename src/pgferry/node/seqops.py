@@ -52,6 +52,7 @@ def add_seqs(
     *,
     all_: bool = False,
     create: bool = False,
+    skip_non_existing: bool = False,
 ) -> list[str]:
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
@@ -66,7 +67,8 @@ def add_seqs(
         if all_:
             keys = [s.key for s in seqs if s.fq not in local]
         else:
-            keys = resolve(map(parse_pattern, args), list(by_key), "Sequence")
+            skip = "on this node" if skip_non_existing else None
+            keys = resolve(map(parse_pattern, args), list(by_key), "Sequence", skip)
         added = []
         for key in keys:
             fq = by_key[key].fq
@@ -82,7 +84,8 @@ def add_seqs(
             names = [n for n in provider_seqs if n not in local]
         else:
             try:
-                found = resolve(map(parse_pattern, args), list(keys_of), "Sequence")
+                skip = "on the provider" if skip_non_existing else None
+                found = resolve(map(parse_pattern, args), list(keys_of), "Sequence", skip)
             except TableError as exc:
                 raise TableError(f"{exc} (not registered on the provider)") from None
             names = [keys_of[k] for k in found]
@@ -91,6 +94,9 @@ def add_seqs(
     for name in names:
         schema, seq = split_qualified(name)
         if catalog.find_relation(conn, schema, seq, "S") is None:
+            if not create and skip_non_existing:
+                log.warning("Sequence not found on local node: %s, skipped", name)
+                continue
             if not create:
                 raise TableError(f"Sequence not found on local node: {name} (use --create)")
             catalog.create_sequence(conn, schema, seq)

@@ -48,18 +48,25 @@ class AddTableOptions:
     copy_node: str | None = None  # --copy-node=NODE, or copynode.FIND (--find-copy-node)
     merge_all: bool = False  # on a merge leaf: on every part of its merged set
     no_merge: bool = False  # on a merge leaf: this queue's own table, not merged
+    skip_non_existing: bool = False  # a table missing here or on the provider: warn, go on
 
 
 def resolve(
-    patterns: Iterable[NamePattern], candidates: list[tuple[str, str]], what: str
+    patterns: Iterable[NamePattern],
+    candidates: list[tuple[str, str]],
+    what: str,
+    skip: str | None = None,
 ) -> list[tuple[str, str]]:
-    """Every candidate named by the patterns, in order, each once; unknown names fail."""
+    """Every candidate named by the patterns, in order, each once; unknown names fail, or
+    with ``skip`` (where they are missing: --skip-non-existing) are left out with a warning."""
     chosen: list[tuple[str, str]] = []
     for pattern in patterns:
         found = pattern.select(candidates)
-        if not found and not pattern.is_glob:
+        if not found and not pattern.is_glob and skip is None:
             raise TableError(f"{what} not found: {pattern.raw}")
-        if not found:
+        if not found and not pattern.is_glob:
+            log.warning("%s not found %s: %s, skipped", what, skip, pattern.raw)
+        elif not found:
             log.warning("no %s matches %s", what.lower(), pattern.raw)
         chosen += [c for c in found if c not in chosen]
     return chosen
@@ -132,6 +139,10 @@ def add_tables(
     return added
 
 
+def _skip(opts: AddTableOptions, where: str) -> str | None:
+    return where if opts.skip_non_existing else None
+
+
 def _split_all(names: Iterable[str]) -> list[tuple[str, str]]:
     return [split_qualified(n) for n in names]
 
@@ -156,7 +167,7 @@ def _add_on_root(
                 if not p.is_glob and not p.select(fq_of):
                     key = (p.schema.spellings()[0], p.name.spellings()[0])
                     fq_of[key] = catalog.fq_name(conn, *key)
-        keys = resolve(patterns, list(fq_of), "Table")
+        keys = resolve(patterns, list(fq_of), "Table", _skip(opts, "on this node"))
     group = entries.next_copy_group(conn)
     added: list[str] = []
     for key in keys:
@@ -219,7 +230,9 @@ def _add_on_subscriber(
         chosen = [k for k in keys if fq_of[k] not in local]
     else:
         try:
-            chosen = resolve(map(parse_pattern, args), keys, "Table")
+            chosen = resolve(
+                map(parse_pattern, args), keys, "Table", _skip(opts, "on the provider")
+            )
         except TableError as exc:
             raise TableError(f"{exc} (not registered on the provider)") from None
     if opts.copy_condition:  # refused before anything is looked up or created
@@ -251,6 +264,8 @@ def _add_on_subscriber(
             expressions.check_on_table(prov, schema, name, opts.copy_condition, what)
             condition = opts.copy_condition.strip()
         dest = _local_dest(conn, prov, src, opts)
+        if dest is None:  # missing here, --skip-non-existing
+            continue
         spec = capture.CaptureSpec.from_attrs(prov_entries[src].table_attrs)
         capture.check_local_key(conn, src, dest, spec)
         # The handler's checks, now that the local table is known (and created).
@@ -300,8 +315,9 @@ def _add_on_subscriber(
 
 def _local_dest(
     conn: psycopg.Connection, prov: psycopg.Connection, src: str, opts: AddTableOptions
-) -> str:
-    """The local table for ``src``: --dest-table or the same name, created with --create."""
+) -> str | None:
+    """The local table for ``src``: --dest-table or the same name, created with --create
+    (None: missing, and skipped by --skip-non-existing)."""
     pattern = parse_pattern(opts.dest_table) if opts.dest_table else None
     if pattern is None:
         schema, name = split_qualified(src)
@@ -316,6 +332,9 @@ def _local_dest(
             return found.fq
     if not (opts.create or opts.create_full):
         shown = opts.dest_table or src
+        if opts.skip_non_existing:
+            log.warning("Table not found on local node: %s, skipped", shown)
+            return None
         raise TableError(f"Table not found on local node: {shown} (use --create to create it)")
     schema, name = candidates[0]
     cols = catalog.columns(prov, src)
