@@ -3,6 +3,7 @@ a TRUNCATE and a keyless table, each batch one Delta commit per table."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import sorted_rows
 
 TYPES = """create table public.t (
@@ -52,3 +53,25 @@ def test_keyless_multiset(lake_pair, delta_rows) -> None:
     pair.root("insert into k values (2, 'y'), (3, null)")
     pair.catch_up()
     assert delta_rows("k") == sorted_rows(pair.root("select a, b from k"))
+
+
+@pytest.mark.slow
+def test_load_on_spark(lake_pair, lake_dir, delta_rows, spark, monkeypatch) -> None:
+    """The load as a Spark job, as for a large table: tasks write the files, one commit."""
+    from deltalake import DeltaTable
+
+    from pgferry.pipeline import lake_copy
+
+    monkeypatch.setattr(lake_copy, "LOCAL_PAGES", 0)
+    monkeypatch.setattr(lake_copy, "FILE_ROWS", 700)  # several files per range
+    pair = lake_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v text, n numeric(12,3))")
+    pair.root("insert into t select g, repeat('x', g % 50), g / 3.0"
+              " from generate_series(1, 3000) g")  # fmt: skip
+    pair.add_tables("public.t", handler="lake")
+    pair.catch_up(timeout=180)
+    assert delta_rows("t") == sorted_rows(pair.root("select * from t"))
+    table = DeltaTable(str(lake_dir / "public" / "t"))
+    assert len(table.file_uris()) >= 4
+    assert [h["operation"] for h in table.history()] == ["WRITE", "CREATE TABLE"]

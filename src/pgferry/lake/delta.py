@@ -192,7 +192,7 @@ def _version_at(dt, tick: int) -> int | None:
 
 def files(spec: LakeSpec) -> list[str]:
     """The table's current Parquet files (absolute paths), for Spark to read."""
-    return [os.path.join(spec.location, f) for f in _table(spec).file_uris()]
+    return list(_table(spec).file_uris())
 
 
 def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:

@@ -66,6 +66,7 @@ class LakeJob:
     src_connstr: str
     snapshot_id: str
     plans: tuple[LakePlan, ...]
+    file_rows: int = FILE_ROWS
 
 
 def copy_to_lake(
@@ -108,7 +109,7 @@ def copy_to_lake(
         if on_totals is not None:
             on_totals({t.dest_table: s.est_rows if s.est_rows > 0 else None
                        for t, s in zip(tasks, sources, strict=True)})  # fmt: skip
-        job = LakeJob(src_connstr, snap.snapshot_id, tuple(plans))
+        job = LakeJob(src_connstr, snap.snapshot_id, tuple(plans), FILE_ROWS)
         groups = task_groups(ranges, slots, max_parallel)
         if session is None:
             written = _run_on_driver(job, groups)
@@ -187,13 +188,13 @@ def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int
     writer, path, rows = None, "", 0
     with conn.cursor(name=f"pgferry_lake_{rng.plan_no}_{rng.range_no}") as cur:
         cur.execute(query)
-        while batch := cur.fetchmany(FETCH_ROWS):
+        while batch := cur.fetchmany(min(FETCH_ROWS, job.file_rows)):
             if writer is None:
                 path = module.new_file_name(rng.range_no)
                 writer = pq.ParquetWriter(os.path.join(directory, path), schema)
             writer.write_table(lake_types.rows_to_arrow(plan.columns, batch, schema))
             rows += len(batch)
-            if rows >= FILE_ROWS:
+            if rows >= job.file_rows:
                 writer.close()
                 out.append((rng.plan_no, path, os.path.getsize(os.path.join(directory, path)),
                             rows))  # fmt: skip
