@@ -1,0 +1,77 @@
+"""Bad input for a lake leaf's add-table: one line, a non-zero exit, nothing registered."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def _pair(lake_pair, ddl: str = "create table public.t (id int primary key, v text)", **ini):
+    pair = lake_pair(**ini)
+    for side in (pair.root, pair.leaf):
+        side(ddl)
+    pair.cascade.add("rootnode", "public.t")
+    return pair
+
+
+def _refused(pair, *args: str, node: str = "leafnode") -> str:
+    done = pair.cascade.cli(node, "add-table", "public.t", "--handler=lake", *args)
+    assert done.code != 0, done.out
+    lines = [line for line in done.err.splitlines() if line.strip()]
+    assert len(lines) == 1, done.err
+    dsn = pair.cascade.dsns[node]
+    assert pair.sql(dsn, "select count(*) from ferry.table_info where local") == [(0,)]
+    return lines[0]
+
+
+def test_path_not_writable(lake_pair, tmp_path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    pair = _pair(lake_pair)
+    assert "cannot be written" in _refused(pair, f"--handler-arg=path={blocked}/lake")
+
+
+def test_no_lake_path(make_pair) -> None:
+    pair = make_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key)")
+    pair.cascade.add("rootnode", "public.t")
+    assert "no lake_path" in _refused(pair)
+
+
+def test_format_not_installed(lake_pair, monkeypatch) -> None:
+    pair = _pair(lake_pair)
+    monkeypatch.setitem(sys.modules, "deltalake", None)  # as if not installed
+    assert "pip install 'pgferry[lake]'" in _refused(pair)
+
+
+def test_type_without_lake_type(lake_pair) -> None:
+    pair = _pair(lake_pair, "create table public.t (id int primary key, span interval)")
+    line = _refused(pair)
+    assert "column span" in line and "interval" in line
+
+
+def test_foreign_delta_table(lake_pair, lake_dir) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    pair = _pair(lake_pair)
+    write_deltalake(str(lake_dir / "public" / "t"), pa.table({"id": [1]}))
+    assert "pgferry did not create" in _refused(pair)
+
+
+def test_two_nodes_one_lake_table(lake_pair, lake_dir, new_db_b) -> None:
+    pair = _pair(lake_pair)
+    pair.cascade.add("leafnode", "public.t", handler="lake")
+    other = new_db_b(None)
+    pair.cascade.node("other", other, "leaf", "rootnode", lake_path=str(lake_dir))
+    pair.sql(other, "create table public.t (id int primary key, v text)")
+    line = _refused(pair, node="other")
+    assert "two nodes cannot write one lake table" in line
+
+
+@pytest.mark.parametrize("value", ["parquet"])
+def test_unknown_format(lake_pair, value) -> None:
+    pair = _pair(lake_pair)
+    assert "format must be one of" in _refused(pair, f"--handler-arg=format={value}")
