@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from pgferry.cli import lake_sync
 from pgferry.cli.registry import Context, command
 from pgferry.config import Config
 from pgferry.errors import TableError
@@ -108,19 +109,21 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     from pgferry.apply.sync import sync_point
     from pgferry.pipeline.compare import compare_tables, driver_threads
 
-    tasks = _tasks(config, args.tables)
+    tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
     differ = 0
     with sync_point(config) as point:
         log.info("Comparing at tick %s", point.tick_id)
-        results = compare_tables(
-            lambda: _spark(config, ctx.verbose),  # small tables are compared without Spark
-            point.provider_dsn,
-            point.local_dsn,
-            tasks,
-            src_snapshot=point.src_snapshot,
-            dst_snapshot=point.dst_snapshot,
-            threads=driver_threads(config.values),  # small tables: the driver's threads
-        )
+        results = lake_sync.compare(point, lakes)  # tables kept in a lake
+        if tasks:
+            results += compare_tables(
+                lambda: _spark(config, ctx.verbose),  # small tables are compared without Spark
+                point.provider_dsn,
+                point.local_dsn,
+                tasks,
+                src_snapshot=point.src_snapshot,
+                dst_snapshot=point.dst_snapshot,
+                threads=driver_threads(config.values),  # small tables: the driver's threads
+            )
     for res in results:
         src = _fmt(config, res.src_rows, res.src_checksum)
         dst = _fmt(config, res.dst_rows, res.dst_checksum)
@@ -146,7 +149,9 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.compare import driver_threads
     from pgferry.pipeline.repair import repair_tables
 
-    tasks = _tasks(config, args.tables)
+    tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
+    if lakes:  # the lake's rows are written by whole commits: resync rewrites them
+        raise TableError(f"repair: {lakes[0].source_table} is kept in a lake: resync it")
     threads = driver_threads(config.values)
     spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).

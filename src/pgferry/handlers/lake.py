@@ -77,8 +77,12 @@ class Lake(Handler):
             "select node_name from ferry_node.node_info where queue_name = %s", (table.queue,)
         ).fetchone()
         node = row[0] if row else "?"
-        schema, _, name = table.table_name.partition(".")
-        schema, name = schema.strip('"'), name.strip('"')
+        # The lake table is named as the leaf's (--dest-table renames both).
+        schema, name = table.conn.execute(
+            "select n.nspname::text, c.relname::text from pg_class c"
+            " join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(%s)",
+            (table.dest,),
+        ).fetchone() or ("", "")
         spec = lake_spec.LakeSpec(
             fmt, os.path.abspath(root), schema, name, f"{table.queue}:{node}:{table.table_name}"
         )

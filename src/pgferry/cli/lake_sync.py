@@ -1,0 +1,52 @@
+"""``compare`` of the tables a lake leaf keeps in a lake (handler ``lake``).
+
+:func:`split` takes them out of the compare's tasks (their local table is only the
+shape), :func:`compare` compares them at the sync point's tick with
+:mod:`pgferry.pipeline.lake_compare`.  Repair of a lake table is ``resync``: the lake's
+rows are written by whole commits only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pgferry.config import Config
+
+
+def split(config: Config, tasks: Sequence) -> tuple[list, list]:
+    """(the other tasks, the lake tables' LakeCompareTasks)."""
+    from pgferry.apply.routes import load_routes
+    from pgferry.db import connection
+    from pgferry.handlers.lake import Lake
+    from pgferry.lake import types as lake_types
+    from pgferry.node.connect import local_connstr, queue_name
+    from pgferry.pipeline.lake_compare import LakeCompareTask
+    from pgferry.registry.names import split_qualified
+
+    with connection(local_connstr(config)) as conn:
+        routes = load_routes(conn, queue_name(config))
+        lakes = {r.dest_fq: r for r in routes.values() if isinstance(r.handler, Lake)}
+        if not lakes:
+            return list(tasks), []
+        plain, lake = [], []
+        for task in tasks:
+            route = lakes.get(task.dest_table)
+            if route is None:
+                plain.append(task)
+                continue
+            assert isinstance(route.handler, Lake)
+            columns = lake_types.table_columns(conn, route.dest_fq, route.columns)
+            schema, name = split_qualified(route.table_name)
+            lake.append(
+                LakeCompareTask(route.table_name, schema, name, route.dest_text,
+                                route.handler.spec(), columns, route.source_filter)
+            )  # fmt: skip
+    return plain, lake
+
+
+def compare(point, tasks: Sequence) -> list:
+    from pgferry.pipeline.lake_compare import compare_lake
+
+    if not tasks:
+        return []
+    return compare_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks)
