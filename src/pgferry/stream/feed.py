@@ -1,0 +1,318 @@
+"""The change feed's work on PostgreSQL, without PySpark: options, the consumer, planning
+micro-batches in ticks, and reading one partition's events as rows.
+
+:class:`Feed` runs on Spark's driver (one per streaming query, in the process that plans
+its micro-batches) and holds the provider connection.  The read side,
+:func:`read_rows`, runs on an executor with plain values only: the provider's connection
+string and the :class:`Span` items of its partition.  Offsets are tick ids; the queue's
+consumer stands at the last tick Spark has committed, so every tick range Spark can ask
+for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from pgferry.db import connect, describe, error_text
+from pgferry.errors import ConfigError, DatabaseError, QueueError
+from pgferry.queue import api as queue_api
+from pgferry.queue import ranges
+
+# Event positions per partition: one Spark task reads about this many events.
+DEFAULT_PARTITION_EVENTS = 200_000
+# Rows per round trip of an executor's cursor.
+FETCH_ROWS = 5_000
+
+# Columns of a row of the feed, in order (the source's schema names their types).
+COLUMNS = (
+    "tick_id",
+    "ev_id",
+    "table",
+    "op",
+    "data",
+    "key",
+    "committed_at",
+    "ev_time",
+    "old_data",
+)
+
+
+@dataclass(frozen=True)
+class FeedOptions:
+    """The source's options, checked."""
+
+    provider: str
+    queue: str
+    consumer: str
+    tables: tuple[str, ...]  # as given; empty: every table
+    max_events: int | None  # maxEventsPerTrigger
+    partition_events: int
+
+
+@dataclass(frozen=True)
+class Span:
+    """The events of ``(prev_tick, tick]`` as one SELECT (``queue.ranges.TickSpan``)."""
+
+    tick: int
+    tick_time: datetime
+    query: str
+
+
+def parse_options(options: Mapping[str, str]) -> FeedOptions:
+    """Check the options Spark passed (case-insensitive keys); ConfigError names the first
+    missing or malformed one."""
+    opts = {k.lower(): v for k, v in options.items()}
+    missing = [k for k in ("provider", "queue", "consumer") if not (opts.get(k) or "").strip()]
+    if missing:
+        raise ConfigError(f"pgferry change feed: option {missing[0]!r} is required")
+    tables = tuple(t.strip() for t in (opts.get("tables") or "").split(",") if t.strip())
+    return FeedOptions(
+        provider=opts["provider"],
+        queue=opts["queue"].strip(),
+        consumer=opts["consumer"].strip(),
+        tables=tables,
+        max_events=_positive(opts, "maxeventspertrigger", "maxEventsPerTrigger"),
+        partition_events=_positive(opts, "partitionevents", "partitionEvents")
+        or DEFAULT_PARTITION_EVENTS,
+    )
+
+
+def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    value = opts.get(key)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"pgferry change feed: option {name} must be a positive integer")
+    return number
+
+
+class Feed:
+    """The driver's side of one streaming query: the consumer and the plan of each batch."""
+
+    def __init__(self, options: FeedOptions) -> None:
+        self.options = options
+        self._conn: psycopg.Connection | None = None
+        self.tables: tuple[str, ...] = ()  # quoted schema.table names, as events carry them
+
+    # --- opening -------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect, check the queue, register the consumer on first use, resolve tables."""
+        if self._conn is not None and not self._conn.closed:
+            return
+        opts = self.options
+        try:
+            conn = connect(opts.provider, autocommit=True, application_name="pgferry-changefeed")
+        except DatabaseError as exc:
+            raise DatabaseError(f"pgferry change feed: {exc}") from None
+        try:
+            self._check(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _check(self, conn: psycopg.Connection) -> None:
+        opts = self.options
+        where = describe(opts.provider)
+        try:
+            if not queue_api.installed(conn) or not queue_api.queue_exists(conn, opts.queue):
+                raise QueueError(f"pgferry change feed: no queue {opts.queue!r} on {where}")
+            taken = _cascade_consumer(conn, opts.queue, opts.consumer)
+            if taken:
+                raise QueueError(
+                    f"pgferry change feed: consumer {opts.consumer!r} of queue {opts.queue!r}"
+                    f" on {where} is {taken}; a change feed needs a consumer of its own"
+                )
+            queue_api.register_consumer(conn, opts.queue, opts.consumer)
+            self.tables = tuple(_quoted_table(conn, name) for name in opts.tables)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
+
+    def _db(self) -> psycopg.Connection:
+        self.open()
+        assert self._conn is not None
+        return self._conn
+
+    def _call(self, what, *args):
+        """``what(conn, *args)``; a lost connection is opened once more, a database error
+        becomes one line naming the provider."""
+        for attempt in (1, 2):
+            conn = self._db()
+            try:
+                return what(conn, *args)
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or not conn.closed and not conn.broken:
+                    raise DatabaseError(self._where(exc)) from None
+                self._conn = None
+            except psycopg.Error as exc:
+                raise DatabaseError(self._where(exc)) from None
+        raise AssertionError("unreachable")
+
+    def _where(self, exc: BaseException) -> str:
+        return f"pgferry change feed: {describe(self.options.provider)}: {error_text(exc)}"
+
+    # --- offsets -------------------------------------------------------------------------
+    def position(self) -> int:
+        """The consumer's tick: where a new query starts."""
+
+        def read(conn: psycopg.Connection) -> int:
+            tick, _ = queue_api.consumer_last_tick(conn, self.options.queue, self.options.consumer)
+            if tick is None:
+                raise QueueError(
+                    f"pgferry change feed: consumer {self.options.consumer!r} is not"
+                    f" registered on queue {self.options.queue!r}"
+                )
+            return tick
+
+        return self._call(read)
+
+    def newest(self) -> int:
+        """The queue's newest tick."""
+        return self._call(lambda conn: _newest(conn, self.options.queue))
+
+    def latest(self, start: int, max_events: int | None, upto: int | None) -> int:
+        """The end of the next micro-batch from ``start``: the newest tick (never past
+        ``upto``), or with ``max_events`` the last tick keeping the batch within that many
+        event positions; always at least one tick when there is one."""
+
+        def plan(conn: psycopg.Connection) -> int:
+            marks = ranges.tick_marks_after(conn, self.options.queue, start, upto)
+            if max_events is None or len(marks) == 1:
+                return marks[-1].tick_id
+            end = marks[1].tick_id
+            for mark in marks[2:]:
+                if mark.event_seq - marks[0].event_seq > max_events:
+                    break
+                end = mark.tick_id
+            return end
+
+        return self._call(plan)
+
+    def partitions(self, start: int, end: int) -> list[tuple[Span, ...]]:
+        """The spans of ``(start, end]`` cut into partitions of about
+        ``partition_events`` event positions each, in tick order."""
+        spans = self._call(ranges.tick_spans, self.options.queue, start, end)
+        parts: list[tuple[Span, ...]] = []
+        current: list[Span] = []
+        size = 0
+        for span in spans:
+            if current and size + span.events > self.options.partition_events:
+                parts.append(tuple(current))
+                current, size = [], 0
+            current.append(Span(span.tick, span.tick_time, span.query))
+            size += max(span.events, 0)
+        if current:
+            parts.append(tuple(current))
+        return parts
+
+    def commit(self, end: int) -> None:
+        """Spark will never ask for ticks before ``end`` again: move the consumer there, so
+        the queue may let go of them."""
+        opts = self.options
+        self._call(ranges.move_consumer, opts.queue, opts.consumer, end)
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None
+
+
+def _newest(conn: psycopg.Connection, queue: str) -> int:
+    row = conn.execute(
+        "select max(t.tick_id) from ferry_queue.tick t"
+        " join ferry_queue.queue q on q.queue_id = t.tick_queue where q.queue_name = %s",
+        (queue,),
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise QueueError(f"pgferry change feed: no queue {queue!r}")
+    return row[0]
+
+
+def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> str | None:
+    """What else reads the queue under this name, if anything: a node's worker or a copy's
+    catch-up (their positions must not move under them), or a reader of batches."""
+    if ".copy." in consumer:
+        return "the consumer of a table copy's catch-up"
+    row = conn.execute(
+        "select to_regclass('ferry_node.subscriber_info') is not null"
+        " and exists (select 1 from ferry_node.subscriber_info"
+        " where queue_name = %s and %s in (subscriber_node, worker_name))",
+        (queue, consumer),
+    ).fetchone()
+    if row and row[0]:
+        return "the consumer of a cascade node"
+    info = [r for r in queue_api.consumer_info(conn, queue) if r["consumer_name"] == consumer]
+    if info and info[0]["current_batch"] is not None:
+        return "reading a batch (a batch consumer's)"
+    return None
+
+
+def _quoted_table(conn: psycopg.Connection, name: str) -> str:
+    """``schema.table`` as events name it (``format('%I.%I')``); ``public`` when no schema."""
+    row = conn.execute(
+        "select format('%%I.%%I', coalesce(p[array_length(p, 1) - 1], 'public'),"
+        " p[array_length(p, 1)]) from parse_ident(%s) p where array_length(p, 1) <= 2",
+        (name,),
+    ).fetchone()
+    if row is None:
+        raise ConfigError(f"pgferry change feed: bad table name {name!r} in option tables")
+    return row[0]
+
+
+# --- executors -----------------------------------------------------------------------------
+# The key of a row event: its columns in quote_ident form, split where a quoted name may
+# itself hold a comma, unquoted, each paired with its value in the row image.
+_KEY_SQL = (
+    "case when e.ev_type ~ '^[IUD]:.' then (select json_object_agg(k.n, e.ev_data::json -> k.n)"
+    " from (select case when m[1] like '\"%' then replace(substr(m[1], 2, length(m[1]) - 2),"
+    " '\"\"', '\"') else m[1] end as n"
+    ' from regexp_matches(substr(e.ev_type, 3), \'("(?:[^"]|"")*"|[^,]+)\', \'g\') m) k)::text'
+    " end"
+)
+
+
+def row_query(span_query: str, tables: tuple[str, ...]) -> sql.Composed:
+    """The feed's rows of one span: row events and truncates (of ``tables`` only, when
+    given) in ev_id order; scripts and removal events are the cascade's business."""
+    only = (
+        sql.SQL(" and e.ev_extra1 = any({})").format(sql.Literal(list(tables)))
+        if tables
+        else sql.SQL("")
+    )
+    return sql.SQL(
+        "select e.ev_id, e.ev_extra1,"
+        " case when e.ev_type = 'R' then 'T' else left(e.ev_type, 1) end,"
+        " case when e.ev_type = 'R' then null else e.ev_data end, {key}, e.ev_time,"
+        " case when e.ev_type like 'U:%' then e.ev_extra2 end"
+        " from ({span}) e where (e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}"
+        " order by e.ev_id"
+    ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span_query), only=only)
+
+
+def read_rows(provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]) -> Iterator[tuple]:
+    """The rows of a partition (tuples in :data:`COLUMNS` order), read in one transaction."""
+    try:
+        conn = connect(provider, application_name="pgferry-changefeed")
+    except DatabaseError as exc:
+        raise DatabaseError(f"pgferry change feed: {exc}") from None
+    try:
+        with conn:
+            conn.read_only = True
+            for span in spans:
+                with conn.cursor(name=f"ferry_feed_{span.tick}") as cur:
+                    cur.itersize = FETCH_ROWS
+                    cur.execute(row_query(span.query, tables))
+                    for ev_id, table, op, data, key, ev_time, old in cur:
+                        yield (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
+    except psycopg.Error as exc:
+        where = describe(provider)
+        raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None

@@ -1,0 +1,240 @@
+"""The change feed (``format("pgferry")``) against a real root and the shared Spark session:
+every operation with its row image, a restart from the checkpoint, admission control, and
+one line for bad options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgferry import stream
+from pgferry.queue import api as queue_api
+from pgferry.queue import ticks
+
+QUEUE = "replika"
+
+
+def sql(db: str, *queries: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        for query in queries:
+            conn.execute(query)
+
+
+def tick(db: str) -> int:
+    """One tick now, as the ticker would make it (no daemon)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        ticks.force_tick(conn, QUEUE)
+        made = ticks.tick(conn, QUEUE)
+    assert made is not None
+    return made
+
+
+def consumer_tick(db: str, consumer: str) -> int | None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "select last_tick from ferry_queue.get_consumer_info(%s, %s)", (QUEUE, consumer)
+        ).fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.fixture
+def root(db_a, write_ini, cli) -> str:
+    """A root capturing public.t (id primary key, v text, n numeric) and public.u (id)."""
+    sql(
+        db_a,
+        "create table t (id int primary key, v text, n numeric(12,2))",
+        "create table u (id int primary key)",
+    )
+    ini = write_ini("feedroot", db_a)
+    assert cli(ini, "create-root", "feedroot").code == 0
+    res = cli(ini, "add-table", "public.t", "public.u")
+    assert res.code == 0, res.err
+    return db_a
+
+
+@pytest.fixture
+def feed(spark):
+    stream.register(spark)
+
+    def make(db: str, consumer: str = "spark_feed", queue: str = QUEUE, **options: str):
+        reader = spark.readStream.format("pgferry").option("provider", db)
+        reader = reader.option("queue", queue).option("consumer", consumer)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    return make
+
+
+def run_available_now(df, out: Path, checkpoint: Path):
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive
+    assert query.exception() is None
+    return query
+
+
+def rows(spark, out: Path) -> list:
+    return spark.read.parquet(str(out)).orderBy("ev_id").collect()
+
+
+def register(db: str, consumer: str = "spark_feed") -> int:
+    """Register the feed's consumer now (its first query would, at the newest tick)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        queue_api.register_consumer(conn, QUEUE, consumer)
+    at = consumer_tick(db, consumer)
+    assert at is not None
+    return at
+
+
+def test_operations_with_their_images(root, feed, spark, tmp_path):
+    registered = register(root)
+    sql(root, "insert into t values (1, 'a', 1.10), (2, 'b', 2)", "insert into u values (1)")
+    first = tick(root)
+    sql(root, "update t set v = 'a2' where id = 1", "delete from t where id = 2")
+    sql(root, "update t set id = 3 where id = 1")  # a key update: D of the old, I of the new
+    second = tick(root)
+    sql(root, "truncate t", "insert into t values (4, 'd', null)")
+    third = tick(root)
+
+    df = feed(root, tables="t")  # public.t only
+    assert [f.name for f in df.schema.fields][:7] == [
+        "tick_id",
+        "ev_id",
+        "table",
+        "op",
+        "data",
+        "key",
+        "committed_at",
+    ]
+    run_available_now(df, tmp_path / "out", tmp_path / "ck")
+    got = rows(spark, tmp_path / "out")
+    assert [(r.tick_id, r.op, r.table) for r in got] == [
+        (first, "I", "public.t"),
+        (first, "I", "public.t"),
+        (second, "U", "public.t"),
+        (second, "D", "public.t"),
+        (second, "D", "public.t"),
+        (second, "I", "public.t"),
+        (third, "T", "public.t"),
+        (third, "I", "public.t"),
+    ]
+    images = [json.loads(r.data) if r.data else None for r in got]
+    assert images[0] == {"id": 1, "v": "a", "n": 1.10}
+    assert '"n":1.10' in got[0].data  # the image's own text: numeric digits kept
+    assert images[2]["v"] == "a2"
+    assert images[3] == {"id": 2, "v": "b", "n": 2}  # a delete carries the old row
+    assert images[4]["id"] == 1 and images[5]["id"] == 3
+    assert got[6].data is None and got[6].key is None
+    assert [json.loads(r.key) for r in got if r.key] == [
+        {"id": 1},
+        {"id": 2},
+        {"id": 1},
+        {"id": 2},
+        {"id": 1},
+        {"id": 3},
+        {"id": 4},
+    ]
+    assert all(r.committed_at is not None and r.ev_time is not None for r in got)
+    # One micro-batch: Spark has not yet told the source it is done with it (it does so when
+    # it plans the next), so the queue still holds it for a replay.
+    assert consumer_tick(root, "spark_feed") == registered
+
+
+def progress_rows(query) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+@pytest.mark.slow
+def test_restart_admission_and_replay(root, feed, spark, tmp_path):
+    """The first query registers the consumer; maxEventsPerTrigger cuts micro-batches at
+    ticks; after a crash Spark re-runs its last planned batch from the checkpoint: the
+    feed reads that tick range again (the consumer has not been moved past it) and the
+    sink holds every change once."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = feed(root, maxEventsPerTrigger="5")
+    run_available_now(df, out, ck)  # nothing yet; registers the consumer
+    start = consumer_tick(root, "spark_feed")
+    assert start is not None
+
+    for batch in range(3):
+        sql(
+            root,
+            f"insert into t select g, 'x' from generate_series({batch * 5 + 1}, {batch * 5 + 5}) g",
+        )
+        tick(root)
+    query = run_available_now(df, out, ck)
+    assert progress_rows(query) == [5, 5, 5]
+    # Spark commits a batch's end when it plans the next: the consumer stands at the start of
+    # the last batch, which a crash would make Spark read again.
+    last = query.lastProgress["sources"][0]
+    assert consumer_tick(root, "spark_feed") == json.loads(last["startOffset"])["tick"]
+
+    # A crash after the last batch was planned and written, before Spark recorded it done.
+    done = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    (ck / "commits" / str(done)).unlink()
+    (out / "_spark_metadata" / str(done)).unlink()
+    sql(root, "insert into t select g, 'y' from generate_series(16, 20) g")
+    tick(root)
+    query = run_available_now(df, out, ck)
+    assert progress_rows(query) == [5, 5]  # the last batch again, then the new tick
+
+    ids = [
+        r.id
+        for r in spark.read.parquet(str(out))
+        .selectExpr("get_json_object(data, '$.id') as id")
+        .collect()
+    ]
+    assert sorted(int(i) for i in ids) == list(range(1, 21))
+    assert consumer_tick(root, "spark_feed") > start
+
+
+def failure(df, tmp_path: Path) -> BaseException:
+    """The exception a query over ``df`` fails with."""
+    with pytest.raises(Exception) as caught:
+        query = (
+            df.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+    return caught.value
+
+
+def test_bad_input_is_one_line(root, feed, spark, tmp_path):
+    """A wrong queue, an unreachable provider, a consumer that is not the feed's to move,
+    a missing option: the failure carries one line saying so, no Python traceback, and
+    nothing is registered."""
+    port = root.split("port=")[1].split()[0]
+    cases = [
+        (feed(root, queue="nope"), "pgferry change feed: no queue 'nope' on 127.0.0.1:"),
+        (
+            feed(root.replace(f"port={port}", "port=1")),
+            "pgferry change feed: cannot connect to 127.0.0.1:1/",
+        ),
+        (
+            feed(root, consumer="leaf.copy.1"),
+            "pgferry change feed: consumer 'leaf.copy.1' of queue 'replika'",
+        ),
+    ]
+    for n, (df, wanted) in enumerate(cases):
+        exc = failure(df, tmp_path / str(n))
+        assert (stream.error_line(exc) or "").startswith(wanted), str(exc)
+        assert "Traceback" not in str(exc)
+    with psycopg.connect(root, autocommit=True) as conn:
+        assert queue_api.consumers(conn, QUEUE) == []
+
+    with pytest.raises(Exception) as caught:
+        spark.readStream.format("pgferry").option("queue", QUEUE).load()
+    assert stream.error_line(caught.value) == ("pgferry change feed: option 'provider' is required")
