@@ -26,8 +26,9 @@ queue (a write) ends it.
 Periodic writes are spaced out while idle: the heartbeat (``local_state.last_seen``) at
 most every ``HEARTBEAT_EVERY`` seconds (a batch refreshes it too; at once when the node is
 not ``uptodate`` or shows an error), the watermark every ``watermark_period`` after batches
-with events and every ``WATERMARK_REFRESH`` seconds otherwise (an idle queue keeps no
-events the last report does not already cover).
+that carried events of the provider's queue (for this node or not: a partial leaf that
+applies none still moves on) and every ``WATERMARK_REFRESH`` seconds otherwise (an idle
+queue keeps no events the last report does not already cover).
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ class IdleWatch:
         self._heartbeat_now = False
 
     def events_applied(self) -> None:
-        """Events were applied: the watermark moves, report it after watermark_period."""
+        """A batch carried events: the watermark moves, report it after watermark_period."""
         self._watermark_moved = True
 
     def watermark_due(self) -> bool:

@@ -321,7 +321,12 @@ class Worker(Service):
         self.batches_applied += 1
         self.spark_batches += stats.spark
         self.events_applied += stats.upserts + stats.deletes
-        if stats.upserts or stats.deletes or stats.truncates:
+        # The watermark moves with the position, whether or not an event was for this node:
+        # a batch that carried any event of the provider's queue is reported after
+        # watermark_period, or a quiet node (a partial leaf) would hold the provider's
+        # rotation back for WATERMARK_REFRESH.  Idle ticks carry none: no report is due.
+        carried = (batch.event_seq or 0) > (batch.prev_event_seq or 0)
+        if carried or stats.upserts or stats.deletes or stats.truncates:
             self._idle.events_applied()
         for observe in self.batch_observers:
             observe(batch, stats, seconds)

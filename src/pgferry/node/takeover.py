@@ -28,7 +28,7 @@ import logging
 import psycopg
 
 from pgferry.errors import NodeError, PgferryError
-from pgferry.node import capture, cascade, model, seqops, tableops
+from pgferry.node import capture, cascade, model, seqops, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
 from pgferry.node.waits import wait_applied, wait_tick_available
@@ -273,6 +273,10 @@ def _promote(
     conn.execute(
         "update ferry_node.node_info set node_type = 'root' where queue_name = %s", (queue,)
     )
+    # A root keeps what its subscribers' positions and reports need, nothing more: the
+    # hold of its days as a branch (the old root's global watermark) would keep old ticks
+    # and stop rotation until its worker's next report. Read as a root's, it is dropped.
+    watermarks.global_watermark(conn, queue)
     conn.execute(
         """
         update ferry_node.local_state set provider_node = null
