@@ -10,6 +10,10 @@ group replays its own consumer's batches in the worker's loop (:meth:`Copies.cat
 never past the main stream's tick, and joins it there (see :mod:`.handover`).  A group
 copied from a node upstream of the provider reads that node's queue: this module keeps a
 connection and a replayer for each such node while groups read it.
+
+The worker hands :class:`Copies` the parts of itself a copy needs (its settings, provider
+connection, replayer, Spark session, and a callback counting applied batches); the worker
+imports this module, this module knows nothing of the worker.
 """
 
 from __future__ import annotations
@@ -17,35 +21,53 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import psycopg
 
 from pgferry.apply import handover, positions
 from pgferry.apply.batch import Replayer
+from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copyrun import CopyRun
 from pgferry.apply.read import set_text_format
 from pgferry.apply.routes import Route
+from pgferry.apply.spark_session import WorkerSpark
+from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.worker_settings import WorkerSettings
+from pgferry.config import Config
 from pgferry.db import connect
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node import copynode, model
 from pgferry.queue import api as queue_api
+from pgferry.queue.api import Batch
 from pgferry.registry import copystate
-
-if TYPE_CHECKING:
-    from pgferry.apply.worker import Worker
 
 log = logging.getLogger(__name__)
 
 WAIT_PROVIDER_RETRY = 1.0  # seconds: the provider's own copy of the table is not done yet
 
+# Told of each batch a copied group applied: (batch, stats, monotonic start, what).
+BatchApplied = Callable[[Batch, ApplyStats, float, str], None]
+
 
 class Copies:
     """The worker's running copies (see the module docstring)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        config: Config,
+        settings: WorkerSettings,
+        conns: WorkerConnections,
+        replay: Replayer,
+        spark: WorkerSpark,
+        on_applied: BatchApplied,
+    ) -> None:
+        self.config, self.settings = config, settings  # replaced when the worker reloads
+        self._conns = conns  # the worker's: its provider connection
+        self._replay = replay  # the worker's replayer, for groups reading the provider
+        self._spark = spark
+        self._on_applied = on_applied
         self.runs: dict[str, CopyRun] = {}
         # Upstream nodes whose queues copied groups read: connection and replayer each.
         self._sources: dict[str, tuple[psycopg.Connection, Replayer]] = {}
@@ -73,16 +95,16 @@ class Copies:
                 # Removed meanwhile (on this node or by its provider): stop copying it.
                 log.info("Tables %s were removed: stopping their copy", ", ".join(run.group.tables))
                 run.cancel()
-        if not self._cleaned and self.worker.conns.provider is not None:
+        if not self._cleaned and self._conns.provider is not None:
             # Group consumers left by removed or resynced tables hold events back: drop them.
             stale = handover.forget_stale_consumers(
-                local, self.worker.conns.provider, queue, node.consumer_name
+                local, self._conns.provider, queue, node.consumer_name
             )
             stale += self._forget_upstream(local, node)
             if stale:
                 log.info("Dropped stale copy consumers: %s", ", ".join(stale))
             self._cleaned = True
-        limit = max(1, self.worker.settings.parallel_copies)
+        limit = max(1, self.settings.parallel_copies)
         busy, started, now = self.running_tables(), 0, time.monotonic()
         for group in pending:
             if group.group_id in self.runs or self._retry_at.get(group.group_id, 0) > now:
@@ -92,10 +114,10 @@ class Copies:
             run = CopyRun(
                 group=group,
                 node=node,
-                local_dsn=self.worker.settings.local_dsn,
+                local_dsn=self.settings.local_dsn,
                 provider_dsn=dsn,
                 dsn_of=self._dsn_of,
-                spark_factory=self.worker._spark.get,
+                spark_factory=self._spark.get,
             )
             run.start()
             self.runs[group.group_id] = run
@@ -111,8 +133,8 @@ class Copies:
                 continue
             del self.runs[group_id]
             if run.error:
-                self._retry_at[group_id] = now + self.worker.settings.exception_sleep
-                _record_error(self.worker.settings.local_dsn, queue, run.group, run.error)
+                self._retry_at[group_id] = now + self.settings.exception_sleep
+                _record_error(self.settings.local_dsn, queue, run.group, run.error)
             elif run.waiting:
                 self._retry_at[group_id] = now + WAIT_PROVIDER_RETRY
             else:
@@ -134,7 +156,7 @@ class Copies:
         self._sources.clear()
 
     def _dsn_of(self, location: str) -> str:
-        return copynode.dsn_of(self.worker.config)(location)
+        return copynode.dsn_of(self.config)(location)
 
     def _forget_upstream(self, local: psycopg.Connection, node: model.NodeInfo) -> list[str]:
         """Group consumers this node left on the queues of nodes above its provider."""
@@ -167,7 +189,7 @@ class Copies:
         dsn = self._dsn_of(members[name].node_location)
         conn = connect(dsn, autocommit=True, application_name="pgferry-worker")
         set_text_format(conn)
-        replayer = Replayer(self.worker.settings.replay, self.worker._spark)
+        replayer = Replayer(self.settings.replay, self._spark)
         replayer.use_provider(dsn)
         self._sources[name] = (conn, replayer)
         return conn, replayer
@@ -190,10 +212,10 @@ class Copies:
                 # Read after the groups: a copy thread may have moved a group to
                 # catching-up since the caller read the routes, and its tables' routes must
                 # carry the copy snapshot that filters the events the copy already holds.
-                routes = self.worker.replay.routes(local, queue)
+                routes = self._replay.routes(local, queue)
         applied, hold_at = False, None
         for group in groups:
-            source, replayer = provider, self.worker.replay
+            source, replayer = provider, self._replay
             if group.node is not None:
                 source, replayer = self._source(local, node, group.node)
             if group.tick != node.last_tick_id:
@@ -232,7 +254,7 @@ class Copies:
         # Large batches, but never past the main stream's tick: the group meets it there.
         assert node.last_tick_id is not None
         batch_id = queue_api.next_batch_upto(
-            provider, queue, consumer, node.last_tick_id, self.worker.settings.batch_min_events
+            provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
         )
         if batch_id is None:
             return None
@@ -251,7 +273,7 @@ class Copies:
         if group.filtered:
             with local.transaction():
                 handover.pass_snapshot(local, queue, group, batch.tick_snapshot)
-        self.worker.count_applied(batch, stats, started, f" ({', '.join(group.tables)})")
+        self._on_applied(batch, stats, started, f" ({', '.join(group.tables)})")
         return batch.tick_id
 
 

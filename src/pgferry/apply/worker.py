@@ -78,11 +78,14 @@ class Worker(Service):
         self._spark = WorkerSpark(config, verbose)
         self.replay = Replayer(self.settings.replay, self._spark)
         self.conns = WorkerConnections(config, self.settings, self.replay)
+        # Copies running beside the loop, handed what of the worker they use.
+        self._copies = Copies(
+            config, self.settings, self.conns, self.replay, self._spark, self.count_applied
+        )
         self._use_settings()
         self._loop_at = 0.0  # when the last loop started (a root's pace)
         self._orphan_logged = False
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
-        self._copies = Copies(self)  # copies running beside the loop
         # What metrics and tests read: counts since start, and callbacks per applied batch.
         self.batches_applied = 0
         self.spark_batches = 0
@@ -99,6 +102,7 @@ class Worker(Service):
         self._spark.config = self.config
         self.replay.settings = self.settings.replay
         self.conns.config, self.conns.settings = self.config, self.settings
+        self._copies.config, self._copies.settings = self.config, self.settings
 
     # --- Service hooks -------------------------------------------------------------------
     def reload(self) -> None:
