@@ -1,0 +1,253 @@
+"""Apache Iceberg tables through pyiceberg, with a SQL catalog in a SQLite file.
+
+The catalog of a lake is ``DIR/pgferry_catalog.db`` (SQLite, SQLAlchemy's
+``sqlite:///`` URL; catalog name ``pgferry``), its warehouse ``DIR``; a table
+``schema.table`` is the namespace ``schema``'s table, kept at ``DIR/schema/table``
+(``metadata/`` and ``data/``).  Any Iceberg reader given that catalog finds it.
+
+Every write here is ONE Iceberg commit (a pyiceberg transaction: a MERGE is a delete of the
+batch's keys and an append of its new rows, in one metadata commit) whose snapshots carry
+the replay version and the tick in their summary (``pgferry.version``,
+``pgferry.tick``); :func:`applied_version` reads the current snapshot's.  The table
+property ``pgferry.owner`` marks the tables pgferry made.  pyiceberg writes copy-on-write
+(no delete files), so readers need no support for equality deletes.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from pgferry.lake.spec import OP, LakeError, LakeSpec
+
+OWNER = "pgferry.owner"
+VERSION = "pgferry.version"
+TICK = "pgferry.tick"
+CATALOG_FILE = "pgferry_catalog.db"
+
+
+def check_installed() -> None:
+    try:
+        import pyiceberg.catalog.sql  # noqa: F401
+        import sqlalchemy  # noqa: F401
+    except ImportError:
+        raise LakeError(
+            "lake format iceberg needs pyiceberg with SQLite: pip install 'pgferry[lake]'"
+        ) from None
+
+
+def catalog(root: str):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        "pgferry",
+        uri=f"sqlite:///{os.path.join(root, CATALOG_FILE)}",
+        warehouse=f"file://{root}",
+    )
+
+
+def _ident(spec: LakeSpec) -> tuple[str, str]:
+    return (spec.schema, spec.table)
+
+
+def _load(spec: LakeSpec):
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog(spec.root).load_table(_ident(spec))
+    except NoSuchTableError:
+        return None
+
+
+def owner_of(spec: LakeSpec) -> str | None:
+    table = _load(spec)
+    if table is None:
+        if os.path.isdir(os.path.join(spec.location, "metadata")):
+            return ""  # an Iceberg table of another catalog at the same place
+        return None
+    return table.properties.get(OWNER, "")
+
+
+def prepare(spec: LakeSpec, schema) -> None:
+    if _load(spec) is not None:
+        return
+    cat = catalog(spec.root)
+    cat.create_namespace_if_not_exists(spec.schema)
+    cat.create_table(_ident(spec), schema=schema, location=spec.location,
+                     properties={OWNER: spec.owner})  # fmt: skip
+
+
+def _table(spec: LakeSpec):
+    table = _load(spec)
+    if table is None:
+        raise LakeError(f"no Iceberg table {spec.name} in the catalog of {spec.root}")
+    return table
+
+
+def _props(version: int | None, tick: int | None) -> dict[str, str]:
+    props = {}
+    if version is not None:
+        props[VERSION] = str(version)
+    if tick is not None:
+        props[TICK] = str(tick)
+    return props
+
+
+def applied_version(spec: LakeSpec) -> int | None:
+    """The newest replay version in the current snapshot's line (None: none yet)."""
+    table = _table(spec)
+    for snap in _ancestry(table):
+        found = snap.summary.additional_properties.get(VERSION) if snap.summary else None
+        if found is not None:
+            return int(found)
+    return None
+
+
+def _ancestry(table):
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
+    snap = table.current_snapshot()
+    while snap is not None:
+        yield snap
+        snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+
+
+def _key_filter(rows, key: Sequence[str]):
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    if len(key) == 1:
+        return In(key[0], set(rows[key[0]].to_pylist()))
+    terms = [
+        And(*[EqualTo(k, r[k]) for k in key]) if len(key) > 1 else EqualTo(key[0], r[key[0]])
+        for r in rows.select(list(key)).to_pylist()
+    ]
+    return terms[0] if len(terms) == 1 else Or(*terms)
+
+
+def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
+    """The batch's keys deleted and its new rows appended, in one commit."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = _table(spec)
+    props = _props(version, tick)
+    upserts = source.filter(pc.invert(pc.is_in(source[OP], value_set=pa.array(["D", "d"]))))
+    rows = upserts.drop([OP]).cast(table.schema().as_arrow())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "delete did not match any records"
+        with table.transaction() as tx:
+            if source.num_rows:
+                tx.delete(_key_filter(source, key), snapshot_properties=props)
+            tx.append(rows, snapshot_properties=props)
+    deletes = source.num_rows - upserts.num_rows
+    return upserts.num_rows, deletes
+
+
+def append(spec: LakeSpec, rows, version: int | None, tick: int | None) -> int:
+    table = _table(spec)
+    table.append(rows.cast(table.schema().as_arrow()), snapshot_properties=_props(version, tick))
+    return rows.num_rows
+
+
+def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple[int, int]:
+    """A table without a key: rewritten in one commit (each delete image removes one
+    equal row, then the inserts are added)."""
+    import pyarrow as pa
+
+    if not deletes.num_rows:
+        return append(spec, inserts, version, tick), 0
+    table = _table(spec)
+    schema = table.schema().as_arrow()
+    here = table.scan().to_arrow().cast(schema)
+    want = Counter(_frozen(r) for r in deletes.cast(schema).to_pylist())
+    kept, removed = [], 0
+    for i, row in enumerate(here.to_pylist()):
+        image = _frozen(row)
+        if want.get(image):
+            want[image] -= 1
+            removed += 1
+        else:
+            kept.append(i)
+    result = pa.concat_tables([here.take(kept), inserts.cast(schema)])
+    table.overwrite(result, snapshot_properties=_props(version, tick))
+    return inserts.num_rows, removed
+
+
+def _frozen(row: dict) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
+
+
+def truncate(spec: LakeSpec, version: int, tick: int) -> int:
+    from pyiceberg.expressions import AlwaysTrue
+
+    table = _table(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table.delete(AlwaysTrue(), snapshot_properties=_props(version, tick))
+    return 0
+
+
+def data_dir(spec: LakeSpec) -> str:
+    return os.path.join(spec.location, "data")
+
+
+def new_file_name(range_no: int) -> str:
+    return f"load-{range_no:05d}-{uuid.uuid4().hex}.parquet"
+
+
+def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, tick: int) -> None:
+    """The initial load: every row replaced by ``files`` (in :func:`data_dir`) in ONE
+    commit, which resets the replay version below every tick."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    table = _table(spec)
+    props = _props(0, tick)
+    paths = [os.path.join(data_dir(spec), path) for path, _, _ in files]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with table.transaction() as tx:
+            tx.delete(AlwaysTrue(), snapshot_properties=props)
+            if paths:
+                tx.add_files(paths, snapshot_properties=props)
+            else:  # an empty source: still one snapshot carrying the version
+                tx.append(schema.empty_table(), snapshot_properties=props)
+
+
+def read(spec: LakeSpec, tick: int | None = None):
+    table = _table(spec)
+    if tick is None:
+        return table.scan().to_arrow()
+    for snap in _ancestry(table):
+        at = snap.summary.additional_properties.get(TICK) if snap.summary else None
+        if at is None or int(at) <= tick:
+            return table.scan(snapshot_id=snap.snapshot_id).to_arrow()
+    return table.scan().to_arrow().slice(0, 0)
+
+
+def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:
+    """Every ``compact_every`` snapshots: rewrite the table into few files and expire
+    snapshots older than ``keep_hours``."""
+    table = _table(spec)
+    if compact_every <= 0 or len(table.snapshots()) % compact_every:
+        return False
+    compact(spec, keep_hours)
+    return True
+
+
+def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
+    """Rewrite the current rows as one overwrite (pyiceberg has no rewrite of data files
+    yet), keeping the replay version; then expire old snapshots."""
+    table = _table(spec)
+    current = table.current_snapshot()
+    props = dict(current.summary.additional_properties) if current and current.summary else {}
+    keep = {k: v for k, v in props.items() if k in (VERSION, TICK)}
+    rows = table.scan().to_arrow()
+    table.overwrite(rows, snapshot_properties=keep)
+    if keep_hours is not None:
+        table = _table(spec)
+        older = datetime.now(UTC) - timedelta(hours=keep_hours)
+        table.maintenance.expire_snapshots().older_than(older).commit()
+    return {"rows": rows.num_rows}
