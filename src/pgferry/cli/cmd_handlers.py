@@ -98,14 +98,34 @@ def cmd_show_handlers(ctx: Context, argv: list[str]) -> int:
 
 @command("change-handler", "replace a table's handler on this node")
 def cmd_change_handler(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("TABLE --handler=NAME [--handler-arg=K=V ...]")
+    parser = ctx.parser(
+        "TABLE --handler=NAME [--handler-arg=K=V ...] [--trigger-flags=F] [--trigger-arg=A ...]"
+    )
     parser.add_argument("table", metavar="TABLE")
     parser.add_argument("--handler", metavar="NAME", required=True, help="the new handler")
     parser.add_argument(
         "--handler-arg", action="append", default=[], metavar="K=V", help="handler argument"
     )
+    parser.add_argument(
+        "--trigger-flags", metavar="FLAGS", help="new capture trigger flags (root): I U D B A S"
+    )
+    parser.add_argument(
+        "--trigger-arg",
+        action="append",
+        metavar="ARG",
+        help="new capture options (root), repeatable; replace the stored ones",
+    )
     args = parser.parse_args(argv)
     config = start(ctx)
+    trigger_args = None if args.trigger_arg is None else tuple(args.trigger_arg)
     with local_tx(config) as conn:
-        handlerops.change_handler(config, conn, args.table, args.handler, args.handler_arg)
+        handlerops.change_handler(
+            config,
+            conn,
+            args.table,
+            args.handler,
+            args.handler_arg,
+            args.trigger_flags,
+            trigger_args,
+        )
     return 0

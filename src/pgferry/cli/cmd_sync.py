@@ -20,6 +20,7 @@ from pgferry.log import setup_logging
 log = logging.getLogger(__name__)
 
 DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
+COUNT_FMT = "%(cnt)d rows"  # compare --count-only, as the original printed it
 
 
 def _tasks(config: Config, names: list[str]):
@@ -90,8 +91,10 @@ def _large(config: Config, tasks) -> bool:
     return max(pages) > LOCAL_PAGES
 
 
-def _fmt(config: Config, rows: int, checksum: int) -> str:
+def _fmt(config: Config, rows: int, checksum: int, count_only: bool = False) -> str:
     fmt = config.get("compare_fmt", DEFAULT_FMT)
+    if count_only and fmt == DEFAULT_FMT:
+        fmt = COUNT_FMT
     values = {"cnt": rows, "chksum": checksum if rows else None}
     try:
         return fmt % values
@@ -99,10 +102,36 @@ def _fmt(config: Config, rows: int, checksum: int) -> str:
         return DEFAULT_FMT % values
 
 
+def _narrowed(config: Config, tasks, where: str):
+    """The tasks with ``where`` added to both sides' conditions, checked first on this
+    node's tables as one read-only boolean expression (one line and nothing read if not)."""
+    import dataclasses
+
+    from pgferry import expressions
+    from pgferry.db import connection
+    from pgferry.node.connect import local_connstr
+    from pgferry.registry.names import split_qualified
+
+    where = expressions.boolean_expression(where, "--repair-where")
+    with connection(local_connstr(config), autocommit=True) as conn:
+        for task in tasks:
+            schema, name = split_qualified(task.dest_table)
+            expressions.check_on_table(conn, schema, name, where, "--repair-where")
+    return [
+        dataclasses.replace(
+            t,
+            copy_condition=expressions.conjunction(t.copy_condition, where),
+            dest_condition=expressions.conjunction(t.dest_condition, where),
+        )
+        for t in tasks
+    ]
+
+
 @command("compare", "compare tables with the provider at one tick (exit 1 on difference)")
 def cmd_compare(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("[TABLE...]")
+    parser = ctx.parser("[TABLE...] [--count-only]")
     parser.add_argument("tables", nargs="*")
+    parser.add_argument("--count-only", action="store_true", help="compare row counts only")
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
@@ -123,10 +152,11 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
                 src_snapshot=point.src_snapshot,
                 dst_snapshot=point.dst_snapshot,
                 threads=driver_threads(config.values),  # small tables: the driver's threads
+                count_only=args.count_only,
             )
     for res in results:
-        src = _fmt(config, res.src_rows, res.src_checksum)
-        dst = _fmt(config, res.dst_rows, res.dst_checksum)
+        src = _fmt(config, res.src_rows, res.src_checksum, args.count_only)
+        dst = _fmt(config, res.dst_rows, res.dst_checksum, args.count_only)
         print(f"{res.dest_table}: srcdb: {src}")
         print(f"{res.dest_table}: dstdb: {dst}")
         if (res.src_rows, res.src_checksum) != (res.dst_rows, res.dst_checksum) or res.ranges:
@@ -137,10 +167,13 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
 
 @command("repair", "find rows that differ from the provider; write (or --apply) the fix")
 def cmd_repair(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("[TABLE...] [--apply] [--dir DIR]")
+    parser = ctx.parser("[TABLE...] [--apply] [--dir DIR] [--repair-where EXPR]")
     parser.add_argument("tables", nargs="*")
     parser.add_argument("--apply", action="store_true", help="apply the fix on this node")
     parser.add_argument("--dir", default=".", help="where fix.<table>.sql files go")
+    parser.add_argument(
+        "--repair-where", metavar="EXPR", help="only rows where EXPR holds, on both sides"
+    )
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
@@ -152,6 +185,8 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
     if lakes:  # the lake's rows are written by whole commits: resync rewrites them
         raise TableError(f"repair: {lakes[0].source_table} is kept in a lake: resync it")
+    if args.repair_where:
+        tasks = _narrowed(config, tasks, args.repair_where)
     threads = driver_threads(config.values)
     spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).

@@ -41,8 +41,8 @@ REFUSED_ARGS = {
     "deny": "branch and leaf tables refuse writes by themselves",
     "skip_truncate": "use the add-table option --skip-truncate",
     "expect_sync": "use the add-table option --expect-sync",
-    "merge_all": "pgferry has no merge leaves",
-    "no_merge": "pgferry has no merge leaves",
+    "merge_all": "use the add-table option --merge-all on the merge leaf",
+    "no_merge": "use the add-table option --no-merge on the merge leaf",
     "virtual_table": "pgferry has no virtual tables",
 }
 # The placeholders of ferry_queue's capture templates (ferry_queue.attach_capture_spec):

@@ -115,11 +115,25 @@ def register_tableless(
 
 
 def change_handler(
-    config: Config, conn: psycopg.Connection, table: str, name: str, args: list[str]
+    config: Config,
+    conn: psycopg.Connection,
+    table: str,
+    name: str,
+    args: list[str],
+    trigger_flags: str | None = None,
+    trigger_args: tuple[str, ...] | None = None,
 ) -> bool:
-    """Replace a table's handler on this node; False when nothing changed."""
+    """Replace a table's handler on this node; False when nothing changed.  On the root
+    ``trigger_flags`` / ``trigger_args`` (given: not None) replace the table's stored trigger
+    options, and the capture is made again when that changes it."""
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
+    retrigger = trigger_flags is not None or trigger_args is not None
+    if retrigger and not node.is_root:
+        raise UsageError(
+            "change-handler: --trigger-flags and --trigger-arg are for the root"
+            " (a subscriber takes its provider's capture)"
+        )
     registered = {t.table_name: t for t in entries.list_tables(conn, queue)}
     keys = [split_qualified(n) for n in registered]
     pattern = parse_pattern(table)
@@ -129,9 +143,14 @@ def change_handler(
     entry = registered[dict(zip(keys, registered, strict=True))[found[0]]]
     configured, handler = choose(config, name, args, root=node.is_root, command="change-handler")
     old = handler_registry.stored(entry.table_attrs)
-    if old == configured:
+    if old == configured and not retrigger:
         log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
         return False
+    if retrigger and not handler.captures:
+        raise UsageError(
+            f"change-handler: handler {handler.name} captures nothing: no --trigger-flags or"
+            " --trigger-arg"
+        )
     before = handler_registry.build(old)
     # A subscriber's table exists for one and not the other; a root's is captured by one.
     kind = "captures" if node.is_root else "needs_table"
@@ -152,13 +171,16 @@ def change_handler(
     finally:
         if prov is not None:
             prov.close()
-    if old == configured:  # the same once computed (e.g. a rule file read again)
+    if old == configured and not retrigger:  # the same once computed (a rule file read again)
         log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
         return False
     handler = handler_registry.build(configured)
     attrs = with_handler(entry.table_attrs, configured, True)
     if node.is_root and handler.captures:
-        attrs = _recapture(conn, queue, entry, attrs, handler)
+        attrs = _recapture(conn, queue, entry, attrs, handler, trigger_flags, trigger_args)
+    if attrs == entry.table_attrs:
+        log.info("Table %s: handler and capture unchanged", entry.table_name)
+        return False
     entries.set_table_attrs(conn, queue, entry.table_name, attrs)
     if handler.needs_table and _filters(before) != _filters(handler):
         log.warning(
@@ -177,18 +199,23 @@ def _recapture(
     entry: entries.TableEntry,
     attrs: dict[str, Any],
     handler: Handler,
+    new_flags: str | None = None,
+    new_args: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """A root's capture as the new handler asks for it (with the table's own trigger
-    options); the triggers are made again when that changes it."""
-    flags = entry.table_attrs.get("tgflags")
-    args = tuple(entry.table_attrs.get("trigger_args") or ())
+    options, or the new ones given); the triggers are made again when that changes it."""
+    flags = entry.table_attrs.get("tgflags") if new_flags is None else new_flags or None
+    args = tuple(entry.table_attrs.get("trigger_args") or ()) if new_args is None else new_args
     no_triggers = bool(entry.table_attrs.get("no_triggers"))
     spec = capture.root_spec(flags, args, no_triggers, handler).resolve(conn, entry.table_name)
+    # The trigger options as now given replace the stored ones (a flag given empty: none).
+    attrs = {k: v for k, v in attrs.items() if k not in ("tgflags", "trigger_args", "capture")}
     if capture.CaptureSpec.from_attrs(entry.table_attrs) == spec:
-        return attrs
+        return {**attrs, **capture.root_attrs(spec, flags, args)}
     if not spec.no_triggers:
         capture.attach(conn, queue, entry.table_name, deny=False, spec=spec)
         log.info("Table %s: capture triggers made again", entry.table_name)
+    capture.log_added(entry.table_name, spec, entry.table_attrs)  # subscribers keep theirs
     return {**attrs, **capture.root_attrs(spec, flags, args)}
 
 

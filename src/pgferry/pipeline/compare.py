@@ -96,6 +96,7 @@ class _Job:
     src_snapshot: str
     dst_snapshot: str
     plans: tuple[TablePlan, ...]
+    count_only: bool = False  # rows counted, not hashed (checksums all 0)
 
 
 def compare_tables(
@@ -107,8 +108,10 @@ def compare_tables(
     src_snapshot: str | None = None,
     dst_snapshot: str | None = None,
     threads: int = 0,
+    count_only: bool = False,
 ) -> list[TableComparison]:
     """Compare each task's tables; the result lists per table totals and differing ranges.
+    ``count_only``: only the rows per bucket are counted (checksums stay 0).
 
     Small tables (``LOCAL_PAGES``) are summed on the driver, by ``threads`` threads (see
     :func:`driver_threads`); larger ones by a Spark job, local or on a cluster.
@@ -120,7 +123,7 @@ def compare_tables(
         maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
     ):
         prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
-        job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans))
+        job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans), count_only)
         groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
         units = [(side, g) for g in groups for side in (0, 1)]
         if _small(prepared):
@@ -204,12 +207,17 @@ def _sum_group(job: _Job, group: BucketGroup, side: int) -> dict[int, tuple[int,
     """The Spark task's body (runs on an executor): one side of one bucket group."""
     plan = job.plans[group.table_no]
     if side == 0:
-        return _sum_side(job.src_connstr, job.src_snapshot, plan, plan.src, group)
-    return _sum_side(job.dst_connstr, job.dst_snapshot, plan, plan.dst, group)
+        return _sum_side(job.src_connstr, job.src_snapshot, plan, plan.src, group, job.count_only)
+    return _sum_side(job.dst_connstr, job.dst_snapshot, plan, plan.dst, group, job.count_only)
 
 
 def _sum_side(
-    connstr: str, snapshot: str, plan: TablePlan, side: Side, group: BucketGroup
+    connstr: str,
+    snapshot: str,
+    plan: TablePlan,
+    side: Side,
+    group: BucketGroup,
+    count_only: bool = False,
 ) -> dict[int, tuple[int, int]]:
     """Per global bucket: (rows, checksum) of one side (runs on an executor)."""
     where = [plan.key.predicate(KeyRange(group.lower, group.upper))]
@@ -218,7 +226,9 @@ def _sum_side(
 
         where.append(expressions.as_sql(side.condition))
     row = sql.SQL("row({})").format(sql.SQL(", ").join(map(sql.Identifier, plan.columns)))
-    if plan.by_type:
+    if count_only:
+        row_hash = sql.SQL("0")
+    elif plan.by_type:
         row_hash = sql.SQL("hash_record_extended({}, 0)").format(row)
     else:
         row_hash = sql.SQL("hashtextextended({}::text, 0)").format(row)
