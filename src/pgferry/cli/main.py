@@ -36,6 +36,7 @@ COMMAND_MODULES = {
     "pgferry.cli.cmd_handlers": ("show-handlers", "change-handler"),
     "pgferry.cli.cmd_worker": ("worker",),
     "pgferry.cli.cmd_sync": ("compare", "repair"),
+    "pgferry.cli.cmd_lake": ("lake-compact",),
     "pgferry.cli.cmd_execute": ("execute",),
     "pgferry.cli.cmd_skip": ("skip-event",),
     "pgferry.cli.cmd_cascade": (
