@@ -46,6 +46,10 @@ def test_one_worker_per_node(db_a, db_b, write_ini, cli, tmp_path) -> None:
         lines = second.stderr.strip().splitlines()
         assert second.returncode == 1 and len(lines) == 1, second.stderr
         assert lines[-1].startswith("pgferry: Another worker is already running for this node")
+        # ... naming the running worker's own process, not only its database session.
+        running_pid = pidfile.read_text().strip()
+        assert f"(worker process {running_pid} on " in lines[-1], lines[-1]
+        assert "its database session is server pid " in lines[-1]
         assert "Traceback" not in second.stderr
         # ... and leaves the running node's status healthy.
         with psycopg.connect(db_b, autocommit=True) as conn:

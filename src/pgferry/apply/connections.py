@@ -113,7 +113,9 @@ class WorkerConnections:
         False when this worker held it already."""
         if self.lock is not None and not self.lock.closed:
             return False
-        conn = connect(self.settings.local_dsn, autocommit=True, application_name="pgferry-lock")
+        conn = connect(
+            self.settings.local_dsn, autocommit=True, application_name=model.lock_holder_name()
+        )
         try:
             model.lock_node(conn, self.settings.queue)
         except BaseException:

@@ -8,6 +8,8 @@ which is the exactly-once marker.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -304,6 +306,29 @@ def record_error(conn: psycopg.Connection, queue_name: str, consumer_name: str, 
     )
 
 
+LOCK_APP = "pgferry-lock"  # application_name of the session holding the node's lock
+
+
+def lock_holder_name() -> str:
+    """``application_name`` of the lock's session: names the worker process holding it
+    (``pgferry-lock 1234@host``), which a refused second worker reports."""
+    return f"{LOCK_APP} {os.getpid()}@{socket.gethostname()}"[:63]
+
+
+def _holder_text(backend_pid: int, client: object, app: str | None) -> str:
+    """Who holds the node's lock, as a refused worker says it: the worker's own process
+    when its session names it, else only what the server knows (its session's pid)."""
+    prefix = f"{LOCK_APP} "
+    if app and app.startswith(prefix) and "@" in app:
+        pid, _, host = app[len(prefix) :].partition("@")
+        return f"worker process {pid} on {host}; its database session is server pid {backend_pid}"
+    where = f" from {client}" if client else ""
+    return (
+        f"held by the database session of server pid {backend_pid}{where},"
+        " not the worker's own pid (a worker of an older pgferry)"
+    )
+
+
 def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
     """Take the session lock that makes the caller the node's only worker, or fail.
 
@@ -325,7 +350,7 @@ def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
             """,
             (queue_name,),
         ).fetchone()
-        where = f" (server pid {holder[0]})" if holder else ""
+        where = f" ({_holder_text(*holder)})" if holder else ""
         raise AlreadyRunning(
             f"Another worker is already running for this node (queue {queue_name}){where}"
         )
