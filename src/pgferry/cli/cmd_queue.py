@@ -1,13 +1,15 @@
-"""Queue commands: ``install`` (the SQL schemas) and read-only ``queues`` / ``consumers``."""
+"""Queue commands: ``install`` (the SQL schemas) and read-only ``queues`` / ``consumers``
+(a table, or ``--json``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
-from pgferry.cli.output import print_table
+from pgferry.cli.output import print_json, print_table
 from pgferry.cli.registry import Context, command
 from pgferry.db import connection, describe
 from pgferry.errors import PgferryError
@@ -61,41 +63,60 @@ def cmd_install(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
-def _queue_rows(
+# Rates are estimates from two ticks: a tenth of an event per second is plenty.
+RATE_COLUMNS = ("ev_per_sec",)
+
+
+def _show(
     ctx: Context,
     columns: tuple[str, ...],
     read: Callable[[psycopg.Connection], list[dict[str, Any]]],
-) -> tuple[list[str], list[tuple]]:
-    """``columns`` of the rows ``read`` returns, for a table."""
+    as_json: bool,
+) -> None:
+    """``columns`` of the rows ``read`` returns: a table, or with ``as_json`` a JSON list of
+    objects (intervals in seconds, rates rounded as in the table)."""
     config = ctx.config()
     with connection(config.get("db")) as conn:
         if not queue_api.installed(conn):
             raise PgferryError(f"{describe(config.get('db'))}: ferry_queue is not installed")
-        return list(columns), [tuple(row[c] for c in columns) for row in read(conn)]
+        rows = [{c: _value(c, row[c], as_json) for c in columns} for row in read(conn)]
+    if as_json:
+        print_json(rows)
+    else:
+        print_table(list(columns), [tuple(row.values()) for row in rows])
+
+
+def _value(column: str, value: Any, as_json: bool) -> Any:
+    if value is None:
+        return None
+    if column in RATE_COLUMNS:
+        return round(value, 1) if as_json else f"{value:.1f}"
+    if as_json and isinstance(value, timedelta):
+        return round(value.total_seconds(), 3)
+    return value
 
 
 @command("queues", "show queues: ticks, lag, events per second")
 def cmd_queues(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("[QUEUE]", "Show queue information.")
+    parser = ctx.parser("[QUEUE] [--json]", "Show queue information.")
     parser.add_argument("queue", nargs="?")
+    parser.add_argument("--json", action="store_true", help="a JSON list (intervals in seconds)")
     args = parser.parse_args(argv)
-    headers, rows = _queue_rows(
-        ctx, QUEUE_COLUMNS, lambda conn: queue_api.queue_info(conn, args.queue)
-    )
-    print_table(headers, rows)
+    _show(ctx, QUEUE_COLUMNS, lambda conn: queue_api.queue_info(conn, args.queue), args.json)
     return 0
 
 
 @command("consumers", "show consumers: lag, last tick, pending events")
 def cmd_consumers(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("[QUEUE [CONSUMER]]", "Show consumer information.")
+    parser = ctx.parser("[QUEUE [CONSUMER]] [--json]", "Show consumer information.")
     parser.add_argument("queue", nargs="?")
     parser.add_argument("consumer", nargs="?")
+    parser.add_argument("--json", action="store_true", help="a JSON list (intervals in seconds)")
     args = parser.parse_args(argv)
-    headers, rows = _queue_rows(
+    _show(
         ctx,
         CONSUMER_COLUMNS,
         lambda conn: queue_api.consumer_info(conn, args.queue, args.consumer),
+        args.json,
     )
-    print_table(headers, rows)
     return 0
