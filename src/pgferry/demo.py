@@ -52,6 +52,7 @@ class Demo:
         self.console = console
         self.workdir = workdir
         self.daemons: list[tuple[str, str]] = []
+        self.sections = 0
 
     def pgferry(self, *args: str, show: bool = True) -> str:
         """Run ``pgferry ARGS`` as an operator would, echoing the command and its output."""
@@ -87,7 +88,11 @@ class Demo:
                 self.pgferry("-k", ini, command, show=False)
         self.daemons.clear()
 
-    def step(self, title: str) -> None:
+    def step(self, title: str, numbered: bool = True) -> None:
+        """A section's rule; sections are numbered 1, 2, ... in the order they run."""
+        if numbered:
+            self.sections += 1
+            title = f"{self.sections}: {title}"
         self.console.print(Rule(f"[bold]{title}"))
 
 
@@ -171,7 +176,7 @@ def run(console: Console) -> None:
         sql(dst2, PARTIAL)
         _write_configs(workdir, src, dst1, dst2, root_cluster)
 
-        demo.step("1-4: root, leaf, workers and the ticker")
+        demo.step("root, leaf, workers and the ticker")
         demo.pgferry("src_digoal_01.ini", "create-root", "src_digoal_01", src)
         demo.daemon("src_digoal_01.ini", "worker")
         demo.pgferry("dst1_digoal_01.ini", "create-leaf", "dst1_digoal_01", dst1,
@@ -179,13 +184,13 @@ def run(console: Console) -> None:
         demo.daemon("dst1_digoal_01.ini", "worker")
         demo.daemon("pgqd.ini", "ticker")
 
-        demo.step("8: add the tables on the root, then on the leaf (copied in parallel)")
+        demo.step("add the tables on the root, then on the leaf (copied in parallel)")
         demo.pgferry("src_digoal_01.ini", "add-table", *TABLES)
         demo.pgferry("dst1_digoal_01.ini", "add-table", *TABLES)
         demo.pgferry("dst1_digoal_01.ini", "wait-sync")
         demo.pgferry("dst1_digoal_01.ini", "tables")
 
-        demo.step("18: a partial, renamed leaf (userid < 1000 into digoal_02)")
+        demo.step("a partial, renamed leaf (userid < 1000 into digoal_02)")
         demo.pgferry("dst2_digoal_02.ini", "create-leaf", "dst2_digoal_02", dst2,
                      f"--provider={src}")  # fmt: skip
         demo.daemon("dst2_digoal_02.ini", "worker")
@@ -196,23 +201,23 @@ def run(console: Console) -> None:
         demo.pgferry("dst2_digoal_02.ini", "wait-sync")
         demo.pgferry("dst2_digoal_02.ini", "tables")
 
-        demo.step("12: a pgbench load of logins and logouts on the source")
+        demo.step("a pgbench load of logins and logouts on the source")
         _load(workdir, root_cluster, console)
         demo.pgferry("src_digoal_01.ini", "status")
         demo.pgferry("dst1_digoal_01.ini", "wait-root")
         demo.pgferry("dst2_digoal_02.ini", "wait-root")
 
-        demo.step("14: compare both sides, each at one tick")
+        demo.step("compare both sides, each at one tick")
         out1 = demo.pgferry("dst1_digoal_01.ini", "compare")
         out2 = demo.pgferry("dst2_digoal_02.ini", "compare")
-        demo.step("16: TRUNCATE is replicated too")
+        demo.step("TRUNCATE is replicated too")
         sql(src, "truncate digoal_01.user_session")
         demo.pgferry("dst1_digoal_01.ini", "wait-root")
         _wait("the truncate on dst1", dst1, "select count(*) from digoal_01.user_session", 0)
         console.print("  digoal_01.user_session on dst1: 0 rows")
         demo.pgferry("dst1_digoal_01.ini", "members")
 
-        demo.step("result")
+        demo.step("result", numbered=False)
         equal = "Results do not match" not in out1 + out2
         if equal:
             console.print("[bold green]Every replicated table equals its source.[/]")
