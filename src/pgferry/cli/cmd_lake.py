@@ -21,7 +21,7 @@ def cmd_lake_compact(ctx: Context, argv: list[str]) -> int:
     from pgferry.db import connection
     from pgferry.handlers import registry as handler_registry
     from pgferry.handlers.lake import Lake
-    from pgferry.lake import spec as lake_spec
+    from pgferry.lake import formats
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.registry.names import parse_pattern, split_qualified
 
@@ -42,6 +42,6 @@ def cmd_lake_compact(ctx: Context, argv: list[str]) -> int:
         handler = lakes[table]
         assert isinstance(handler, Lake)
         spec = handler.spec()
-        lake_spec.module(spec.format).compact(spec, keep)
+        formats.module(spec.format).compact(spec, keep)
         print(f"{table}: compacted {spec.location}, history older than {keep} hours vacuumed")
     return 0

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from psycopg import sql
 
 from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
+from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 
@@ -70,7 +71,7 @@ class Lake(Handler):
             raise HandlerError("handler lake: no lake_path in the ini and no path= argument")
         if fmt not in lake_spec.FORMATS:
             raise HandlerError(f"handler lake: lake_format must be delta or iceberg, not {fmt}")
-        module = lake_spec.module(fmt)
+        module = formats.module(fmt)
         assert table.dest is not None
         columns = lake_types.table_columns(table.conn, table.dest)
         row = table.conn.execute(
@@ -108,7 +109,7 @@ class Lake(Handler):
     # --- replay ---------------------------------------------------------------------------
     def apply(self, staged: Staged) -> Applied:
         spec = self.spec()
-        module = lake_spec.module(spec.format)
+        module = formats.module(spec.format)
         version = _next_version(staged.conn, spec.app_id, staged.tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
@@ -134,7 +135,7 @@ class Lake(Handler):
 
     def truncated(self, conn, target: Target, tick_id: int) -> None:
         spec = self.spec()
-        module = lake_spec.module(spec.format)
+        module = formats.module(spec.format)
         version = _next_version(conn, spec.app_id, tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:

@@ -3,8 +3,8 @@
 A :class:`LakeSpec` is plain data (picklable, for the initial load's Spark tasks): the
 format, where the table lives, the owner marker pgferry writes into it and the
 application id under which replay records the versions it committed (exactly once:
-``docs/lakehouse.md``).  :func:`module` returns the format's module (:mod:`.delta`,
-:mod:`.iceberg`), whose functions take the spec.
+``docs/lakehouse.md``).  :func:`pgferry.lake.formats.module` returns the format's
+module (:mod:`.delta`, :mod:`.iceberg`), whose functions take the spec.
 
 Replay versions: part ``n`` (0, 1, ...) of a batch ending at tick ``T`` is committed as
 version ``T * PARTS + n``; the initial load commits version 0.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from types import ModuleType
 
 from pgferry.errors import TableError
 
@@ -47,21 +46,6 @@ class LakeSpec:
     @property
     def app_id(self) -> str:
         return f"pgferry:{self.owner}"
-
-
-def module(fmt: str) -> ModuleType:
-    """The format's module (its import fails with one line when the package is missing)."""
-    if fmt == "delta":
-        from pgferry.lake import delta
-
-        delta.check_installed()
-        return delta
-    if fmt == "iceberg":
-        from pgferry.lake import iceberg
-
-        iceberg.check_installed()
-        return iceberg
-    raise LakeError(f"unknown lake format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
 def quote_ident(name: str) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from psycopg import sql
 
 from pgferry import expressions
+from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.snapshot import open_in_snapshot
@@ -72,7 +73,7 @@ def compare_lake(
 def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):
     schema = lake_types.arrow_schema(task.columns)
     src = _read_source(src_connstr, snapshot, task, schema)
-    module = lake_spec.module(task.spec.format)
+    module = formats.module(task.spec.format)
     lake = module.read(task.spec, tick).select([c.name for c in task.columns]).cast(schema)
     a, b = _multiset(src), _multiset(lake)
     result = LakeComparison(task.source_table, task.dest_table)

@@ -30,6 +30,7 @@ from psycopg import sql
 from pgferry import expressions
 from pgferry.db import connect, describe
 from pgferry.errors import DatabaseError, PgferryError, TableError
+from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.copy import CopyResult, CopyTask
@@ -119,7 +120,7 @@ def copy_to_lake(
     for plan_no, plan in enumerate(plans):
         files = [(path, size, count) for n, path, size, count in written if n == plan_no]
         rows = sum(count for n, _, _, count in written if n == plan_no)
-        module = lake_spec.module(plan.spec.format)
+        module = formats.module(plan.spec.format)
         module.commit_files(plan.spec, files, lake_types.arrow_schema(plan.columns), 0)
         result.rows[plan.dest_key] = rows
         log.info("lake load %s: %d rows in %d files", plan.dest_key, rows, len(files))
@@ -165,7 +166,7 @@ def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int
     import pyarrow.parquet as pq
 
     plan = job.plans[rng.plan_no]
-    module = lake_spec.module(plan.spec.format)
+    module = formats.module(plan.spec.format)
     schema = lake_types.arrow_schema(plan.columns)
     where: list[sql.Composable] = []
     if plan.tid_ranges and rng.lo_block is not None:
