@@ -113,3 +113,18 @@ def test_ini_template(tmp_path, cli):
     ticker.write_text("[pgqd]\nbase_connstr = host=127.0.0.1\n")
     text = template_for(ticker)
     assert text.startswith("[pgqd]") and "base_connstr = host=127.0.0.1" in text
+
+
+def test_ini_ticker_template_and_a_missing_file(tmp_path, cli):
+    res = cli("--ini", "ticker")
+    assert res.code == 0
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(res.out)
+    assert parser.sections() == ["pgqd"] and parser.has_option("pgqd", "base_connstr")
+    assert cli("--ini", "node").out == cli("--ini").out
+    res = cli(tmp_path / "nosuch.ini", "--ini")
+    assert res.code == 1 and res.out == ""
+    assert res.err.strip().splitlines() == [
+        f"pgferry: --ini: no such file: {tmp_path / 'nosuch.ini'}"
+        " (or give node or ticker for an empty template)"
+    ]

@@ -1,8 +1,10 @@
 """``pgferry --ini``: a commented template of every setting.
 
-Without a config file the template of a replication node is printed; given a ticker
-config (a ``[pgqd]`` section) the ticker's template.  Values already set in the given file
-are filled in, the rest stay commented out with their defaults.
+``pgferry --ini`` (or ``pgferry --ini node``) prints the template of a replication node,
+``pgferry --ini ticker`` the ticker's (``[pgqd]``).  Given a config file, the template of
+its kind with the values already set in it filled in, the rest commented out with their
+defaults.  A file that does not exist is an error (a misspelt name must not look like a
+fresh template).
 """
 
 from __future__ import annotations
@@ -28,16 +30,21 @@ def _render(section: str, settings: list[Setting], have: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# Names ``--ini`` takes instead of a file: the empty template of that kind.
+KINDS = {"node": ("pgferry", NODE_SETTINGS), "ticker": ("pgqd", TICKER_SETTINGS)}
+
+
 def template_for(path: str | Path | None) -> str:
-    """The template for a node config (default) or for the ticker config at ``path``."""
+    """The template for a node (default), the ticker (``ticker``) or the config at ``path``."""
     if path is None:
-        return _render("pgferry", NODE_SETTINGS, {})
-    try:
-        config = load_config(path, NODE_SECTIONS + TICKER_SECTIONS)
-    except ConfigError:
-        if Path(path).is_file():
-            raise
-        return _render("pgferry", NODE_SETTINGS, {})
+        path = "node"
+    if str(path) in KINDS and not Path(path).exists():
+        section, settings = KINDS[str(path)]
+        return _render(section, settings, {})
+    if not Path(path).is_file():
+        kinds = " or ".join(KINDS)
+        raise ConfigError(f"--ini: no such file: {path} (or give {kinds} for an empty template)")
+    config = load_config(path, NODE_SECTIONS + TICKER_SECTIONS)
     raw = _raw_values(Path(path), config.section)
     if config.section in TICKER_SECTIONS:
         return _render(config.section, TICKER_SETTINGS, raw)

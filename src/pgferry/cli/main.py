@@ -60,7 +60,7 @@ switches:
   -s, --stop      stop a running daemon after its current loop
   -r, --reload    make a running daemon re-read its config
   -k, --kill      kill a running daemon
-  --ini           print a commented config template
+  --ini           print a commented config template (--ini ticker: the ticker's)
   --set KEY=VAL   override a config setting
 """
 
