@@ -110,6 +110,7 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
             ok = "select merge_state from ferry.table_info"
             wait_until(lambda: sql(db_b, ok) == [("ok",)], timeout=180, what="the copy")
             assert "Spark session started" not in log.read_text()  # copied on the driver
+            assert "Starting Spark" not in log.read_text()
             assert not has_jvm(worker.pid)
 
             # A batch of 2,000 events is over replay_local_events: applied on the driver,
@@ -120,6 +121,8 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
             wait_until(
                 lambda: "Spark session started" in log.read_text(), timeout=120, what="Spark"
             )
+            # Said once, before the wait it announces.
+            assert log.read_text().count("INFO Starting Spark (local[1]); this takes ~20 s") == 1
             wait_until(lambda: not has_jvm(worker.pid), timeout=60, what="the JVM to go")
             assert "Spark unused for 3 s: stopping it" in log.read_text()
             assert rss_mb(worker.pid) < GOAL_MB

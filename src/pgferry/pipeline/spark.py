@@ -136,6 +136,11 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # One line where a command or the worker starts it: the start is slow and large.
+    log.info(
+        "Starting Spark (%s); this takes ~20 s and ~300 MB",
+        spark_cluster.mask_master(master),
+    )
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     ensure_java()
     _skip_numpy_probe()
