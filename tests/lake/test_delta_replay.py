@@ -8,18 +8,22 @@ from conftest import sorted_rows
 
 TYPES = """create table public.t (
     id int primary key, v text, n numeric(10,2), ts timestamptz, d date, a int[],
-    j jsonb, b bytea, f double precision, ok boolean, big bigint, u uuid)"""
-COLS = "id, v, n, ts, d, a, j::text, b, f, ok, big, u::text"
+    j jsonb, b bytea, f double precision, ok boolean, big bigint, u uuid, tsn timestamp,
+    e mood, ua uuid[])"""
+COLS = "id, v, n, ts, d, a, j::text, b, f, ok, big, u::text, tsn, e::text, ua::text[]"
 
 
 def test_load_and_replay(lake_pair, delta_rows) -> None:
     pair = lake_pair()
-    pair.root(TYPES)
-    pair.leaf(TYPES)
+    for side in (pair.root, pair.leaf):
+        side("create type mood as enum ('sad', 'ok')")
+        side(TYPES)
     pair.root(
         "insert into t select g, 'v' || g, g / 7.0, '2024-01-01 12:00+02'::timestamptz + g * "
         "interval '1 hour', date '2024-02-29' + g, array[g, null, 3], jsonb_build_object('g', g),"
-        " decode('00ff', 'hex'), g / 3.0, g % 2 = 0, g * 10000000000, gen_random_uuid()"
+        " decode('00ff', 'hex'), g / 3.0, g % 2 = 0, g * 10000000000, gen_random_uuid(),"
+        " '2020-01-01 00:00:00.123456'::timestamp + g * interval '1 day', 'ok',"
+        " array[gen_random_uuid()]"
         " from generate_series(1, 50) g"
     )
     pair.add_tables("public.t", handler="lake")
@@ -37,7 +41,7 @@ def test_load_and_replay(lake_pair, delta_rows) -> None:
     pair.root("truncate t")
     pair.root("insert into t (id, v) values (1, 'after')")
     pair.catch_up()
-    assert delta_rows("t") == [(1, "after", *(None,) * 10)]
+    assert delta_rows("t") == [(1, "after", *(None,) * 13)]
 
 
 def test_keyless_multiset(lake_pair, delta_rows) -> None:
