@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import psycopg
@@ -36,6 +36,7 @@ from pgferry.apply.read import (
 )
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
+from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
 from pgferry.config import Config
@@ -205,12 +206,18 @@ class Replayer:
             staged_at = time.monotonic()
             stats = ApplyStats()
             after = None
-            for script in [*scripts, None]:
+            for number, script in enumerate([*scripts, None]):
                 upto = script.ev_id if script else None
                 segment_summary = None if scripts else summary
                 stats.add(
                     self._apply_segment(
-                        local, provider, reading, routes, Segment(after, upto), segment_summary
+                        local,
+                        provider,
+                        reading,
+                        routes,
+                        Segment(after, upto),
+                        segment_summary,
+                        later_changes([s.sql for s in scripts[number:]], set(routes)),
                     )
                 )
                 if script:
@@ -267,10 +274,22 @@ class Replayer:
         routes: dict[str, Route],
         segment: Segment,
         summary: list[SummaryRow] | None,
+        later: LaterChanges | None = None,
     ) -> ApplyStats:
         batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
+        if later and later.renamed:  # the provider knows the table by its new name only
+            routes = {
+                t: replace(r, source_type=later.renamed[t])
+                if t in later.renamed else r
+                for t, r in routes.items()
+            }  # fmt: skip
         active = [r for r in routes.values() if r.applies]
         src_cols = self.shapes.source_columns(provider, active)
+        if later and later.going:  # the provider's columns are today's: a later script
+            src_cols = {  # took some away that these rows still carry
+                t: (c | later.going.get(t, set())) if c is not None else None
+                for t, c in src_cols.items()
+            }
         read_ahead = reading.read_ahead or use_spark
         if summary is None:
             summary = summarize(provider, batch_sql, routes, seqs, segment)

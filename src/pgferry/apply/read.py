@@ -172,9 +172,11 @@ class TableShapes:
         """Per source table, its columns on the provider (None: the provider has no such
         table)."""
         for route in active:
-            if route.table_name not in self._src_cols:
-                self._src_cols[route.table_name] = _source_columns(provider, route.table_name)
-        return self._src_cols
+            name = route.source_type or route.table_name
+            if name not in self._src_cols:
+                self._src_cols[name] = _source_columns(provider, name)
+        renamed = {r.table_name: self._src_cols[r.source_type] for r in active if r.source_type}
+        return {**self._src_cols, **renamed} if renamed else self._src_cols
 
     def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
         """Whether the provider has each of the subscriber's own column types."""

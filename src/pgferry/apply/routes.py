@@ -48,6 +48,9 @@ class Route:
     keyless: bool = False  # no key: every column identifies a row (pk is empty)
     key_unique: bool = True  # the destination has a unique index on pk (ON CONFLICT works)
     when: str | None = None  # the capture's when=: the source's rows outside it never come
+    # The source's name on the provider now, when a script later in the batch renamed it
+    # (its row type decodes the images queued under the old name).
+    source_type: str | None = None
 
     @property
     def dest(self) -> sql.Composable:

@@ -135,6 +135,16 @@ def set_table_attrs(
     )
 
 
+def rename_table(conn: psycopg.Connection, queue: str, old: str, new: str) -> bool:
+    """Follow a rename of the source table: the entry's queue name becomes ``new``; its
+    local name (``dest_table``, when it has one of its own) stays."""
+    cur = conn.execute(
+        "update ferry.table_info set table_name = %s where queue_name = %s and table_name = %s",
+        (new, queue, old),
+    )
+    return cur.rowcount > 0
+
+
 def unregister_table(conn: psycopg.Connection, queue: str, table: str) -> bool:
     cur = conn.execute(
         "delete from ferry.table_info where queue_name = %s and table_name = %s", (queue, table)

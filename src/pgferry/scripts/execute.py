@@ -36,7 +36,7 @@ from pgferry.scripts.attrs import (
     parse_attrs,
     replace_tags,
 )
-from pgferry.scripts.translate import plan_script
+from pgferry.scripts.translate import drop_index_here, plan_script, table_renames
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,11 @@ def execute_on_root(
             conn.execute("set local session_replication_role = replica")
             log.info("Executing: %s", script.name)
             _run_statements(conn, statements)
+            # A renamed table keeps its registry entry and its capture (whose trigger
+            # passes the table's name) under the new name.
+            for old, new in table_renames(script.sql, set(queue_tables)):
+                entries.rename_table(conn, queue, old, new)
+                capture.attach(conn, queue, new, deny=False)
             # Functions of captures with options name the columns: made again for the
             # tables as the script left them (a spec they no longer meet fails the script).
             capture.refresh_specs(conn, queue)
@@ -191,6 +196,8 @@ def apply_script_event(
             _record(conn, queue, script)
             return False
         text = replace_tags(script_sql, local_names)
+        for table in attrs.values.get("local-table", [])[:1]:
+            text = drop_index_here(text, table, local_names.get(table, table))
         statements = [p.sql for p in plan_script(text, queue_tables=set(), local_names={})]
     else:
         plan = plan_script(script_sql, queue_tables=queue_tables, local_names=local_names)
@@ -202,6 +209,8 @@ def apply_script_event(
         statements = [p.sql for p in plan if p.run]
     log.info("Executing: %s", file_name)
     _run_statements(conn, statements)
+    for old, new in table_renames(script_sql, queue_tables) if not attrs else []:
+        entries.rename_table(conn, queue, old, new)  # the source's new name, here too
     _record(conn, queue, script)
     log.info("Execute finished: %s", file_name)
     return True

@@ -8,6 +8,9 @@ parsed with PostgreSQL's own parser (pglast / libpg_query) and planned per node:
 - every replicated table it names is local here: run with those names rewritten to the
   local ones (the statement is re-printed from its parse tree);
 - none of them is local here: skip it on this node;
+- a statement that renames a replicated table (``RENAME TO``, ``SET SCHEMA``) whose local
+  table has a name of its own (``--dest-table``): skipped, the local table keeps its name
+  (:func:`table_renames` says what the registry then follows);
 - a mix, or something we cannot rewrite safely (DO blocks, qualified column references to
   a renamed table): :class:`ScriptTranslateError` — raised on the root by
   :func:`check_script` before anything runs, so nothing is queued that would jam a node.
@@ -22,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pglast
-from pglast import ast, parse_sql
+from pglast import ast, enums, parse_sql
 from pglast.keywords import UNRESERVED_KEYWORDS
 from pglast.stream import RawStream
 from pglast.visitors import Visitor
@@ -121,6 +124,9 @@ def plan_script(
             )
         collector = _Collector()
         collector(stmt)
+        commented = _comment_relation(stmt)
+        if commented is not None:
+            collector.relations.append(commented)
         named = [
             (rv, qualified(rv.schemaname, rv.relname))
             for rv in collector.relations
@@ -150,14 +156,116 @@ def plan_script(
                     f"statement {number}: schema-qualified column reference "
                     f"{'.'.join(p or '*' for p in parts)}; use a table alias"
                 )
+        moved = _renamed_table(stmt) or ""
+        if moved in local_names and local_names[moved] != moved:
+            plan.append(
+                PlannedStatement(
+                    RawStream()(stmt), False, f"{local_names[moved]} keeps its local name"
+                )
+            )
+            continue
         renamed = []
         for rv, name in named:
             target = local_names[name]
             if target != name:
                 rv.schemaname, rv.relname = split_qualified(target)
                 renamed.append(f"{name} -> {target}")
+        if commented is not None:
+            _set_comment_relation(stmt, commented)
         plan.append(PlannedStatement(RawStream()(stmt), True, "; ".join(renamed)))
     return plan
+
+
+def _comment_relation(stmt: ast.Node) -> ast.RangeVar | None:
+    """The table of ``COMMENT ON TABLE`` / ``COMMENT ON COLUMN`` (a name list, not a
+    RangeVar), as a RangeVar that translation can rename like any other."""
+    kinds = (enums.ObjectType.OBJECT_TABLE, enums.ObjectType.OBJECT_COLUMN)
+    if not isinstance(stmt, ast.CommentStmt) or stmt.objtype not in kinds:
+        return None
+    names = [n.sval for n in stmt.object]
+    if stmt.objtype == enums.ObjectType.OBJECT_COLUMN:
+        names = names[:-1]
+    if not 1 <= len(names) <= 2:
+        return None
+    return ast.RangeVar(schemaname=names[0] if len(names) == 2 else None, relname=names[-1])
+
+
+def _set_comment_relation(stmt: ast.CommentStmt, rv: ast.RangeVar) -> None:
+    column = [stmt.object[-1]] if stmt.objtype == enums.ObjectType.OBJECT_COLUMN else []
+    table = [ast.String(sval=rv.schemaname)] if rv.schemaname else []
+    stmt.object = (*table, ast.String(sval=rv.relname), *column)
+
+
+def _renamed_table(stmt: ast.Node) -> str | None:
+    """The table (registry form) a ``RENAME TO`` / ``SET SCHEMA`` statement moves, else None."""
+    table = enums.ObjectType.OBJECT_TABLE
+    if isinstance(stmt, ast.RenameStmt) and stmt.renameType == table and stmt.relation:
+        return qualified(stmt.relation.schemaname, stmt.relation.relname)
+    if isinstance(stmt, ast.AlterObjectSchemaStmt) and stmt.objectType == table and stmt.relation:
+        return qualified(stmt.relation.schemaname, stmt.relation.relname)
+    return None
+
+
+def table_renames(script: str, queue_tables: set[str] | None) -> list[tuple[str, str]]:
+    """(old, new) registry names of the replicated tables (of any table: None) that
+    ``script`` renames or moves to another schema, in order: the registry follows them."""
+    out = []
+    for raw in _statements(script):
+        stmt = raw.stmt
+        old = _renamed_table(stmt)
+        if old is None or (queue_tables is not None and old not in queue_tables):
+            continue
+        schema, relname = split_qualified(old)
+        if isinstance(stmt, ast.RenameStmt):
+            out.append((old, qualified(schema, stmt.newname)))
+        else:
+            out.append((old, qualified(stmt.newschema, relname)))
+    return out
+
+
+def columns_going(script: str) -> dict[str, set[str]]:
+    """Per table (registry form), the columns that ``script`` drops or renames: rows queued
+    before it still carry them, though the source no longer has them."""
+    out: dict[str, set[str]] = {}
+    try:
+        statements = _statements(script)
+    except ScriptTranslateError:
+        return out
+    column = enums.ObjectType.OBJECT_COLUMN
+    for raw in statements:
+        stmt = raw.stmt
+        if isinstance(stmt, ast.RenameStmt) and stmt.renameType == column and stmt.relation:
+            table = qualified(stmt.relation.schemaname, stmt.relation.relname)
+            out.setdefault(table, set()).add(stmt.subname)
+        elif isinstance(stmt, ast.AlterTableStmt) and stmt.relation:
+            table = qualified(stmt.relation.schemaname, stmt.relation.relname)
+            for cmd in stmt.cmds or ():
+                if cmd.subtype == enums.AlterTableType.AT_DropColumn and cmd.name:
+                    out.setdefault(table, set()).add(cmd.name)
+    return out
+
+
+def drop_index_here(script: str, source: str, local: str) -> str:
+    """``DROP INDEX`` of indexes in the schema of table ``source``, as queued by capture-ddl
+    (with the header ``Local-Table: source``), re-aimed at the schema of its local table
+    ``local``: where the table was created, its captured indexes were too."""
+    source_schema, _ = split_qualified(source)
+    local_schema, _ = split_qualified(local)
+    if source_schema == local_schema:
+        return script
+    out = []
+    for raw in _statements(script):
+        stmt = raw.stmt
+        if isinstance(stmt, ast.DropStmt) and stmt.removeType == enums.ObjectType.OBJECT_INDEX:
+            objects = []
+            for names in stmt.objects:
+                parts = [n.sval for n in names]
+                if (parts[0] if len(parts) == 2 else DEFAULT_SCHEMA) == source_schema:
+                    parts = [local_schema, parts[-1]]
+                objects.append(tuple(ast.String(sval=p) for p in parts))
+            stmt.objects = tuple(objects)
+        out.append(RawStream()(stmt))
+    return ";\n".join(out)
 
 
 def check_script(script: str, *, queue_tables: set[str]) -> None:

@@ -1,0 +1,176 @@
+"""capture-ddl: a root's DDL on replicated tables reaches a full leaf and a renamed partial
+leaf, translated, between the right rows; what cannot be isolated is refused on the root."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from pgferry.testing.cascade import Cascade
+
+ROOT_SCHEMA = """
+create schema app;
+create table app.t (id int primary key, v text);
+create table app.other (id int primary key, w text);
+create table public.plain (id int primary key, v text);
+"""
+
+
+def _columns(cascade: Cascade, node: str, table: str) -> list[str]:
+    return [
+        r[0]
+        for r in cascade.sql(
+            node,
+            "select attname::text from pg_attribute where attrelid = %s::regclass"
+            " and attnum > 0 and not attisdropped order by attnum",
+            (table,),
+        )
+    ]
+
+
+@pytest.fixture
+def three(make_cascade, new_db_a, new_db_b) -> Cascade:
+    """root (A) -> full leaf (B) and a partial leaf (B) with app.t as part.t1 (id < 100)."""
+    c = make_cascade()
+    c.node("root", new_db_a(), "root")
+    c.node("full", new_db_b(), "leaf", "root")
+    c.node("part", new_db_b(), "leaf", "root")
+    c.sql("root", ROOT_SCHEMA)
+    c.sql("root", "insert into app.t select g, 'v' || g from generate_series(1, 200, 2) g")
+    c.sql("full", ROOT_SCHEMA)
+    c.sql("part", "create schema part")
+    c.add("root", "app.t", "app.other", "public.plain")
+    c.add("full", "app.t", "app.other", "public.plain")
+    c.add("part", "app.t", dest_table="part.t1", copy_condition="id < 100", create=True)
+    c.catch_up("full", "part")
+    return c
+
+
+def test_statement_kinds_reach_full_and_renamed_partial_leaf(three: Cascade) -> None:
+    c = three
+    assert c.cli("root", "capture-ddl", "on").code == 0
+    root = c.dsns["root"]
+    with psycopg.connect(root, autocommit=True) as conn:
+        conn.execute("alter table app.t add column c1 int")
+        conn.execute("insert into app.t values (201, 'a', 1), (50, 'b', 2)")
+        # A multi-statement query: only the ALTER is queued, the rows travel as rows.
+        conn.execute(
+            "update app.t set c1 = id where id < 10; alter table app.t add column c2 text"
+            " default 'x'; insert into app.t values (202, 'c', 3, 'y'), (60, 'd', 4, 'z')"
+        )
+        # DDL and DML in one transaction.
+        with conn.transaction():
+            conn.execute("insert into app.t values (70, 'e', 5)")
+            conn.execute("alter table app.t alter column c1 type bigint")
+            conn.execute("update app.t set c1 = c1 * 1000 where id = 70")
+        # A DO block and a PL/pgSQL function: the statement they ran.
+        conn.execute("do $$ begin execute 'alter table app.t alter column c2 set not null'; end $$")
+        conn.execute(
+            "create function public.add_c3() returns void language plpgsql as"
+            " $f$ begin alter table app.t add column c3 int default 7; end $f$"
+        )
+        conn.execute("select public.add_c3()")
+        conn.execute("comment on column app.t.c2 is 'second'")
+        conn.execute("create index t_c1 on app.t (c1)")
+        conn.execute("alter table app.t drop column c3")
+        conn.execute("alter table app.t add constraint c1_pos check (c1 >= 0)")
+        conn.execute("alter table app.t rename column v to v2")
+        conn.execute("insert into app.t (id, v2, c1, c2) values (80, 'f', 6, 'w')")
+        # DDL on a table nobody replicates is left alone.
+        conn.execute("create table public.local_only (id int)")
+        conn.execute("alter table public.local_only add column x int")
+    c.catch_up("full", "part")
+    expected = ["id", "v2", "c1", "c2"]
+    assert _columns(c, "root", "app.t") == expected
+    assert _columns(c, "full", "app.t") == expected
+    assert _columns(c, "part", "part.t1") == expected
+    q = "select id, v2, c1, c2 from {} where {} order by id"
+    assert c.sql("full", q.format("app.t", "true")) == c.sql("root", q.format("app.t", "true"))
+    assert c.sql("part", q.format("part.t1", "true")) == c.sql(
+        "root", q.format("app.t", "id < 100")
+    )
+    for node, table in (("full", "app.t"), ("part", "part.t1")):
+        assert c.sql(
+            node,
+            "select col_description(attrelid, attnum) from pg_attribute"
+            f" where attrelid = '{table}'::regclass and attname = 'c2'",
+        ) == [("second",)]
+        assert c.sql(node, "select count(*) from pg_indexes where indexname = 't_c1'") == [(1,)]
+        assert c.sql(node, "select attnotnull from pg_attribute where attname = 'c2'"
+                     f" and attrelid = '{table}'::regclass") == [(True,)]  # fmt: skip
+    assert c.sql("full", "select count(*) from pg_class where relname = 'local_only'") == [(0,)]
+
+    # DROP INDEX runs where the table is replicated.
+    c.sql("root", "drop index app.t_c1")
+    c.catch_up("full", "part")
+    assert c.sql("full", "select count(*) from pg_indexes where indexname = 't_c1'") == [(0,)]
+
+
+def test_rename_follows_in_registry_everywhere(three: Cascade) -> None:
+    c = three
+    assert c.cli("root", "capture-ddl", "on").code == 0
+    c.sql("root", "insert into app.t values (300, 'before'), (30, 'before')")
+    c.sql("root", "alter table app.t rename to t_new")
+    c.sql("root", "insert into app.t_new values (301, 'after'), (32, 'after')")
+    c.catch_up("full", "part")
+    reg = "select table_name, dest_table from ferry.table_info where queue_name = %s and local"
+    assert ("app.t_new", None) in c.sql("root", reg, (c.queue,))
+    assert ("app.t_new", None) in c.sql("full", reg, (c.queue,))
+    assert c.sql("part", reg, (c.queue,)) == [("app.t_new", "part.t1")]
+    q = "select id, v from {} where {} order by id"
+    assert c.sql("full", q.format("app.t_new", "true")) == c.sql(
+        "root", q.format("app.t_new", "true")
+    )
+    assert c.sql("part", q.format("part.t1", "true")) == c.sql(
+        "root", q.format("app.t_new", "id < 100")
+    )
+
+
+def test_refused_on_root_with_one_line(three: Cascade) -> None:
+    c = three
+    assert c.cli("root", "capture-ddl", "on").code == 0
+    refusals = {
+        # Two statements on the same table in one query: which one is which is not known.
+        "alter table app.t add column a int; alter table app.t add column b int": "cannot tell",
+        # An SQL-language function does not show its statements.
+        "create function public.f() returns void language sql as"
+        " $$ alter table app.t add column a int $$; select public.f()": "inside SQL function",
+        # Unqualified names are read as public by subscribers.
+        "set search_path = app, public; alter table t add column a int": "with its schema",
+    }
+    for query, words in refusals.items():
+        with (
+            psycopg.connect(c.dsns["root"], autocommit=True) as conn,
+            pytest.raises(psycopg.Error) as failure,
+        ):
+            conn.execute(query)
+        assert words in str(failure.value), str(failure.value)
+    assert _columns(c, "root", "app.t") == ["id", "v"], "nothing of a refused query stays"
+    # Two different tables in one query each find their statement.
+    c.sql("root", "alter table app.t add column a int; alter table app.other add column b int")
+    c.catch_up("full", "part")
+    assert _columns(c, "full", "app.t") == ["id", "v", "a"]
+    assert _columns(c, "full", "app.other") == ["id", "w", "b"]
+    assert _columns(c, "part", "part.t1") == ["id", "v", "a"]
+
+
+def test_off_and_on_and_bad_input(three: Cascade) -> None:
+    c = three
+    shown = c.cli("root", "capture-ddl")
+    assert shown.code == 0 and "off" in shown.out
+    assert c.cli("root", "capture-ddl", "on", "--no-indexes").code == 0
+    shown = c.cli("root", "capture-ddl")
+    assert "on for queue" in shown.out and "CREATE INDEX" not in shown.out
+    c.sql("root", "create index t_v on app.t (v)")  # left to each node
+    c.sql("root", "alter table app.t add column a int")
+    assert c.cli("root", "capture-ddl", "off").code == 0
+    assert c.sql("root", "select count(*) from pg_event_trigger") == [(0,)]
+    c.sql("root", "alter table app.t add column b int")  # not captured: off
+    c.catch_up("full", "part")
+    assert _columns(c, "full", "app.t") == ["id", "v", "a"]
+    assert c.sql("full", "select count(*) from pg_indexes where indexname = 't_v'") == [(0,)]
+
+    leaf = c.cli("part", "capture-ddl", "on")
+    assert leaf.code != 0 and "root only" in leaf.err and len(leaf.err.strip().splitlines()) == 1
+    word = c.cli("root", "capture-ddl", "maybe")
+    assert word.code != 0 and "expected on or off" in word.err
