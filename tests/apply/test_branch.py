@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import time
 
-import psycopg
-
 from pgferry.apply.worker import Worker
-from pgferry.node import setup, tableops
+from pgferry.testing.cascade import sql_rows
 
 DDL = "create table public.t (id int primary key, v text)"
 
@@ -23,32 +21,20 @@ def _run(worker: Worker, done, timeout: float = 120) -> None:
     raise AssertionError("did not converge")
 
 
-def test_branch_forwards_to_leaf(db_a, db_b, new_db_b, tmp_path, ini) -> None:
-    write_ini = ini
+def test_branch_forwards_to_leaf(make_cascade, db_a, db_b, new_db_b) -> None:
     db_c = new_db_b(None)
-    common = {"queue_name": "chain", "loop_delay": "0.1", "exception_sleep": "0.1"}
-    root = write_ini(tmp_path / "r.ini", job_name="r_job", db=db_a, **common)
-    branch = write_ini(tmp_path / "b.ini", job_name="b_job", db=db_b, **common)
-    leaf = write_ini(tmp_path / "l.ini", job_name="l_job", db=db_c, **common)
-    setup.create_node(root, setup.build_request(root, "root", "rnode", None, None))
-    setup.create_node(branch, setup.build_request(branch, "branch", "bnode", None, db_a))
-    setup.create_node(leaf, setup.build_request(leaf, "leaf", "lnode", None, db_b))
+    c = make_cascade()
+    c.node("root", db_a, "root")
+    c.node("branch", db_b, "branch", "root")
+    c.node("leaf", db_c, "leaf", "branch")
+    run = sql_rows
 
-    def run(dsn: str, query: str, params=None):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            cur = conn.execute(query, params)
-            return cur.fetchall() if cur.description else []
-
-    for cfg in (root, branch, leaf):
-        run(cfg.get("db"), DDL)
+    for dsn in (db_a, db_b, db_c):
+        run(dsn, DDL)
     run(db_a, "insert into t select g, 'x' from generate_series(1, 30) g")
-    for cfg in (root, branch, leaf):
-        with psycopg.connect(cfg.get("db")) as conn:
-            tableops.add_tables(cfg, conn, ["public.t"], tableops.AddTableOptions())
-
-    def tick() -> int:
-        run(db_a, "select ferry_queue.force_tick('chain')")
-        return run(db_a, "select ferry_queue.ticker('chain')")[0][0]
+    for name in ("root", "branch", "leaf"):
+        c.add(name, "public.t")
+    tick = c.tick
 
     def at(dsn: str, tick_id: int) -> bool:
         state = run(dsn, "select last_tick_id from ferry_node.local_state")[0][0]
@@ -57,7 +43,7 @@ def test_branch_forwards_to_leaf(db_a, db_b, new_db_b, tmp_path, ini) -> None:
     def ok(dsn: str) -> bool:
         return run(dsn, "select merge_state from ferry.table_info") == [("ok",)]
 
-    bw, lw = Worker(branch), Worker(leaf)
+    bw, lw = c.worker("branch"), c.worker("leaf")
     try:
         for _ in range(4):
             target = tick()

@@ -11,15 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgferry.apply.worker import Worker
 from pgferry.config import Config
-from pgferry.node import seqops, setup, tableops
+from pgferry.node import seqops, tableops
 from pgferry.queue import api as queue_api
+from pgferry.testing.cascade import sql_rows
 
 DDL = "create table public.{} (id int primary key, v text)"
 ROWS = "insert into public.{} select g, 'x' from generate_series(1, 10) g"
@@ -28,10 +28,7 @@ TRIGGERS = (
 )
 
 
-def _sql(dsn: str, query: str, params=None) -> list[tuple]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
+_sql = sql_rows
 
 
 def _remove(cfg: Config, *names: str, all_: bool = False) -> list[str]:
@@ -153,32 +150,24 @@ def _run(worker: Worker, done, timeout: float = 60) -> None:
             time.sleep(0.02)
 
 
-def test_branch_chain_follows(db_a, db_b, new_db_b, tmp_path: Path, ini) -> None:
+def test_branch_chain_follows(make_cascade, db_a, db_b, new_db_b) -> None:
     db_c = new_db_b(None)
-    common = {"queue_name": "chain", "loop_delay": "0.1", "exception_sleep": "0.1"}
-    root = ini(tmp_path / "r.ini", job_name="r_job", db=db_a, **common)
-    branch = ini(tmp_path / "b.ini", job_name="b_job", db=db_b, **common)
-    leaf = ini(tmp_path / "l.ini", job_name="l_job", db=db_c, **common)
-    setup.create_node(root, setup.build_request(root, "root", "rnode", None, None))
-    setup.create_node(branch, setup.build_request(branch, "branch", "bnode", None, db_a))
-    setup.create_node(leaf, setup.build_request(leaf, "leaf", "lnode", None, db_b))
+    c = make_cascade()
+    root = c.node("root", db_a, "root")
+    branch = c.node("branch", db_b, "branch", "root")
+    c.node("leaf", db_c, "leaf", "branch")
     for dsn in (db_a, db_b, db_c):
         for table in "abc":
             _sql(dsn, DDL.format(table))
             _sql(dsn, ROWS.format(table))
-    for cfg, expect in ((root, False), (branch, True), (leaf, True)):
-        with psycopg.connect(cfg.get("db")) as conn:
-            names = ["public.a", "public.b", "public.c"]
-            tableops.add_tables(cfg, conn, names, tableops.AddTableOptions(expect_sync=expect))
-
-    def tick() -> int:
-        _sql(db_a, "select ferry_queue.force_tick('chain')")
-        return _sql(db_a, "select ferry_queue.ticker('chain')")[0][0]
+    for name, expect in (("root", False), ("branch", True), ("leaf", True)):
+        c.add(name, "public.a", "public.b", "public.c", expect_sync=expect)
+    tick = c.tick
 
     def at(dsn: str, tick_id: int) -> bool:
         return (_sql(dsn, "select last_tick_id from ferry_node.local_state")[0][0] or 0) >= tick_id
 
-    bw, lw = Worker(branch), Worker(leaf)
+    bw, lw = c.worker("branch"), c.worker("leaf")
 
     def flow() -> None:
         target = tick()
