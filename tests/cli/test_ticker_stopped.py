@@ -59,8 +59,15 @@ def _status(cli, ini) -> dict:
     return json.loads(cli(ini, "status", "--json").out)
 
 
-def test_stopped_ticker_named_by_waits_status_and_worker(db_a, pair, cli, capsys) -> None:
+def test_stopped_ticker_named_by_waits_status_and_worker(db_a, db_b, pair, cli, capsys) -> None:
     root_ini, leaf_ini = pair
+    # A second table waits for its copy on the leaf (no worker runs): wait-sync has work.
+    for dsn in (db_a, db_b):
+        q(dsn, "create table public.t2 (id int primary key)")
+    assert cli(root_ini, "add-table", "public.t2").code == 0
+    assert cli(leaf_ini, "add-table", "public.t2").code == 0
+    q(db_a, "select ferry_queue.force_tick('replika')")
+    q(db_a, "select ferry_queue.ticker('replika')")
     q(db_a, "insert into public.t select g, 'x' from generate_series(1, 3) g")
     assert _waiting(db_a) == 3
     wait_until(
@@ -76,6 +83,13 @@ def test_stopped_ticker_named_by_waits_status_and_worker(db_a, pair, cli, capsys
         assert "applied tick" not in res.out
     res = cli(root_ini, "wait-root", "--timeout=5")
     assert res.code == 1 and "The ticker of root src has not ticked" in res.err
+    res = cli(leaf_ini, "wait-sync", "--timeout=30")
+    assert res.code == 1 and "1/2 table(s) to copy" in res.err
+    assert (
+        res.err.strip()
+        .splitlines()[-1]
+        .startswith("pgferry: The ticker of root src has not ticked for ")
+    )
 
     res = cli(leaf_ini, "status")
     assert res.code == 1
