@@ -181,8 +181,9 @@ def test_restart_admission_and_replay(root, feed, spark, tmp_path):
 
     # A crash after the last batch was planned and written, before Spark recorded it done.
     done = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
-    (ck / "commits" / str(done)).unlink()
-    (out / "_spark_metadata" / str(done)).unlink()
+    for log in (ck / "commits", out / "_spark_metadata"):
+        (log / str(done)).unlink()
+        (log / f".{done}.crc").unlink(missing_ok=True)
     sql(root, "insert into t select g, 'y' from generate_series(16, 20) g")
     tick(root)
     query = run_available_now(df, out, ck)
