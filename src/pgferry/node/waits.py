@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import time
 
+import psycopg
+
 from pgferry.config import Config
-from pgferry.errors import NodeError, WaitTimeout
+from pgferry.errors import NodeError, PgferryError, WaitTimeout
 from pgferry.node import model, ticker_health
 from pgferry.node.cascade import Cascade, load
 from pgferry.polling import wait_until
@@ -119,8 +121,26 @@ def _read_ticker(c: Cascade, root: str) -> ticker_health.TickerReading | None:
     with c.on(root, autocommit=True) as conn:
         reading = ticker_health.read(conn, c.queue)
     if reading is not None and reading.stopped(ticker_health.stopped_after(c.config)):
-        raise NodeError(reading.line(root)[0].upper() + reading.line(root)[1:])
+        raise NodeError(_capital(reading.line(root)))
     return reading
+
+
+def _check_far_root(c: Cascade) -> None:
+    """Fail, naming the ticker, when the root (not the node waited on) counts as stopped;
+    a root that cannot be reached is not this wait's business."""
+    try:
+        root = find_root(c)
+        with c.on(root, autocommit=True) as conn:
+            reading = ticker_health.read(conn, c.queue)
+    except (PgferryError, psycopg.Error) as exc:
+        log.debug("root's ticker not looked at: %s", exc)
+        return
+    if reading is not None and reading.stopped(ticker_health.stopped_after(c.config)):
+        raise NodeError(_capital(reading.line(root)))
+
+
+def _capital(line: str) -> str:
+    return line[:1].upper() + line[1:]
 
 
 def _left(deadline: float | None) -> float:
@@ -137,12 +157,13 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
         return queue_top(c, root)
     if not first.waiting or first.last_tick is None:
         return first.last_tick
+    before = first.last_tick
 
     def ticked() -> int | None:
         now = _read_ticker(c, root)
         if now is None or now.last_tick is None:
             return queue_top(c, root)
-        return now.last_tick if now.last_tick > first.last_tick else None  # type: ignore[operator]
+        return now.last_tick if now.last_tick > before else None
 
     log.info("Waiting for root %s to tick %d waiting events", root, first.waiting)
     try:
@@ -183,7 +204,7 @@ def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | N
     if node.is_root:
         tick = root_tick(c, provider, deadline, poll)
     else:
-        _read_ticker(c, find_root(c))  # a branch waits on the root's ticker too
+        _check_far_root(c)  # a branch's ticks come from the root's ticker
     if tick is not None:
         log.info("Waiting for tick %s of provider %s", tick, provider)
         wait_applied(c, c.local.node_name, tick, _left(deadline), poll)
@@ -192,13 +213,12 @@ def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | N
 
 class RootTicker:
     """For a long wait (``wait-sync``): fails, naming the ticker, once the root's ticker
-    counts as stopped.  Looks at most every ``ticker_health.CHECK_EVERY`` seconds (the
-    cascade is walked to the root at the first look)."""
+    counts as stopped.  Looks at most every ``ticker_health.CHECK_EVERY`` seconds, walking
+    the cascade up to the root each time (a takeover may have moved it).  A root that
+    cannot be reached is not the wait's business: the wait goes on as it did."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._cascade: Cascade | None = None
-        self._root: str | None = None
         self._looked_at = float("-inf")
 
     def check(self) -> None:
@@ -206,8 +226,8 @@ class RootTicker:
         if time.monotonic() - self._looked_at < every:
             return
         self._looked_at = time.monotonic()
-        if self._cascade is None:
-            self._cascade = load(self.config)
-            self._root = find_root(self._cascade)
-        assert self._root is not None
-        _read_ticker(self._cascade, self._root)
+        try:
+            cascade = load(self.config)
+        except (PgferryError, psycopg.Error):
+            return  # the wait's own reads say what is wrong with the node
+        _check_far_root(cascade)
