@@ -198,6 +198,11 @@ def test_restart_admission_and_replay(root, feed, spark, tmp_path):
     assert sorted(int(i) for i in ids) == list(range(1, 21))
     assert consumer_tick(root, "spark_feed") > start
 
+    assert stream.unregister(root, QUEUE, "spark_feed")  # a feed given up lets go of events
+    with psycopg.connect(root, autocommit=True) as conn:
+        assert queue_api.consumers(conn, QUEUE) == []
+    assert not stream.unregister(root, QUEUE, "spark_feed")
+
 
 def failure(df, tmp_path: Path) -> BaseException:
     """The exception a query over ``df`` fails with."""

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pgferry.db import connection
+from pgferry.queue import api as queue_api
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -28,6 +31,17 @@ def register(spark: SparkSession) -> None:
     from pgferry.stream.source import PgferrySource
 
     spark.dataSource.register(PgferrySource)
+
+
+def unregister(provider: str, queue: str, consumer: str) -> bool:
+    """Drop a change feed's consumer from ``queue`` on ``provider`` (a feed given up for
+    good: its consumer would keep the queue's events forever); False when there was none.
+    A query started again afterwards registers it anew at the newest tick."""
+    with connection(provider) as conn:
+        if not queue_api.is_registered(conn, queue, consumer):
+            return False
+        queue_api.unregister_consumer(conn, queue, consumer)
+    return True
 
 
 _PREFIX = "pgferry change feed: "
