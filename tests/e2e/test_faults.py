@@ -28,6 +28,7 @@ def clusters() -> Iterator[tuple[LocalCluster, LocalCluster]]:
     root.destroy()
 
 
+@pytest.mark.slow
 def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
     root, sub = clusters
     scenario = Scenario(root, sub, tmp_path)

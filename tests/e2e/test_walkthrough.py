@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from pgferry.daemon import pid_alive, read_pid
 from pgferry.testing.cluster import LocalCluster, make_cluster
 from pgferry.testing.commands import run_pgferry
+from pgferry.testing.load import Load
 from pgferry.testing.scenario import sql, wait_until
 from pgferry.testing.seed import seed_fill, seed_schema
 
@@ -37,47 +37,27 @@ def sub_cluster() -> Iterator[LocalCluster]:
     cluster.destroy()
 
 
-class Load:
-    """A pgbench-like writer (login / logout) on the source, in a thread."""
+def _login(conn: psycopg.Connection, done: int) -> None:
+    """A pgbench-like transaction (login / logout) on the source."""
+    i = done + 1
+    uid = (i * 7919) % ROWS + 1
+    conn.execute(
+        "update digoal_01.user_session set logintime = now(),"
+        " login_count = login_count + 1 where userid = %s",
+        (uid,),
+    )
+    conn.execute("update digoal_01.user_info set mod_time = now() where userid = %s", (uid,))
+    if i % 10 == 0:
+        conn.execute(
+            "insert into digoal_01.user_info (userid, engname) values (%s, 'n')"
+            " on conflict (userid) do update set engname = 'again'",
+            (ROWS + i,),
+        )
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run)
-        self.count = 0
 
-    def _run(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            i = 0
-            while not self.stop.is_set():
-                i += 1
-                uid = (i * 7919) % ROWS + 1
-                with conn.transaction():
-                    conn.execute(
-                        "update digoal_01.user_session set logintime = now(),"
-                        " login_count = login_count + 1 where userid = %s",
-                        (uid,),
-                    )
-                    conn.execute(
-                        "update digoal_01.user_info set mod_time = now() where userid = %s",
-                        (uid,),
-                    )
-                    if i % 10 == 0:
-                        conn.execute(
-                            "insert into digoal_01.user_info (userid, engname) values (%s, 'n')"
-                            " on conflict (userid) do update set engname = 'again'",
-                            (ROWS + i,),
-                        )
-                self.count += 1
-                time.sleep(0.002)
-
-    def __enter__(self) -> Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
+def source_load(dsn: str) -> Load:
+    """The login load on the source, in a thread, until the block ends."""
+    return Load(dsn, _login, every=0.002)
 
 
 class Cli:
@@ -91,6 +71,7 @@ class Cli:
         return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Path) -> None:
     src = pg_a.createdb(f"digoal_01_{os.getpid()}")
     dst1 = sub_cluster.createdb("digoal_01")
@@ -151,12 +132,12 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         status = cli("dst1_digoal_01.ini", "status")
         assert "dst1_digoal_01" in status
         # 12-14: load, then compare (at one tick, while the load still runs)
-        with Load(src):
+        with source_load(src):
             time.sleep(3)
             assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
         wait_until(all_equal, 120, "dst1 after load")
         # 15: subscriber database stopped and restarted under load
-        with Load(src):
+        with source_load(src):
             time.sleep(1)
             sub_cluster.stop()
             time.sleep(3)
@@ -166,7 +147,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         errors = sql(dst1, "select cur_error from ferry_node.local_state")
         assert errors == [(None,)]
         # SIGKILL of the worker mid-load, then -d again
-        with Load(src):
+        with source_load(src):
             time.sleep(2)
             pid = pid_of("dst1_digoal_01")
             assert pid is not None
@@ -183,7 +164,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         ):
             cli("-s", ini, "worker" if job != "pgqd" else "ticker")
             wait_gone(job)
-        with Load(src):
+        with source_load(src):
             time.sleep(3)
         cli("-d", "pgqd.ini", "ticker")
         cli("-d", "src_digoal_01.ini", "worker")
@@ -212,7 +193,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
                 dst2, TABLES[1], "digoal_02.user_session1", "userid<1000"
             )
 
-        with Load(src):
+        with source_load(src):
             wait_until(
                 lambda: (
                     sql(dst2, "select count(*) from ferry.table_info where merge_state='ok'")
@@ -235,7 +216,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         refused = cli("dst1_digoal_01.ini", "execute", "add_column.sql", check=1)
         assert "Node is not root node: replika" in refused
         cli("src_digoal_01.ini", "execute", "add_column.sql")
-        with Load(src):
+        with source_load(src):
             sql(src, "update digoal_01.user_info set c1 = userid % 100")
             sql(src, "update digoal_01.user_session set c1 = 1 where userid < 2000")
         wait_until(all_equal, 180, "dst1 after execute")
