@@ -73,7 +73,15 @@ def state(conn: psycopg.Connection, queue: str) -> CaptureState:
     return CaptureState(queue, row is not None, bool(row and row[0]), triggers)
 
 
-def _require_root(conn: psycopg.Connection, queue: str) -> None:
+def _require_root(conn: psycopg.Connection, queue: str, switch: str) -> None:
+    # Checked first: without it, nothing else may change.
+    role, superuser = conn.execute(
+        "select current_user, rolsuper from pg_roles where rolname = current_user"
+    ).fetchone()
+    if not superuser:
+        raise PgferryError(
+            f"capture-ddl {switch}: event triggers need a superuser; role {role} is not one"
+        )
     node = require_node(conn, queue)
     if not node.is_root:
         raise NodeError(
@@ -83,7 +91,7 @@ def _require_root(conn: psycopg.Connection, queue: str) -> None:
 
 def turn_on(conn: psycopg.Connection, queue: str, *, indexes: bool = True) -> CaptureState:
     """Record the queue's switch and make the event triggers, in the caller's transaction."""
-    _require_root(conn, queue)
+    _require_root(conn, queue, "on")
     conn.execute(
         """
         insert into ferry.ddl_capture (queue_name, indexes) values (%s, %s)
@@ -116,7 +124,7 @@ def turn_on(conn: psycopg.Connection, queue: str, *, indexes: bool = True) -> Ca
 
 def turn_off(conn: psycopg.Connection, queue: str) -> CaptureState:
     """Remove the queue's switch; the event triggers go with the last queue's."""
-    _require_root(conn, queue)
+    _require_root(conn, queue, "off")
     conn.execute("delete from ferry.ddl_capture where queue_name = %s", (queue,))
     left = conn.execute("select count(*) from ferry.ddl_capture").fetchone()[0]
     if not left:
