@@ -174,3 +174,29 @@ def test_off_and_on_and_bad_input(three: Cascade) -> None:
     assert leaf.code != 0 and "root only" in leaf.err and len(leaf.err.strip().splitlines()) == 1
     word = c.cli("root", "capture-ddl", "maybe")
     assert word.code != 0 and "expected on or off" in word.err
+
+
+def test_branch_and_leaf_below_and_a_capture_with_options(make_cascade, new_db_a, new_db_b) -> None:
+    """root -> branch -> leaf: the branch forwards the statement to the leaf below it; a
+    table captured with ignore= gets its capture function made again for the new shape."""
+    c = make_cascade()
+    c.node("root", new_db_a(), "root")
+    c.node("branch", new_db_b(), "branch", "root")
+    c.node("leaf", new_db_b(), "leaf", "branch")
+    for node in ("root", "branch", "leaf"):
+        c.sql(node, "create table public.t (id int primary key, v text, secret text)")
+    c.sql("root", "insert into public.t select g, 'v' || g, 's' from generate_series(1, 50) g")
+    c.add("root", "public.t", trigger_flags=None, trigger_args=("ignore=secret",))
+    c.add("branch", "public.t")
+    c.add("leaf", "public.t")
+    c.catch_up("branch", "leaf")
+    assert c.cli("root", "capture-ddl", "on").code == 0
+    c.sql("root", "alter table public.t add column n int default 0")
+    c.sql("root", "insert into public.t values (51, 'new', 'hidden', 5)")
+    c.sql("root", "update public.t set n = id, secret = 'x' where id <= 3")
+    c.catch_up("branch", "leaf")
+    q = "select id, v, n from public.t order by id"
+    for node in ("branch", "leaf"):
+        assert _columns(c, node, "public.t") == ["id", "v", "secret", "n"]
+        assert c.sql(node, q) == c.sql("root", q)
+        assert c.sql(node, "select count(*) from public.t where secret is not null") == [(0,)]
