@@ -21,10 +21,7 @@ declare
     v_type text;
     v_tick bigint;
 begin
-    select node_type into v_type from ferry_node.node_info where queue_name = i_queue;
-    if not found then
-        raise exception 'Node not initialized for queue %', i_queue using errcode = 'P0002';
-    end if;
+    v_type := (ferry_node.find_node(i_queue)).node_type;
     if v_type = 'leaf' then
         return null;
     end if;

@@ -21,10 +21,7 @@ declare
     n     ferry_node.node_info;
     v_own bigint;
 begin
-    select * into n from ferry_node.node_info where queue_name = i_queue;
-    if not found then
-        raise exception 'Node not initialized for queue %', i_queue using errcode = 'P0002';
-    end if;
+    n := ferry_node.find_node(i_queue);
     select last_tick_id into v_own from ferry_node.local_state
      where queue_name = i_queue and consumer_name = n.worker_name;
     if n.node_type = 'leaf' then

@@ -45,10 +45,7 @@ declare
     v_xips text;
     v_parts text;
 begin
-    select * into s from ferry_queue.subscription where sub_batch = i_batch_id;
-    if not found then
-        raise exception 'Batch not found: %', i_batch_id using errcode = 'P0002';
-    end if;
+    s := ferry_queue.find_batch(i_batch_id);
     select * into q from ferry_queue.queue where queue_id = s.sub_queue;
     select tick_snapshot into s1 from ferry_queue.tick
      where tick_queue = s.sub_queue and tick_id = s.sub_last_tick;

@@ -79,22 +79,16 @@ begin
         -- Only ignored columns changed: nothing to queue.  (A change of nothing at all is
         -- queued, as without options.)  Compared by binary image: any type, no operator.
         v_body := v_body || format(
-            E'            if record_image_eq(row(%s), row(%s))\n'
-            '               and not record_image_eq(row(%s), row(%s)) then\n'
+            E'            if %s\n               and not %s then\n'
             '                exit capture;\n            end if;\n',
-            (select string_agg(format('old.%I', c), ', ') from unnest(v_cols) c),
-            (select string_agg(format('new.%I', c), ', ') from unnest(v_cols) c),
-            (select string_agg(format('old.%I', c), ', ') from unnest(v_ign) c),
-            (select string_agg(format('new.%I', c), ', ') from unnest(v_ign) c));
+            ferry_queue.capture_image_eq(v_cols), ferry_queue.capture_image_eq(v_ign));
     end if;
     if cardinality(v_key) > 0 then
         -- Key change: a delete of the old key, then an insert of the new row.
         v_body := v_body || format(
-            E'            if not record_image_eq(row(%s), row(%s)) then\n'
-            '                %s\n                %s\n'
+            E'            if not %s then\n                %s\n                %s\n'
             '                exit capture;\n            end if;\n',
-            (select string_agg(format('old.%I', c), ', ') from unnest(v_key) c),
-            (select string_agg(format('new.%I', c), ', ') from unnest(v_key) c),
+            ferry_queue.capture_image_eq(v_key),
             ferry_queue.capture_insert('D', 'old', v_old, v_extra, v_from, null),
             ferry_queue.capture_insert('I', 'new', v_new, v_extra, v_from, null));
     end if;

@@ -40,10 +40,7 @@ declare
     q      ferry_queue.queue;
     v_snap pg_snapshot;
 begin
-    select * into q from ferry_queue.queue where queue_name = i_queue for update;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
+    q := ferry_queue.lock_queue(i_queue, true);
     select tick_snapshot into v_snap from ferry_queue.tick
      where tick_queue = q.queue_id and tick_id = i_tick;
     if not found then

@@ -25,10 +25,7 @@ declare
     q ferry_queue.queue;
     t record;
 begin
-    select * into q from ferry_queue.queue where queue_name = i_queue for update;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
+    q := ferry_queue.lock_queue(i_queue, true);
     if not i_force then
         perform 1 from ferry_queue.subscription where sub_queue = q.queue_id;
         if found then

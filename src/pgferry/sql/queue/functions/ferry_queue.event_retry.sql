@@ -16,18 +16,14 @@
 --     ferry_queue.retry_queue (written)
 --     ferry_queue.subscription
 -- ---------------------------------------------------------------------------------------
-create or replace function ferry_queue.event_retry(
-    i_batch_id bigint, i_ev_id bigint, i_retry_time timestamptz)
-returns integer
+create or replace function ferry_queue.event_retry(i_batch_id bigint, i_ev_id bigint,
+                                                  i_retry_time timestamptz) returns integer
 language plpgsql as $$
 declare
     s  ferry_queue.subscription;
     e  record;
 begin
-    select * into s from ferry_queue.subscription where sub_batch = i_batch_id;
-    if not found then
-        raise exception 'Batch not found: %', i_batch_id using errcode = 'P0002';
-    end if;
+    s := ferry_queue.find_batch(i_batch_id);
     execute format('select * from (%s) e where ev_id = $1',
                    ferry_queue.batch_event_sql(i_batch_id))
        into e using i_ev_id;

@@ -81,12 +81,20 @@ $$;
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.get_queue_info(
     i_queue text,
-    out queue_name text, out queue_ntables integer, out queue_cur_table integer,
-    out queue_rotation_period interval, out queue_switch_time timestamptz,
-    out queue_external_ticker boolean, out queue_ticker_paused boolean,
-    out queue_ticker_max_count integer, out queue_ticker_max_lag interval,
-    out queue_ticker_idle_period interval, out ticker_lag interval,
-    out ev_per_sec double precision, out ev_new bigint, out last_tick_id bigint)
+    out queue_name text,
+    out queue_ntables integer,
+    out queue_cur_table integer,
+    out queue_rotation_period interval,
+    out queue_switch_time timestamptz,
+    out queue_external_ticker boolean,
+    out queue_ticker_paused boolean,
+    out queue_ticker_max_count integer,
+    out queue_ticker_max_lag interval,
+    out queue_ticker_idle_period interval,
+    out ticker_lag interval,
+    out ev_per_sec double precision,
+    out ev_new bigint,
+    out last_tick_id bigint)
 returns setof record
 language plpgsql stable as $$
 begin

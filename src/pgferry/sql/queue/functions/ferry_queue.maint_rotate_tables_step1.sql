@@ -27,10 +27,7 @@ declare
     v_maxtx  xid8;
     v_keep   bigint;
 begin
-    select * into q from ferry_queue.queue where queue_name = i_queue for no key update;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
+    q := ferry_queue.lock_queue(i_queue);
     if q.queue_switch_step2 is null
        or q.queue_switch_time + q.queue_rotation_period > now() then
         return 0;

@@ -26,14 +26,7 @@ declare
     v_last pg_snapshot;
     v_id   bigint;
 begin
-    -- The row lock serialises ticks of one queue, so tick ids and snapshots grow together.
-    select * into q from ferry_queue.queue where queue_name = i_queue for no key update;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
-    if q.queue_external_ticker then
-        raise exception 'Queue % has an external ticker', i_queue;
-    end if;
+    q := ferry_queue.own_ticks(ferry_queue.lock_queue(i_queue));
     select tick_snapshot into v_last from ferry_queue.tick
      where tick_queue = q.queue_id order by tick_id desc limit 1;
     if v_last is not null

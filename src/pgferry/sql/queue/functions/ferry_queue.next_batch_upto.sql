@@ -16,34 +16,12 @@
 --     bigint
 --
 -- Tables:
---     ferry_queue.subscription (written)
+--     ferry_queue.subscription (written, by open_next_batch)
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.next_batch_upto(
     i_queue text, i_consumer text, i_upto bigint, i_min_count integer)
 returns bigint
-language plpgsql as $$
-declare
-    s       ferry_queue.subscription;
-    v_prev  ferry_queue.tick;
-    v_next  bigint;
-begin
-    s := ferry_queue.find_subscription(i_queue, i_consumer);
-    select * into s from ferry_queue.subscription where sub_id = s.sub_id for update;
-    if s.sub_batch is not null then
-        update ferry_queue.subscription set sub_active = now() where sub_id = s.sub_id;
-        return s.sub_batch;
-    end if;
-    select * into v_prev from ferry_queue.tick
-     where tick_queue = s.sub_queue and tick_id = s.sub_last_tick;
-    if not found then
-        raise exception 'Last tick % of consumer % on queue % is gone',
-            s.sub_last_tick, i_consumer, i_queue;
-    end if;
-    select tick_id into v_next from ferry_queue.tick
-     where tick_queue = s.sub_queue and tick_id > s.sub_last_tick and tick_id <= i_upto
-       and (tick_id = i_upto or tick_event_seq - v_prev.tick_event_seq >= i_min_count)
-     order by tick_id limit 1;
-    return ferry_queue.open_batch(s.sub_id, v_next);
-end;
+language sql as $$
+    select ferry_queue.open_next_batch(i_queue, i_consumer, null, i_min_count, null, i_upto)
 $$;

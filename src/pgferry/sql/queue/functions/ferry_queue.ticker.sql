@@ -73,10 +73,7 @@ language plpgsql as $$
 declare
     q ferry_queue.queue;
 begin
-    select * into q from ferry_queue.queue where queue_name = i_queue for no key update;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
+    q := ferry_queue.lock_queue(i_queue);
     if not q.queue_external_ticker then
         raise exception 'Queue % does not have an external ticker', i_queue;
     end if;

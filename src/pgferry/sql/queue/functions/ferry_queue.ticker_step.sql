@@ -25,13 +25,7 @@ declare
     v_last ferry_queue.tick;
     v_snap pg_snapshot;
 begin
-    select * into q from ferry_queue.queue where queue_name = i_queue;
-    if not found then
-        raise exception 'Unknown queue: %', i_queue using errcode = 'P0002';
-    end if;
-    if q.queue_external_ticker then
-        raise exception 'Queue % has an external ticker', i_queue;
-    end if;
+    q := ferry_queue.own_ticks(ferry_queue.find_queue(i_queue));
     if q.queue_ticker_paused then
         raise exception 'Ticker is paused for queue %', i_queue;
     end if;
@@ -41,7 +35,7 @@ begin
     end if;
     -- Due: the row lock serialises ticks of one queue (tick ids and snapshots grow
     -- together); another ticker may have ticked meanwhile, so decide again under it.
-    select * into q from ferry_queue.queue where queue_name = i_queue for no key update;
+    q := ferry_queue.lock_queue(i_queue);
     select d.due, d.waiting into v_due, waiting from ferry_queue.tick_due(q) d;
     if not v_due then
         return;
