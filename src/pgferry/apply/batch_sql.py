@@ -240,19 +240,20 @@ def fold_summary(
             removals_n += count if removals else 0
             continue
         if ev_type == SEQ_EVENT:
-            if name in seqs:
-                fold = acc.setdefault(name, _Fold())
-                fold.seq_value = (
-                    seq_value if fold.seq_value is None else max(fold.seq_value, seq_value)
-                )
+            if name not in seqs:
+                continue
+        elif name not in tables or ev_type is None:
             continue
-        if name not in tables or ev_type is None:
-            continue
-        if ev_type == TRUNCATE_EVENT:
-            fold = acc.setdefault(name, _Fold())
+        elif ev_type != TRUNCATE_EVENT and ev_type[1:2] != ":":
+            continue  # neither a row event nor a TRUNCATE: other event types count not
+        fold = acc.get(name)
+        if fold is None:
+            fold = acc[name] = _Fold()
+        if ev_type == SEQ_EVENT:
+            fold.seq_value = seq_value if fold.seq_value is None else max(fold.seq_value, seq_value)
+        elif ev_type == TRUNCATE_EVENT:
             fold.barrier = last if fold.barrier is None else max(fold.barrier, last)
-        elif ev_type[1:2] == ":":  # a row event (other event types of a table count not)
-            fold = acc.setdefault(name, _Fold())
+        else:  # a row event
             ins = ev_type[:2] == "I:"
             fold.row_events += count
             fold.inserts_only = ins if fold.inserts_only is None else fold.inserts_only and ins
