@@ -35,7 +35,7 @@ class TickMark:
 @dataclass(frozen=True)
 class TickSpan:
     """The events between two consecutive ticks ``(prev_tick, tick]``, as a SELECT of the
-    event columns (``queue.api.EVENT_COLUMNS``) any connection can run."""
+    event columns (``pgferry.events.EVENT_COLUMN_NAMES``) any connection can run."""
 
     prev_tick: int
     tick: int
