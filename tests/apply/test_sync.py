@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 
 import psycopg
@@ -11,40 +10,24 @@ import pytest
 from pgferry.apply.sync import sync_point
 from pgferry.cli.main import main
 from pgferry.errors import PgferryError
+from pgferry.testing.load import Load
 
 
 @contextmanager
 def running(pair, write: bool = True):
     """Leaf worker, a ticker and (optionally) a writer on the root, in threads."""
-    stop = threading.Event()
-    worker = pair.worker()
 
-    def tick() -> None:
-        with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
-            while not stop.wait(0.5):
-                conn.execute("select ferry_queue.force_tick(%s)", (pair.queue,))
-                conn.execute("select ferry_queue.ticker(%s)", (pair.queue,))
+    def write_some(conn: psycopg.Connection, done: int) -> None:
+        n = done + 1
+        conn.execute("update t set v = v + 1 where id = %s", (n % 500 + 1,))
+        conn.execute("insert into t values (%s, 0) on conflict do nothing", (1000 + n,))
 
-    def writer() -> None:
-        n = 0
-        with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
-            while not stop.wait(0.01):
-                n += 1
-                conn.execute("update t set v = v + 1 where id = %s", (n % 500 + 1,))
-                conn.execute("insert into t values (%s, 0) on conflict do nothing", (1000 + n,))
-
-    threads = [threading.Thread(target=tick), threading.Thread(target=worker.run_forever)]
-    if write:
-        threads.append(threading.Thread(target=writer))
-    for t in threads:
-        t.start()
-    try:
-        yield worker
-    finally:
-        stop.set()
-        worker.stopping = True
-        for t in threads:
-            t.join()
+    with pair.running(every=0.5) as worker:
+        if not write:
+            yield worker
+            return
+        with Load(pair.root_dsn, write_some, every=0.01, transaction=False):
+            yield worker
 
 
 def test_compare_and_repair_under_load(pair, capsys) -> None:
@@ -101,6 +84,7 @@ def test_a_request_left_by_a_killed_compare_does_not_stall_the_worker(pair) -> N
     pair.same("t")
 
 
+@pytest.mark.slow
 def test_compare_and_repair_on_spark_connect(pair, capsys, connect_server, monkeypatch) -> None:
     """The node's compare and repair run their Spark jobs on the server named by
     spark_remote (as for tables too large for the command), with the worker replaying."""

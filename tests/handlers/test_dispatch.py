@@ -6,14 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pgferry.handlers import dispatch
+from tests.fixtures.fix_cli import one_error
 
-
-def _one_error(result) -> str:
-    assert result.code != 0, result.out
-    assert "Traceback" not in result.err
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pgferry: "), result.err
-    return lines[0]
+_one_error = one_error
 
 
 def _children(c, node: str, parent: str) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pgferry.handlers import registry as handler_registry
+from tests.fixtures.fix_cli import one_error
 
 HERE = Path(__file__).parent
 
@@ -22,12 +23,7 @@ def sample_modules(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     handler_registry.use_modules(())
 
 
-def _one_error(result) -> str:
-    assert result.code != 0, result.out
-    assert "Traceback" not in result.err
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pgferry: "), result.err
-    return lines[0]
+_one_error = one_error
 
 
 def test_show_handlers_lists_builtin_and_third_party(make_cascade, db_a, sample_modules):

@@ -247,15 +247,15 @@ class Cascade:
         )
 
     @contextlib.contextmanager
-    def running(self, *names: str) -> Iterator[None]:
-        """The named workers looping in threads and the root ticking, for commands that
-        wait on a worker (compare, repair)."""
+    def running(self, *names: str, every: float = 0.3) -> Iterator[list[Worker]]:
+        """The named workers looping in threads and the root ticking every ``every``
+        seconds, for commands that wait on a worker (compare, repair); yields the workers."""
         stop = threading.Event()
         root = self.dsns[self.root()]
 
         def tick() -> None:
             with psycopg.connect(root, autocommit=True) as conn:
-                while not stop.wait(0.3):
+                while not stop.wait(every):
                     conn.execute("select ferry_queue.force_tick(%s)", (self.queue,))
                     conn.execute("select ferry_queue.ticker(%s)", (self.queue,))
 
@@ -265,7 +265,7 @@ class Cascade:
         for t in threads:
             t.start()
         try:
-            yield
+            yield workers
         finally:
             stop.set()
             for w in workers:
