@@ -29,9 +29,6 @@ declare
     v_done   text[] := '{}';
     v_relid  oid;
 begin
-    get diagnostics v_ctx = pg_context;
-    -- The first line is this function; what is left is whatever ran the DDL.
-    v_outer := case when strpos(v_ctx, E'\n') > 0 then substr(v_ctx, strpos(v_ctx, E'\n') + 1) end;
     for r in
         select distinct c.command_tag,
                case when c.object_type = 'index'
@@ -46,6 +43,12 @@ begin
         continue when r.relid is null;
         for q in select * from ferry.ddl_replicated(r.relid) loop
             continue when r.command_tag = 'CREATE INDEX' and not q.indexes;
+            if v_ctx is null then  -- read only for DDL on a replicated table
+                get diagnostics v_ctx = pg_context;
+                -- The first line is this function; what is left is whatever ran the DDL.
+                v_outer := case when strpos(v_ctx, E'\n') > 0
+                                then substr(v_ctx, strpos(v_ctx, E'\n') + 1) end;
+            end if;
             select format('%I.%I', n.nspname, c.relname) into v_now
               from pg_class c join pg_namespace n on n.oid = c.relnamespace
              where c.oid = r.relid;
