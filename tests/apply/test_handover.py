@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
 
 import psycopg
 
+from pgferry.testing.load import Load
 
-def _writer(dsn: str, stop: threading.Event, seed: int) -> None:
+
+def _writer(dsn: str, seed: int) -> Load:
     rng = random.Random(seed)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set():
-            # add-table's trigger set-up may meet a writer: that writer just goes on
-            with contextlib.suppress(psycopg.errors.DeadlockDetected):
-                _write_some(conn, rng)
+
+    def unit(conn: psycopg.Connection, _done: int) -> None:
+        # add-table's trigger set-up may meet a writer: that writer just goes on
+        with contextlib.suppress(psycopg.errors.DeadlockDetected):
+            _write_some(conn, rng)
+
+    return Load(dsn, unit, every=0, transaction=False)
 
 
 def _write_some(conn: psycopg.Connection, rng: random.Random) -> None:
@@ -42,10 +45,7 @@ def test_copy_under_concurrent_writes(pair) -> None:
         side("create table public.b (id int primary key, v int)")
     pair.root("insert into a select g, 0 from generate_series(1, 2000) g")
     pair.root("insert into b select g, 0 from generate_series(1, 2000) g")
-    stop = threading.Event()
-    writers = [
-        threading.Thread(target=_writer, args=(pair.root_dsn, stop, seed)) for seed in (1, 2)
-    ]
+    writers = [_writer(pair.root_dsn, seed) for seed in (1, 2)]
     for t in writers:
         t.start()
     try:
@@ -57,9 +57,8 @@ def test_copy_under_concurrent_writes(pair) -> None:
             worker.work()
             worker.work()
     finally:
-        stop.set()
         for t in writers:
-            t.join()
+            t.stop()
     pair.catch_up(worker)
     assert pair.leaf(
         "select table_name, merge_state, copy_snapshot is null from ferry.table_info order by 1"
