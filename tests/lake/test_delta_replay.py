@@ -79,3 +79,24 @@ def test_load_on_spark(lake_pair, lake_dir, delta_rows, spark, monkeypatch) -> N
     table = DeltaTable(str(lake_dir / "public" / "t"))
     assert len(table.file_uris()) >= 4
     assert [h["operation"] for h in table.history()] == ["WRITE", "CREATE TABLE"]
+
+
+def test_load_of_text_values(lake_pair, delta_rows) -> None:
+    """The load's CSV path: empty strings and NULLs, quotes, commas and newlines in text,
+    timestamps with and without a zone, booleans, json, floats."""
+    pair = lake_pair()
+    ddl = ("create table public.s (id int primary key, v text, ok boolean, ts timestamptz,"
+           " tsn timestamp, d date, f real, j json, n numeric(5,1))")  # fmt: skip
+    for side in (pair.root, pair.leaf):
+        side(ddl)
+    pair.root(
+        "insert into s values (1, '', true, '2024-06-01 10:00:00.5+05', '2024-06-01 10:00',"
+        " '2024-02-29', 1.5, '{\"a\": [1, \"x,y\"]}', -0.5),"
+        " (2, null, false, null, null, null, null, null, null),"
+        " (3, e'line\\n\"two\", three', null, '1999-12-31 23:59:59.999999+00',"
+        " '0001-01-01 00:00', '1970-01-01', -3.25e2, '\"\"', 9999.9)"
+    )
+    pair.add_tables("public.s", handler="lake")
+    pair.catch_up()
+    cols = "id, v, ok, ts, tsn, d, f, j::text, n"
+    assert delta_rows("s") == sorted_rows(pair.root(f"select {cols} from s"))

@@ -80,6 +80,40 @@ class LakeColumn:
         return ident
 
 
+# Lake types a CSV reader parses from PostgreSQL's text exactly (the load's fast path):
+# the others (binary, lists) are read row by row.
+_CSV_TYPES = {"int16", "int32", "int64", "float32", "float64", "bool", "string", "date32",
+              "timestamp", "timestamptz"}  # fmt: skip
+_US = "YYYY-MM-DD HH24:MI:SS.US"
+
+
+def csv_ready(columns: Sequence[LakeColumn]) -> bool:
+    """Whether every column can travel as CSV text (see :func:`csv_select`)."""
+    return all(c.lake_type in _CSV_TYPES or c.lake_type.startswith("decimal(") for c in columns)
+
+
+def csv_select(column: LakeColumn) -> sql.Composable:
+    """The column as the text a CSV reader parses into its lake type: timestamps as UTC
+    (``timestamptz``) or as written, to the microsecond, without an offset."""
+    ident = sql.Identifier(column.name)
+    if column.lake_type == "timestamptz":
+        return sql.SQL("to_char({} at time zone 'UTC', {})").format(ident, sql.Literal(_US))
+    if column.lake_type == "timestamp":
+        return sql.SQL("to_char({}, {})").format(ident, sql.Literal(_US))
+    return column.select()
+
+
+def csv_type(column: LakeColumn):
+    """The Arrow type the CSV reader parses the column's text as."""
+    import pyarrow as pa
+
+    return (
+        pa.timestamp("us")
+        if column.lake_type.startswith("timestamp")
+        else arrow_type(column.lake_type)
+    )
+
+
 def lake_column(name: str, pg_type: str, enum: bool = False) -> LakeColumn:
     """The lake column of a PostgreSQL column (``format_type`` text); TypeRefused otherwise.
     ``enum``: the type is an enum (stored as its label)."""

@@ -46,6 +46,7 @@ LOCAL_PAGES = 1000  # as the copy's: smaller loads run on the driver's threads
 DRIVER_SLOTS = 2
 FETCH_ROWS = 20_000  # rows per fetch of a task's cursor
 FILE_ROWS = 1_000_000  # rows per Parquet file at most
+CSV_BYTES = 32 << 20  # CSV text parsed at once by a task
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,6 @@ def load_group(job: LakeJob, ranges: list[BlockRange]) -> list[tuple[int, str, i
 
 
 def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int, int]]:
-    import pyarrow.parquet as pq
-
     plan = job.plans[rng.plan_no]
     module = formats.module(plan.spec.format)
     schema = lake_types.arrow_schema(plan.columns)
@@ -175,32 +174,91 @@ def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int
         where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({rng.hi_block},0)")))
     if plan.condition:
         where.append(expressions.as_sql(plan.condition))
-    query = sql.SQL("select {} from {}").format(
-        sql.SQL(", ").join(c.select() for c in plan.columns),
-        relation(plan.src_schema, plan.src_name, not plan.tid_ranges),
-    )
-    if where:
-        query = sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where))
+    query = _select(plan, where, [c.select() for c in plan.columns])
     for name, value in plan.settings:
         conn.execute("select set_config(%s, %s, true)", (name, value))
-    out: list[tuple[int, str, int, int]] = []
     directory = module.data_dir(plan.spec)
     os.makedirs(directory, exist_ok=True)
-    writer, path, rows = None, "", 0
-    with conn.cursor(name=f"pgferry_lake_{rng.plan_no}_{rng.range_no}") as cur:
-        cur.execute(query)
-        while batch := cur.fetchmany(min(FETCH_ROWS, job.file_rows)):
-            if writer is None:
-                path = module.new_file_name(rng.range_no)
-                writer = pq.ParquetWriter(os.path.join(directory, path), schema)
-            writer.write_table(lake_types.rows_to_arrow(plan.columns, batch, schema))
-            rows += len(batch)
-            if rows >= job.file_rows:
-                writer.close()
-                out.append((rng.plan_no, path, os.path.getsize(os.path.join(directory, path)),
-                            rows))  # fmt: skip
-                writer, rows = None, 0
-    if writer is not None:
-        writer.close()
-        out.append((rng.plan_no, path, os.path.getsize(os.path.join(directory, path)), rows))
-    return out
+    files = _Files(directory, rng, schema, job.file_rows, module.new_file_name)
+    if lake_types.csv_ready(plan.columns):
+        # PostgreSQL's CSV text parsed by Arrow's reader: no Python object per value.
+        text = sql.SQL("copy ({}) to stdout (format csv)").format(
+            _select(plan, where, [lake_types.csv_select(c) for c in plan.columns])
+        )
+        with conn.cursor() as cur, cur.copy(text) as copy:
+            for batch in _csv_batches(copy, plan.columns, schema):
+                files.write(batch)
+    else:
+        with conn.cursor(name=f"pgferry_lake_{rng.plan_no}_{rng.range_no}") as cur:
+            cur.execute(query)
+            while batch := cur.fetchmany(min(FETCH_ROWS, job.file_rows)):
+                files.write(lake_types.rows_to_arrow(plan.columns, batch, schema))
+    return files.close()
+
+
+def _select(plan: LakePlan, where: list, values: list) -> sql.Composable:
+    query = sql.SQL("select {} from {}").format(
+        sql.SQL(", ").join(values), relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
+    )
+    return sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where)) if where else query
+
+
+def _csv_batches(copy, columns, schema):
+    """Arrow tables of the lake schema from a COPY ... CSV stream, parsed by Arrow's
+    multithreaded reader in pieces of about :data:`CSV_BYTES` (COPY sends one message per
+    row, so a piece always ends with a whole row)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    read = pcsv.ReadOptions(column_names=[c.name for c in columns])
+    parse = pcsv.ParseOptions(newlines_in_values=True)
+    convert = pcsv.ConvertOptions(
+        column_types={c.name: lake_types.csv_type(c) for c in columns},
+        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
+        true_values=["t"], false_values=["f"],
+    )  # fmt: skip
+    buf = bytearray()
+    for message in copy:
+        buf += message
+        if len(buf) >= CSV_BYTES:
+            yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
+            buf = bytearray()
+    if buf:
+        yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
+
+
+class _Files:
+    """Parquet files of one range, a new one every ``file_rows`` rows."""
+
+    def __init__(self, directory, rng: BlockRange, schema, file_rows: int, name) -> None:
+        self.directory, self.rng, self.schema = directory, rng, schema
+        self.file_rows, self.name = file_rows, name
+        self.writer, self.path, self.rows = None, "", 0
+        self.done: list[tuple[int, str, int, int]] = []
+
+    def write(self, table) -> None:
+        import pyarrow.parquet as pq
+
+        while table.num_rows:
+            if self.writer is None:
+                self.path = self.name(self.rng.range_no)
+                self.writer = pq.ParquetWriter(os.path.join(self.directory, self.path),
+                                               self.schema)  # fmt: skip
+            room = self.file_rows - self.rows
+            self.writer.write_table(table.slice(0, room))
+            self.rows += min(room, table.num_rows)
+            table = table.slice(room)
+            if self.rows >= self.file_rows:
+                self._finish()
+
+    def _finish(self) -> None:
+        assert self.writer is not None
+        self.writer.close()
+        size = os.path.getsize(os.path.join(self.directory, self.path))
+        self.done.append((self.rng.plan_no, self.path, size, self.rows))
+        self.writer, self.rows = None, 0
+
+    def close(self) -> list[tuple[int, str, int, int]]:
+        if self.writer is not None:
+            self._finish()
+        return self.done
