@@ -12,7 +12,6 @@ import pytest
 from pgferry.apply.routes import load_routes
 from pgferry.cli.main import main
 from pgferry.node import capture, tableops
-from tests.apply.test_sync import running
 
 
 def root_add(pair, *names: str, flags: str | None = None, args: tuple[str, ...] = (), **opts):
@@ -159,7 +158,7 @@ def test_pkey_on_a_table_without_primary_key(pair) -> None:
         routes = load_routes(conn, pair.queue)
     assert routes["public.acct"].pk == ("a", "b") and routes["public.acct"].key_unique
     assert not routes["public.acct2"].key_unique  # applied by delete and insert
-    with running(pair, write=False):
+    with pair.running(every=0.5):
         assert main([str(pair.leaf_cfg.path), "compare"]) == 0
 
 
@@ -224,7 +223,7 @@ def test_ignore_and_when_in_copy_replay_and_compare(pair, capsys) -> None:
     keep = 'select id, "Kind", v from ev where "Kind" = \'keep\' order by id'
     assert pair.root(keep) == pair.leaf('select id, "Kind", v from ev order by id')
     capsys.readouterr()
-    with running(pair, write=False):
+    with pair.running(every=0.5):
         assert main([str(pair.leaf_cfg.path), "compare"]) == 0
     out = capsys.readouterr().out
     assert "Results do not match" not in out and "public.prof" in out and "public.ev" in out
