@@ -87,8 +87,9 @@ def test_column_added_while_a_table_is_copied(three: Cascade) -> None:  # noqa: 
     assert compared.code == 0 and "do not match" not in compared.out, compared.out + compared.err
 
 
-def test_refused_without_a_superuser(three: Cascade) -> None:  # noqa: F811
-    c = three
+def test_refused_without_a_superuser(make_cascade, new_db_a) -> None:
+    c = make_cascade()
+    c.node("root", new_db_a(), "root")
     c.sql("root", "drop role if exists ddl_plain; create role ddl_plain login")
     try:
         ini = c.paths["root"]
