@@ -4,11 +4,6 @@ one line refusing the trigger arguments merge_all / no_merge."""
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-
-import psycopg
-
 from pgferry.cli.main import main
 
 
@@ -19,28 +14,9 @@ def run(capsys, *args: object) -> tuple[int, str, str]:
     return code, got.out, got.err
 
 
-@contextmanager
 def replicating(pair):
     """The leaf's worker and a ticker on the root, in threads (compare needs both)."""
-    stop = threading.Event()
-    worker = pair.worker()
-
-    def tick() -> None:
-        with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
-            while not stop.wait(0.3):
-                conn.execute("select ferry_queue.force_tick(%s)", (pair.queue,))
-                conn.execute("select ferry_queue.ticker(%s)", (pair.queue,))
-
-    threads = [threading.Thread(target=tick), threading.Thread(target=worker.run_forever)]
-    for t in threads:
-        t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        worker.stopping = True
-        for t in threads:
-            t.join()
+    return pair.running()
 
 
 def test_skip_non_existing(pair, capsys) -> None:
