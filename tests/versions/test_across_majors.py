@@ -7,18 +7,11 @@ between servers of one major); every node ends equal to the root, row for row, a
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
-import psycopg
 import pytest
 
-from pgferry.apply.worker import Worker
 from pgferry.cli.main import main
-from pgferry.config import Config, load_config
-from pgferry.node import setup, tableops
+from pgferry.config import Config
+from pgferry.testing.cascade import Cascade, sql_rows
 
 DDL = """
 create type mood as enum ('sad', 'ok', 'happy');
@@ -47,51 +40,14 @@ select g, (g * 1.5)::numeric,
 TABLE = 'public."Typed é"'
 
 
-def sql(dsn: str, query: str, params=None) -> list[tuple]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        cur = conn.execute(query, params)
-        return cur.fetchall() if cur.description else []
+sql = sql_rows
+SPARK = {"spark.sql.shuffle.partitions": "2"}
 
 
 def rows(dsn: str) -> list[tuple]:
     # Text forms of the row, in one session setting for every server.
     return sql(dsn, f"set datestyle = iso; set intervalstyle = postgres;"
                     f" select t::text from {TABLE} t order by id")  # fmt: skip
-
-
-def node_ini(path: Path, job: str, dsn: str, queue: str) -> Config:
-    path.write_text(
-        f"[pgferry]\njob_name = {job}\ndb = {dsn}\nqueue_name = {queue}\n"
-        "loop_delay = 0.05\nexception_sleep = 0.2\nspark_master = local[2]\n"
-        "spark.sql.shuffle.partitions = 2\n"
-    )
-    return load_config(path)
-
-
-@contextmanager
-def replicating(root: Config, subscribers: list[Config]) -> Iterator[None]:
-    """Workers of ``subscribers`` and a ticker on ``root``, in threads."""
-    stop = threading.Event()
-    workers = [Worker(cfg) for cfg in subscribers]
-
-    def tick() -> None:
-        with psycopg.connect(root.get("db"), autocommit=True) as conn:
-            while not stop.wait(0.2):
-                conn.execute("select ferry_queue.force_tick(%s)", (root.get("queue_name"),))
-                conn.execute("select ferry_queue.ticker()")
-
-    threads = [threading.Thread(target=tick)]
-    threads += [threading.Thread(target=w.run_forever) for w in workers]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for w in workers:
-            w.stopping = True
-        for thread in threads:
-            thread.join()
 
 
 def wait_equal(root_dsn: str, dsns: list[str], timeout: float = 180) -> None:
@@ -107,21 +63,25 @@ def wait_equal(root_dsn: str, dsns: list[str], timeout: float = 180) -> None:
         time.sleep(0.2)
 
 
-def build(tmp_path: Path, dsns: list[str], queue: str) -> list[Config]:
-    """root -> (branch ->)* leaf over ``dsns``, the table on each, added everywhere."""
+def build(make_cascade, dsns: list[str]) -> tuple[Cascade, list[Config]]:
+    """root -> (branch ->)* leaf over ``dsns`` (nodes ``node0``, ``node1``, ...), the table
+    on each, added everywhere."""
+    c = make_cascade(loop_delay="0.05", exception_sleep="0.2", **SPARK)
     configs = []
     for i, dsn in enumerate(dsns):
         kind = "root" if i == 0 else "leaf" if i == len(dsns) - 1 else "branch"
-        cfg = node_ini(tmp_path / f"n{i}.ini", f"n{i}", dsn, queue)
-        provider = dsns[i - 1] if i else None
-        setup.create_node(cfg, setup.build_request(cfg, kind, f"node{i}", None, provider))
+        provider = f"node{i - 1}" if i else None
+        configs.append(c.node(f"node{i}", dsn, kind, provider, job_name=f"n{i}"))
         sql(dsn, DDL)
-        configs.append(cfg)
     sql(dsns[0], ROWS, (1, 300))
-    for cfg in configs:
-        with psycopg.connect(cfg.get("db")) as conn:
-            tableops.add_tables(cfg, conn, [TABLE], tableops.AddTableOptions())
-    return configs
+    for i in range(len(dsns)):
+        c.add(f"node{i}", TABLE)
+    return c, configs
+
+
+def replicating(c: Cascade):
+    """The subscribers' workers and a ticker on the root, in threads."""
+    return c.running(*list(c.dsns)[1:], every=0.2)
 
 
 def load(root_dsn: str, start: int) -> None:
@@ -138,18 +98,18 @@ def compare_ok(cfg: Config, capsys) -> None:
 
 
 @pytest.mark.parametrize(("src", "dst"), [(15, 18), (18, 15)], ids=["15-to-18", "18-to-15"])
-def test_one_major_to_another(new_db, tmp_path, capsys, src: int, dst: int) -> None:
-    root, leaf = build(tmp_path, [new_db(src), new_db(dst)], f"x{src}{dst}")
-    with replicating(root, [leaf]):
+def test_one_major_to_another(new_db, make_cascade, capsys, src: int, dst: int) -> None:
+    c, (root, leaf) = build(make_cascade, [new_db(src), new_db(dst)])
+    with replicating(c):
         wait_equal(root.get("db"), [leaf.get("db")])
         load(root.get("db"), 1000)
         wait_equal(root.get("db"), [leaf.get("db")])
         compare_ok(leaf, capsys)
 
 
-def test_cascade_15_16_18(new_db, tmp_path, capsys) -> None:
-    root, branch, leaf = build(tmp_path, [new_db(15), new_db(16), new_db(18)], "x151618")
-    with replicating(root, [branch, leaf]):
+def test_cascade_15_16_18(new_db, make_cascade, capsys) -> None:
+    c, (root, branch, leaf) = build(make_cascade, [new_db(15), new_db(16), new_db(18)])
+    with replicating(c):
         wait_equal(root.get("db"), [branch.get("db"), leaf.get("db")])
         load(root.get("db"), 1000)
         wait_equal(root.get("db"), [branch.get("db"), leaf.get("db")])
