@@ -142,3 +142,53 @@ def test_kill_during_the_load(lake_pair, lake_dir, delta_rows, monkeypatch):
     assert len(calls) == 2
     assert _commits(lake_dir, "t") == [0]  # one load commit
     assert delta_rows("t") == sorted_rows(pair.root("select * from t"))
+
+
+def test_kill_between_parts_of_one_batch(lake_pair, lake_dir, delta_rows, monkeypatch):
+    """A table's batch read in ev_id ranges is several parts, each its own commit: a kill
+    after the second leaves the retry to skip two and apply the rest."""
+    pair = lake_pair(replay_read_ahead_events="1", replay_read_range_events="10")
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t", handler="lake")
+    worker = pair.catch_up()
+    for g in range(1, 41):
+        pair.root(f"insert into t values ({g}, {g})")  # one event each: 40 ev_ids
+    tick = pair.tick()  # a table's batch of inserts only is split into ranges
+    real, calls = delta.merge, []
+
+    def second(*args, **kwargs):
+        calls.append(1)
+        done = real(*args, **kwargs)
+        if len(calls) == 2:
+            raise Killed("after the second part's commit")
+        return done
+
+    monkeypatch.setattr(delta, "merge", second)
+    with pytest.raises(Killed):
+        worker.work()
+    assert _commits(lake_dir, "t") == [0, tick, tick]
+    monkeypatch.setattr(delta, "merge", real)
+    pair.catch_up(_restart(pair))
+    parts = _commits(lake_dir, "t").count(tick)
+    assert parts >= 3  # the batch had more parts than the two committed before the kill
+    assert delta_rows("t") == sorted_rows(pair.root("select * from t"))
+
+
+def test_resync_loads_again(lake_pair, lake_dir, delta_rows):
+    pair = lake_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v int)")
+    pair.root("insert into t select g, g from generate_series(1, 10) g")
+    pair.add_tables("public.t", handler="lake")
+    worker = pair.catch_up()
+    pair.root("delete from t where id > 5")
+    pair.catch_up(worker)
+    done = pair.cascade.cli("leafnode", "resync", "public.t")
+    assert done.code == 0, done.err
+    pair.root("insert into t values (100, 100)")
+    pair.catch_up(worker)
+    assert delta_rows("t") == sorted_rows(pair.root("select * from t"))
+    pair.root("update t set v = -1")
+    pair.catch_up(worker)  # replay after the load's version went back to 0
+    assert delta_rows("t") == sorted_rows(pair.root("select * from t"))

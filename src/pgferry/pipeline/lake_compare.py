@@ -8,9 +8,9 @@ commit carries that tick; Iceberg: the snapshot).  Both sides become Arrow table
 schema, then multisets of rows: the counts, an order-independent checksum (the sum of a
 stable hash per row, as compare's) and the rows only one side has are reported.
 
-Small tables are compared on the driver.  A table over :data:`DRIVER_ROWS` rows is read on
-Spark: the source through the copy's block ranges, the lake from its Parquet files, and the
-two are compared with one ``exceptAll`` each way.
+Everything runs on the driver, which holds both sides of one table at a time: a table
+over :data:`DRIVER_ROWS` rows is compared the same way, with a warning (a Spark job
+reading the lake's Parquet files is not written yet).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pgferry.pipeline.tables import relation
 
 log = logging.getLogger(__name__)
 
-DRIVER_ROWS = 2_000_000  # documented: larger tables would need Spark (not yet)
+DRIVER_ROWS = 2_000_000  # more rows than this are compared with a warning
 SAMPLE = 5  # differing rows named in the log per side
 
 
