@@ -3,7 +3,7 @@ micro-batches in ticks, and reading one partition's events as rows.
 
 :class:`Feed` runs on Spark's driver (one per streaming query, in the process that plans
 its micro-batches) and holds the provider connection.  The read side,
-:func:`read_rows`, runs on an executor with plain values only: the provider's connection
+:func:`read_chunks`, runs on an executor with plain values only: the provider's connection
 string and the :class:`Span` items of its partition.  Offsets are tick ids; the queue's
 consumer stands at the last tick Spark has committed, so every tick range Spark can ask
 for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).
@@ -24,7 +24,7 @@ from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
 
 # Event positions per partition: one Spark task reads about this many events.
-DEFAULT_PARTITION_EVENTS = 200_000
+DEFAULT_PARTITION_EVENTS = 50_000
 # Rows per round trip of an executor's cursor.
 FETCH_ROWS = 5_000
 
@@ -298,8 +298,11 @@ def row_query(span_query: str, tables: tuple[str, ...]) -> sql.Composed:
     ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span_query), only=only)
 
 
-def read_rows(provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]) -> Iterator[tuple]:
-    """The rows of a partition (tuples in :data:`COLUMNS` order), read in one transaction."""
+def read_chunks(
+    provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]
+) -> Iterator[list[tuple]]:
+    """The rows of a partition (tuples in :data:`COLUMNS` order) in chunks of at most
+    :data:`FETCH_ROWS`, read in one read-only transaction."""
     try:
         conn = connect(provider, application_name="pgferry-changefeed")
     except DatabaseError as exc:
@@ -309,10 +312,12 @@ def read_rows(provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]) -
             conn.read_only = True
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}") as cur:
-                    cur.itersize = FETCH_ROWS
                     cur.execute(row_query(span.query, tables))
-                    for ev_id, table, op, data, key, ev_time, old in cur:
-                        yield (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
+                    while rows := cur.fetchmany(FETCH_ROWS):
+                        yield [
+                            (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
+                            for ev_id, table, op, data, key, ev_time, old in rows
+                        ]
     except psycopg.Error as exc:
         where = describe(provider)
         raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -26,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from pgferry.errors import PgferryError
-from pgferry.stream.feed import COLUMNS, Feed, Span, parse_options, read_rows
+from pgferry.stream.feed import COLUMNS, Feed, Span, parse_options, read_chunks
 
 F = TypeVar("F", bound=Callable)
 
@@ -47,17 +48,24 @@ def one_line(method: F) -> F:
     return call  # type: ignore[return-value]
 
 
+# Spark's type and the Arrow type read() hands it, per column; the rest are strings.
+_LONG = (LongType(), pa.int64())
+_TIME = (TimestampType(), pa.timestamp("us", tz="UTC"))
 _TYPES = {
-    "tick_id": LongType(),
-    "ev_id": LongType(),
-    "committed_at": TimestampType(),
-    "ev_time": TimestampType(),
+    name: {"tick_id": _LONG, "ev_id": _LONG, "committed_at": _TIME, "ev_time": _TIME}.get(
+        name, (StringType(), pa.string())
+    )
+    for name in COLUMNS
 }
+_NOT_NULL = ("tick_id", "ev_id", "table", "op", "committed_at")
 SCHEMA = StructType(
     [
-        StructField(name, _TYPES.get(name, StringType()), nullable=name not in ("tick_id", "ev_id"))
-        for name in COLUMNS
+        StructField(name, spark_type, nullable=name not in _NOT_NULL)
+        for name, (spark_type, _) in _TYPES.items()
     ]
+)
+ARROW_SCHEMA = pa.schema(
+    [pa.field(name, kind, nullable=name not in _NOT_NULL) for name, (_, kind) in _TYPES.items()]
 )
 
 
@@ -141,9 +149,15 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         feed = self.feed
         return [SpansPartition(part, feed.tables) for part in feed.partitions(begin, finish)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Arrow batches rather than tuples: Spark would convert each tuple in Python.
         assert isinstance(partition, SpansPartition)
-        return read_rows(self.options.provider, partition.tables, partition.spans)
+        for chunk in read_chunks(self.options.provider, partition.tables, partition.spans):
+            columns = zip(*chunk, strict=True)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(v, type=f.type) for f, v in zip(ARROW_SCHEMA, columns, strict=True)],
+                schema=ARROW_SCHEMA,
+            )
 
     @one_line
     def commit(self, end: dict) -> None:
