@@ -1,4 +1,5 @@
-"""Small diffs run on the driver: no PySpark imported, the same result as the Spark path."""
+"""Diffs on the driver (small tables anywhere, any table in local mode): no PySpark imported,
+the same result as the Spark path."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 from pipeline_sql import run_sql
 
-from pgferry.pipeline import compare, keyranges, repair_local
+from pgferry.pipeline import compare, keyranges, repair, repair_local
 from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
 from pgferry.pipeline.keydiff import key_differences
 from pgferry.pipeline.repair import repair_tables
@@ -96,34 +97,112 @@ def test_few_rows_in_ranges_of_a_large_table_repair_on_the_driver(
     src, dst = both
     _tables(src, dst)
     monkeypatch.setattr(keyranges, "BUCKET_ROWS", 50)  # many buckets, few of them differ
-    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)  # as if large: compare runs on Spark
+    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)  # as if large
     started: list[str] = []
     tasks = [CompareTask('"Odd t"', '"Odd t"', "id <> 3", "id <> 3")]
+    # With a cluster configured (threads 0) a large table's sums are a Spark job.
     (result,) = compare_tables(_counting(spark, started, "compare"), src, dst, tasks)
     assert started == ["compare"] and len(result.ranges) >= 3
-    # On the driver (as for a small table), by two threads: the same sums.
-    monkeypatch.setattr(compare, "LOCAL_PAGES", 10**9)
+    # In local mode the driver's threads run the same sums, whatever the size: no Spark.
     (threaded,) = compare_tables(_counting(spark, started, "x"), src, dst, tasks, threads=2)
     assert started == ["compare"]
-    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)
     for field in ("src_rows", "src_checksum", "dst_rows", "dst_checksum", "ranges"):
         assert getattr(threaded, field) == getattr(result, field), field
     fixes = {}
-    for rows in (repair_local.LOCAL_ROWS, -1):  # the driver's join, then Spark's
+    # The driver's join (cluster), Spark's (cluster, over LOCAL_ROWS), the driver's in local
+    # mode over LOCAL_ROWS, Spark's in local mode over LOCAL_MODE_ROWS.
+    for rows, local_rows, threads in (
+        (repair_local.LOCAL_ROWS, repair_local.LOCAL_MODE_ROWS, 0),
+        (-1, repair_local.LOCAL_MODE_ROWS, 0),
+        (-1, repair_local.LOCAL_MODE_ROWS, 2),
+        (-1, -1, 2),
+    ):
         monkeypatch.setattr(repair_local, "LOCAL_ROWS", rows)
+        monkeypatch.setattr(repair_local, "LOCAL_MODE_ROWS", local_rows)
         (fixed,) = repair_tables(
-            _counting(spark, started, f"repair {rows}"),
+            _counting(spark, started, f"repair {rows} {local_rows} {threads}"),
             src,
             dst,
             tasks,
             fix_dir=tmp_path,
             apply=False,
             ranges={tasks[0].dest_table: result.ranges},
+            threads=threads,
         )
         assert (fixed.inserts, fixed.updates, fixed.deletes) == (2, 2, 1)
-        fixes[rows] = fixed.sql_path.read_text()
-    assert started == ["compare", "repair -1"]  # the driver's join started no Spark
+        fixes[rows, local_rows, threads] = fixed.sql_path.read_text()
+    # The driver's joins started no Spark.
+    assert started == ["compare", "repair -1 2000000 0", "repair -1 -1 2"]
     assert len(set(fixes.values())) == 1
+
+
+def test_whole_table_repair_in_local_mode_reads_on_the_driver(
+    spark, both, tmp_path, monkeypatch
+) -> None:
+    """A large table read whole (node repair) in local mode: on the driver, one wide range
+    per query, the same fix as Spark's join."""
+    src, dst = both
+    _tables(src, dst)
+    monkeypatch.setattr(keyranges, "BUCKET_ROWS", 50)
+    monkeypatch.setattr(repair, "READ_GROUP_BUCKETS", 10)  # ~6 ranges of ~500 rows
+    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)  # as if large
+    monkeypatch.setattr(repair_local, "LOCAL_ROWS", -1)
+    queries: list[int] = []
+    read = repair_local._read
+    monkeypatch.setattr(
+        repair_local, "_read", lambda c, p, side, r: queries.append(len(r)) or read(c, p, side, r)
+    )
+    started: list[str] = []
+    tasks = [CompareTask('"Odd t"', '"Odd t"')]
+    fixes = []
+    for threads in (2, 0):  # local mode, then a cluster
+        (fixed,) = repair_tables(
+            _counting(spark, started, f"repair {threads}"),
+            src,
+            dst,
+            tasks,
+            fix_dir=tmp_path,
+            apply=False,
+            threads=threads,
+        )
+        assert (fixed.inserts, fixed.updates, fixed.deletes) == (2, 2, 1)
+        fixes.append(fixed.sql_path.read_text())
+    assert started == ["repair 0"]
+    assert len(queries) >= 8 and set(queries) == {1}  # both sides, one range per query
+    assert fixes[0] == fixes[1]
+
+
+def test_large_diff_in_local_mode_starts_no_spark(both, tmp_path) -> None:
+    """`pgferry diff --repair` of a table over LOCAL_PAGES on the default configuration:
+    compare's sums and the key read in the command's threads, no PySpark imported."""
+    src, dst = both
+    for connstr in (src, dst):
+        run_sql(
+            connstr,
+            "create table wide (id int primary key, v text)",
+            "insert into wide select g, repeat('v', 300) from generate_series(1, 30000) g",
+            "analyze wide",
+        )
+    run_sql(dst, "update wide set v = 'w' where id = 777", "delete from wide where id = 29999")
+    fix = tmp_path / "fix.sql"
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pgferry", "diff"]
+        + [src, "wide", dst, "wide", "--repair", str(fix)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert not [m for m in imported if m.split(".")[0] in HEAVY]
+    assert "Starting Spark" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line[:2] in ("- ", "+ ", "! ")] == ["! id=777", "- id=29999"]
+    assert lines[-1].endswith(f"missed 1 inserts, 1 updates, 0 deletes (written to {fix})")
 
 
 def test_driver_threads_stand_in_for_local_mode_only() -> None:

@@ -78,22 +78,27 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
 
     def spark():
-        """Spark, started only for work that needs it (small tables are compared without)."""
+        """Spark, started only for work that needs it: on the default configuration (local
+        mode) only for a read of compare's ranges too large for the driver; with a cluster
+        for tables too large for the driver (docs/replication.md, "When Spark runs")."""
         from pgferry.pipeline.spark import SparkOptions, spark_for
 
         options = SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1, remote_ok=True)
         return spark_for(options)
 
     task = CompareTask(src.display, dst.display, where, where)
-    threads = driver_threads(overrides)  # small tables: the driver's threads
+    threads = driver_threads(overrides)  # local mode: the driver's threads instead of Spark
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
-    report = None
+    report = found = None
     if not result.matches:  # the differing ranges refined to keys
-        from pgferry.pipeline.keydiff import key_differences
+        from pgferry.pipeline.keydiff import key_report
+        from pgferry.pipeline.repair import find_differences
 
-        report = key_differences(
-            spark, args.src_connstr, args.dst_connstr, task, result.ranges, args.max_rows
-        )
+        found = find_differences(
+            spark, args.src_connstr, args.dst_connstr, [task],
+            ranges={task.dest_table: result.ranges}, threads=threads,
+        )  # fmt: skip
+        report = key_report(task, found, args.max_rows)
     if not args.json:
         print("\n".join(result.lines()[:3]))  # totals and ok / do not match; keys below
         for line in report.lines() if report else ():
@@ -115,6 +120,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         apply=args.apply,
         ranges={task.dest_table: result.ranges},
         threads=threads,
+        found=found,  # the rows the report was made of: read once
     )
     if args.json:
         _print_json(result, report, fixed)

@@ -15,6 +15,12 @@ ones tell repair exactly where to look.
 
 Both sides are read at one logical point each: snapshots given by the caller (exported at a
 tick by the replication worker) or exported here for the duration of the job.
+
+Where the sums run (see docs/replication.md, "When Spark runs"): on the default
+configuration (Spark in local mode, :func:`driver_threads` > 0) always in threads of the
+command, as a local Spark job would run the same queries from the same cores after a JVM
+start of many seconds; with a cluster (``spark_master = spark://...`` or ``spark_remote =
+sc://...``) tables over :data:`LOCAL_PAGES` as Spark tasks on its executors.
 """
 
 from __future__ import annotations
@@ -113,8 +119,10 @@ def compare_tables(
     """Compare each task's tables; the result lists per table totals and differing ranges.
     ``count_only``: only the rows per bucket are counted (checksums stay 0).
 
-    Small tables (``LOCAL_PAGES``) are summed on the driver, by ``threads`` threads (see
-    :func:`driver_threads`); larger ones by a Spark job, local or on a cluster.
+    ``threads`` is :func:`driver_threads`: more than 0 on the default configuration (local
+    mode), where every table is summed on the driver by that many threads; 0 with a cluster
+    master or Spark Connect, where only small tables (``LOCAL_PAGES``) are, one group after
+    the other, and larger ones by a Spark job on the cluster.
     """
     if not tasks:
         raise PgferryError("compare: no tables given")
@@ -126,9 +134,9 @@ def compare_tables(
         job = _Job(src_connstr, dst_connstr, src_snap, dst_snap, tuple(prepared.plans), count_only)
         groups = bucket_groups(prepared.boundaries, GROUP_BUCKETS)
         units = [(side, g) for g in groups for side in (0, 1)]
-        if _small(prepared):
-            # The same per-bucket sums, run here: starting Spark would cost more than the
-            # whole comparison.
+        if threads or _small(prepared):
+            # The same per-bucket sums, run here: the servers do the work, and a local Spark
+            # job would run these queries from these cores after starting a JVM.
             log.debug("compare: %d bucket groups summed on the driver", len(groups))
             results = _on_driver(job, units, threads)
         else:
@@ -154,8 +162,9 @@ def compare_tables(
 
 
 def driver_threads(values: Mapping[str, str]) -> int:
-    """Threads that sum a small comparison on the driver: in local mode as many as Spark
-    would use; with a cluster master (or Spark Connect) 0, one after the other."""
+    """Threads that run compare's sums (and mark repair's reads) on the driver in place of
+    Spark: in local mode (the default) as many as Spark would use; with a cluster master
+    (``spark://``, ...) or Spark Connect 0: Spark runs what is too large for the driver."""
     if values.get("spark_remote"):
         return 0
     master = values.get("spark_master") or "local[*]"

@@ -2,7 +2,8 @@
 
 Compare finds the key ranges whose checksums differ (ranges drawn from a random sample of
 keys, so they change from run to run); :func:`key_differences` reads just those ranges with
-repair's machinery (:func:`~.repair.find_differences`) and keeps the exact keys.  They are
+repair's machinery (:func:`~.repair.find_differences`) and keeps the exact keys
+(:func:`key_report`; ``diff --repair`` writes its fix from the same rows).  They are
 reported in key order with reladiff's marks:
 
 * ``-`` the key is only in the source (missing at the destination),
@@ -105,18 +106,26 @@ def key_differences(
     task: CompareTask,
     ranges: Sequence[KeyRange],
     max_rows: int,
+    threads: int = 0,
 ) -> KeyReport:
-    """The differing keys of one table pair inside ``ranges`` (compare's differing ranges)."""
-    prepared, (diffs,) = find_differences(
-        spark, src_connstr, dst_connstr, [task], ranges={task.dest_table: ranges}
+    """The differing keys of one table pair inside ``ranges`` (compare's differing ranges);
+    ``threads`` as for repair (compare's :func:`~.compare.driver_threads`)."""
+    found = find_differences(
+        spark, src_connstr, dst_connstr, [task], ranges={task.dest_table: ranges}, threads=threads
     )
+    return key_report(task, found, max_rows)
+
+
+def key_report(task: CompareTask, found: tuple, max_rows: int) -> KeyReport:
+    """The report of :func:`~.repair.find_differences`' answer for one task (``found``)."""
+    prepared, (diffs,) = found
     plan = prepared.plans[0]
     names = ordered_columns(plan)
     nkey = len(plan.key.names)
-    found = []
+    keys = []
     for _join_key, kind, src, dst in diffs:
         key_source = src if kind != "delete" else dst
-        found.append(
+        keys.append(
             KeyDifference(
                 MARKS[kind],
                 tuple(key_source[:nkey]),
@@ -124,8 +133,8 @@ def key_differences(
                 None if kind == "insert" else dict(zip(names, dst, strict=False)),
             )
         )
-    found.sort(key=lambda d: tuple(map(_sort_key, d.key)))
-    return KeyReport(task.dest_table, tuple(plan.key.names), found, max_rows)
+    keys.sort(key=lambda d: tuple(map(_sort_key, d.key)))
+    return KeyReport(task.dest_table, tuple(plan.key.names), keys, max_rows)
 
 
 def _sort_key(value: str) -> tuple:

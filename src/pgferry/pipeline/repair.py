@@ -77,6 +77,7 @@ class _ReadJob:
     snapshots: tuple[str, str]
     plans: tuple[TablePlan, ...]
     ranges: tuple[tuple[int, KeyRange], ...]  # (table_no, range)
+    whole: frozenset[int] = frozenset()  # tables read whole (ranges of READ_GROUP_BUCKETS)
 
 
 def repair_tables(
@@ -92,11 +93,14 @@ def repair_tables(
     ranges: Mapping[str, Sequence[KeyRange]] | None = None,
     fix_file: Path | None = None,
     threads: int = 0,
+    found: tuple | None = None,
 ) -> list[RepairResult]:
     """Find and fix differences; ``ranges`` (per dest_table) limits where to look.
 
-    Few rows to read (``repair_local.LOCAL_ROWS``) are joined on the driver, with
-    ``threads`` threads where it reads in parallel; more by a Spark job.
+    Few rows to read (``repair_local.LOCAL_ROWS``; ``LOCAL_MODE_ROWS`` when ``threads``,
+    compare's :func:`~.compare.driver_threads`, says Spark would run in local mode) are
+    joined on the driver, both sides read at once; more by a Spark job. ``found``:
+    :func:`find_differences`' answer for these tasks, when the caller has it already.
 
     The fix for each table goes to ``fix_dir/fix.<dest_table>.sql`` (or ``fix_file`` when
     there is exactly one table).
@@ -105,9 +109,9 @@ def repair_tables(
         raise PgferryError("repair: no tables given")
     if fix_file is not None and len(tasks) != 1:
         raise PgferryError("repair: fix_file needs exactly one table")
-    prepared, diffs = find_differences(
-        spark, src_connstr, dst_connstr, tasks,
-        src_snapshot=src_snapshot, dst_snapshot=dst_snapshot, ranges=ranges,
+    prepared, diffs = found or find_differences(
+        spark, src_connstr, dst_connstr, tasks, src_snapshot=src_snapshot,
+        dst_snapshot=dst_snapshot, ranges=ranges, threads=threads,
     )  # fmt: skip
     results = []
     fix_dir.mkdir(parents=True, exist_ok=True)
@@ -136,12 +140,14 @@ def find_differences(
     src_snapshot: str | None = None,
     dst_snapshot: str | None = None,
     ranges: Mapping[str, Sequence[KeyRange]] | None = None,
+    threads: int = 0,
 ):
     """The prepared tables and, per table, every differing row as (join key, kind, source
     values, destination values), kind ``insert`` (only in the source), ``delete`` (only in
     the destination) or ``update``; values as PostgreSQL prints them, key columns first
     (:func:`~.repair_local.ordered_columns`).  ``ranges`` (per dest_table) limits where to
-    look; few rows are joined on the driver, more by a Spark job."""
+    look; few rows are joined on the driver (more of them when ``threads`` says Spark would
+    run in local mode), more by a Spark job."""
     with (
         maybe_snapshot(src_connstr, src_snapshot) as src_snap,
         maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
@@ -154,21 +160,27 @@ def find_differences(
                     " one (compare it; resync it to repair)"
                 )
         work: list[tuple[int, KeyRange]] = []
+        whole: set[int] = set()
         groups = bucket_groups(prepared.boundaries, READ_GROUP_BUCKETS)
         for table_no, task in enumerate(tasks):
             if ranges is not None and task.dest_table in ranges:
                 work += [(table_no, r) for r in ranges[task.dest_table]]
             else:
+                whole.add(table_no)
                 work += [
                     (g.table_no, KeyRange(g.lower, g.upper))
                     for g in groups
                     if g.table_no == table_no
                 ]
         job = _ReadJob(
-            (src_connstr, dst_connstr), (src_snap, dst_snap), tuple(prepared.plans), tuple(work)
+            (src_connstr, dst_connstr),
+            (src_snap, dst_snap),
+            tuple(prepared.plans),
+            tuple(work),
+            frozenset(whole),
         )
         try:
-            if small_read(prepared, work, src_connstr):
+            if small_read(prepared, work, src_connstr, threads > 0):
                 # Few rows to read: joined here, as starting Spark would cost more.
                 diffs = local_differences(job, len(tasks))
             else:

@@ -25,6 +25,10 @@ from pgferry.pipeline.snapshot import open_in_snapshot
 # Tables within compare's LOCAL_PAGES are read whole on the driver; larger ones when at
 # most this many rows (estimated, per side) inside the differing key ranges.
 LOCAL_ROWS = 200_000
+# The limit on the default configuration (local mode), where a Spark job would read from
+# this machine too, after a JVM start: the crossover measured in BENCHMARKS.md ("When Spark
+# runs"). The driver holds one query's rows at a time, so memory stays bounded.
+LOCAL_MODE_ROWS = 2_000_000
 # Ranges read by one query (OR'd: the server scans the key index once per range).
 CHUNK_RANGES = 64
 
@@ -52,14 +56,17 @@ def read_query(plan: TablePlan, side: int, *ranges: KeyRange) -> sql.Composable:
     )
 
 
-def small_read(prepared, work: list[tuple[int, KeyRange]], src_connstr: str) -> bool:
-    """Whether the ranges to read are few enough rows to join on the driver."""
+def small_read(
+    prepared, work: list[tuple[int, KeyRange]], src_connstr: str, local_mode: bool = False
+) -> bool:
+    """Whether the ranges to read are few enough rows to join on the driver
+    (``local_mode``: Spark would run in local mode, so the driver takes more)."""
     if all(
         max(src.pages, dst.pages) <= compare.LOCAL_PAGES
         for src, dst in zip(prepared.sources, prepared.dests, strict=True)
     ):
         return True
-    limit = LOCAL_ROWS
+    limit = LOCAL_MODE_ROWS if local_mode else LOCAL_ROWS
     by_table: dict[int, list[KeyRange]] = {}
     for table_no, rng in work:
         by_table.setdefault(table_no, []).append(rng)
@@ -93,7 +100,10 @@ def local_differences(job, tables: int) -> list[list[tuple]]:
             conns[-1].execute(SESSION_SQL)
         chunks: list[tuple[int, list[KeyRange]]] = []
         for table_no, rng in job.ranges:
-            if chunks and chunks[-1][0] == table_no and len(chunks[-1][1]) < CHUNK_RANGES:
+            # A table read whole comes in ranges of many buckets: one per query, to keep
+            # one query's rows (~200,000) in memory at a time.
+            per_query = 1 if table_no in job.whole else CHUNK_RANGES
+            if chunks and chunks[-1][0] == table_no and len(chunks[-1][1]) < per_query:
                 chunks[-1][1].append(rng)
             else:
                 chunks.append((table_no, [rng]))
