@@ -4,6 +4,7 @@ of a lake table is refused (resync rewrites it)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 
@@ -33,3 +34,30 @@ def test_compare_against_delta(lake_pair, lake_dir) -> None:
         assert "Results do not match" in done.out
         repair = c.cli("leafnode", "repair")
         assert repair.code != 0 and "resync it" in repair.err
+
+
+@pytest.mark.slow
+def test_compare_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
+    """A table over the driver's limit: Spark tasks write the source's rows, Spark reads
+    them and the lake version's files."""
+    from pgferry.pipeline import lake_compare
+
+    monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -1)
+    pair = lake_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v text, ts timestamptz)")
+    pair.root("insert into t select g, 'v' || g, now() from generate_series(1, 300) g")
+    pair.add_tables("public.t", handler="lake")
+    pair.catch_up()
+    pair.root("update t set v = null where id < 50")
+    c = pair.cascade
+    with c.running("leafnode"):
+        done = c.cli("leafnode", "compare")
+        assert done.code == 0, done.out + done.err
+        assert "public.t: srcdb: 300 rows" in done.out
+        extra = pa.table({"id": pa.array([1000], pa.int32()), "v": ["stray"],
+                          "ts": pa.array([None], pa.timestamp("us", tz="UTC"))})  # fmt: skip
+        write_deltalake(str(lake_dir / "public" / "t"), extra, mode="append")
+        done = c.cli("leafnode", "compare")
+        assert done.code == 1, done.out + done.err
+    assert not list(lake_dir.glob(".pgferry-compare-*"))  # the scratch folder is gone

@@ -8,7 +8,7 @@ rows are written by whole commits only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pgferry.config import Config
 
@@ -44,9 +44,11 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
     return plain, lake
 
 
-def compare(point, tasks: Sequence) -> list:
+def compare(point, tasks: Sequence, spark: Callable[[], object] | None = None) -> list:
+    """The lake tables compared at the sync point; ``spark`` returns the session, called
+    only for tables too large for the driver."""
     from pgferry.pipeline.lake_compare import compare_lake
 
     if not tasks:
         return []
-    return compare_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks)
+    return compare_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, spark)

@@ -8,31 +8,38 @@ commit carries that tick; Iceberg: the snapshot).  Both sides become Arrow table
 schema, then multisets of rows: the counts, an order-independent checksum (the sum of a
 stable hash per row, as compare's) and the rows only one side has are reported.
 
-Everything runs on the driver, which holds both sides of one table at a time: a table
-over :data:`DRIVER_ROWS` rows is compared the same way, with a warning (a Spark job
-reading the lake's Parquet files is not written yet).
+Tables of at most :data:`DRIVER_ROWS` rows (the source's estimate) are compared on the
+driver.  Larger ones, on Spark: the load's tasks (:func:`~.lake_copy.load_group`) write the
+source's rows in the snapshot as Parquet files into a scratch folder under the lake, Spark
+reads them and the lake version's own Parquet files (:mod:`pgferry.lake.snapshots`), and
+compares them with one ``exceptAll`` each way: no row passes through the driver.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from psycopg import sql
 
 from pgferry import expressions
+from pgferry.db import connect
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.snapshot import open_in_snapshot
-from pgferry.pipeline.tables import relation
+from pgferry.pipeline.tables import relation, resolve_table
 
 log = logging.getLogger(__name__)
 
-DRIVER_ROWS = 2_000_000  # more rows than this are compared with a warning
+DRIVER_ROWS = 500_000  # larger tables (the source's estimate) are compared on Spark
 SAMPLE = 5  # differing rows named in the log per side
 
 
@@ -65,9 +72,77 @@ class LakeComparison:
 
 
 def compare_lake(
-    src_connstr: str, src_snapshot: str, tick: int, tasks: Sequence[LakeCompareTask]
+    src_connstr: str,
+    src_snapshot: str,
+    tick: int,
+    tasks: Sequence[LakeCompareTask],
+    spark: Callable[[], Any] | None = None,  # returns the session, called for large tables
 ) -> list[LakeComparison]:
-    return [_compare(src_connstr, src_snapshot, tick, task) for task in tasks]
+    results = []
+    for task in tasks:
+        large = spark is not None and _estimate(src_connstr, task) > DRIVER_ROWS
+        if large:
+            assert spark is not None
+            results.append(_compare_on_spark(spark(), src_connstr, src_snapshot, tick, task))
+        else:
+            results.append(_compare(src_connstr, src_snapshot, tick, task))
+    return results
+
+
+def _estimate(connstr: str, task: LakeCompareTask) -> int:
+    with connect(connstr, autocommit=True) as conn:
+        return resolve_table(conn, task.source_table).est_rows
+
+
+def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
+    """The source's rows written as Parquet by Spark tasks, compared with the lake's files
+    by Spark (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    from pgferry.lake import snapshots
+    from pgferry.pipeline.copy.plan import block_ranges, task_groups
+    from pgferry.pipeline.copy.task import BlockRange
+    from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
+
+    scratch = os.path.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
+    where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "")
+    try:
+        with connect(src_connstr, autocommit=True) as conn:
+            src = resolve_table(conn, task.source_table)
+        slots = spark.sparkContext.defaultParallelism
+        pages = 0 if src.partitioned else src.pages
+        ranges = [BlockRange(0, n, lo, hi, 1) for n, (lo, hi) in
+                  enumerate(block_ranges(pages, slots))]  # fmt: skip
+        plan = LakePlan(task.dest_table, task.src_schema, task.src_name, task.columns,
+                        task.condition, not src.partitioned, where)  # fmt: skip
+        job = LakeJob(src_connstr, snapshot, (plan,))
+        run_groups(spark, job, task_groups(ranges, slots, None), None)
+        names = [c.name for c in task.columns]
+        source = spark.read.parquet(where.location).select(*names)
+        files = snapshots.data_files(task.spec, tick)
+        types = {f.name: f.dataType for f in source.schema.fields}
+        lake = spark.read.parquet(*files).select(*[F.col(n).cast(types[n]) for n in names])
+        only_src, only_dst = source.exceptAll(lake), lake.exceptAll(source)
+        result = LakeComparison(task.source_table, task.dest_table)
+        result.src_rows, result.src_checksum = _spark_sums(source, names)
+        result.dst_rows, result.dst_checksum = _spark_sums(lake, names)
+        result.only_src = [tuple(r) for r in only_src.limit(SAMPLE).collect()]
+        result.only_dst = [tuple(r) for r in only_dst.limit(SAMPLE).collect()]
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _spark_sums(df, names: list[str]) -> tuple[int, int]:
+    """(rows, order-independent checksum) of a DataFrame: the sum of each row's hash's low
+    32 bits (no overflow below 2**31 rows)."""
+    from pyspark.sql import functions as F
+
+    row = df.agg(
+        F.count(F.lit(1)),
+        F.sum(F.xxhash64(*[F.col(n) for n in names]).bitwiseAND(F.lit(0xFFFFFFFF))),
+    ).collect()[0]
+    return int(row[0]), int(row[1] or 0)
 
 
 def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):

@@ -116,7 +116,7 @@ def copy_to_lake(
         if session is None:
             written = _run_on_driver(job, groups)
         else:
-            written = _run_job(session, job, groups, cancelled)
+            written = run_groups(session, job, groups, cancelled)
     result = CopyResult(snapshot=snap.txid_snapshot, rows={t.dest_table: 0 for t in tasks})
     for plan_no, plan in enumerate(plans):
         files = [(path, size, count) for n, path, size, count in written if n == plan_no]
@@ -138,7 +138,7 @@ def _run_on_driver(job: LakeJob, groups: list[list[BlockRange]]) -> list[tuple]:
     return [entry for f in outcomes for entry in f.result()]
 
 
-def _run_job(spark, job: LakeJob, groups, cancelled: threading.Event | None) -> list[tuple]:
+def run_groups(spark, job: LakeJob, groups, cancelled: threading.Event | None) -> list[tuple]:
     sc = spark.sparkContext
     try:
         sc.setJobDescription("pgferry lake load")
