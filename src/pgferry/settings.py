@@ -31,6 +31,12 @@ NODE_SETTINGS: list[Setting] = [
     ("initial_provider_location", "", "default --provider for create-branch/leaf"),
     ("remote_extra_connstr", "", "appended to other nodes' connect strings (user=, sslmode=)"),
     ("parallel_copies", "1", "tables copied at the same time"),
+    (
+        "copy_snapshot_max",
+        "10GB",
+        "larger tables that can be copy in key-range chunks, no long snapshot (0: all)",
+    ),
+    ("copy_chunk_rows", "100000", "rows per chunk of a chunked copy"),
     ("seq_buffer", "10000", "values the root publishes its sequences ahead of use"),
     (
         "local_only",

@@ -118,6 +118,8 @@ class Copies:
                 provider_dsn=dsn,
                 dsn_of=self._dsn_of,
                 spark_factory=self._spark.get,
+                snapshot_max=self.settings.copy_snapshot_max,
+                chunk_rows=self.settings.copy_chunk_rows,
             )
             run.start()
             self.runs[group.group_id] = run

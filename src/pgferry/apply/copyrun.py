@@ -12,6 +12,12 @@ the catch-up).  Where the consumer is registered, and at which tick:
 * from a node beside: after the snapshot, on the provider's queue at the tick that node
   had applied in the snapshot.  Its data is exactly that tick's, so the group needs no
   snapshot filter at all.
+
+A group that :mod:`pgferry.node.copymode` chooses to copy in chunks reads the provider in
+key ranges, each in a short transaction of its own (:mod:`pgferry.pipeline.copy.chunked`):
+its consumer is registered at the provider's newest tick before the first chunk, and its
+catch-up applies every event after that tick, with no snapshot filter.  Such a copy left
+``in-copy`` by a stopped worker goes on with its remaining chunks from the same tick.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import psycopg
 from pgferry.apply.handover import CopyGroup, provider_not_ready, replica_dsn, tick_now
 from pgferry.db import connect
 from pgferry.errors import TableError
-from pgferry.node import copynode, merge, model
+from pgferry.node import copymode, copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
@@ -55,6 +61,9 @@ class CopyRun:
     provider_dsn: str
     dsn_of: Callable[[str], str]  # a member's location -> connection string
     spark_factory: Callable[[], object]
+    # copy_snapshot_max in bytes (larger tables copy in chunks) and copy_chunk_rows
+    snapshot_max: int = field(default_factory=lambda: copymode.parse_size("10GB"))
+    chunk_rows: int = copymode.DEFAULT_CHUNK_ROWS
     thread: threading.Thread | None = None
     error: str | None = None
     waiting: bool = False  # the source does not hold the tables in state ok yet
@@ -135,7 +144,7 @@ class CopyRun:
         return source
 
     def _copy(self) -> None:
-        from pgferry.pipeline.copy import CopyTask, copy_tables
+        from pgferry.pipeline.copy import copy_tables
 
         names = list(self.group.tables)
         with (
@@ -152,6 +161,9 @@ class CopyRun:
             if source is None:
                 return
             consumer = self.consumer(source)
+            if source.mode == copynode.PROVIDER and self._chunked(local, prov):
+                self._copy_chunked(local, prov, consumer, self._tasks(truncate_held))
+                return
             copied_from = None if source.mode == copynode.PROVIDER else source.node_name
             catchup_node = source.node_name if source.mode == copynode.UPSTREAM else None
             start_tick = None
@@ -169,20 +181,7 @@ class CopyRun:
                     local, self.queue, names, "in-copy", consumer=consumer, tick=start_tick,
                     copy_id=copy_id, source=copied_from, catchup_node=catchup_node,
                 )  # fmt: skip
-            exprs = self.group.column_exprs or ((),) * len(names)
-            excluded = self.group.excluded or ((),) * len(names)
-            sets = self.group.settings or ((),) * len(names)
-            only = self.group.only or (None,) * len(names)
-            skips = [k or d in truncate_held
-                     for k, d in zip(self.group.skip_truncate, self.group.dest_tables,
-                                     strict=True)]  # fmt: skip
-            tasks = [
-                CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
-                         column_exprs=x, exclude_columns=i, settings=g, only_columns=o)
-                for s, d, c, k, x, i, g, o in zip(names, self.group.dest_tables,
-                                                  self.group.conditions, skips,
-                                                  exprs, excluded, sets, only, strict=True)
-            ]  # fmt: skip
+            tasks = self._tasks(truncate_held)
             log.info("Copying %s from %s %s", ", ".join(names),
                      "provider" if copied_from is None else "node", source.node_name)  # fmt: skip
             lakes = _lake_specs(local, self.queue, names)
@@ -233,6 +232,80 @@ class CopyRun:
             log.info(
                 "Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values())
             )
+
+    def _tasks(self, truncate_held: set[str]) -> list:
+        """The group's tables as the copy's tasks."""
+        from pgferry.pipeline.copy import CopyTask
+
+        names = list(self.group.tables)
+        exprs = self.group.column_exprs or ((),) * len(names)
+        excluded = self.group.excluded or ((),) * len(names)
+        sets = self.group.settings or ((),) * len(names)
+        only = self.group.only or (None,) * len(names)
+        skips = [k or d in truncate_held
+                 for k, d in zip(self.group.skip_truncate, self.group.dest_tables,
+                                 strict=True)]  # fmt: skip
+        tasks = [
+            CopyTask(source_table=s, dest_table=d, copy_condition=c, skip_truncate=k,
+                     column_exprs=x, exclude_columns=i, settings=g, only_columns=o)
+            for s, d, c, k, x, i, g, o in zip(names, self.group.dest_tables,
+                                              self.group.conditions, skips,
+                                              exprs, excluded, sets, only, strict=True)
+        ]  # fmt: skip
+        return tasks
+
+    def _chunked(self, local: psycopg.Connection, prov: psycopg.Connection) -> bool:
+        """Whether the group copies in chunks (:mod:`pgferry.node.copymode`)."""
+        with local.transaction():
+            found = [entries.get_table(local, self.queue, n) for n in self.group.tables]
+        attrs = [e.table_attrs if e else {} for e in found]
+        return copymode.chunked(prov, list(self.group.tables), attrs, self.snapshot_max)
+
+    def _copy_chunked(
+        self, local: psycopg.Connection, prov: psycopg.Connection, consumer: str, tasks: list
+    ) -> None:
+        """The group copied in chunks from the provider, or the rest of its chunks."""
+        from pgferry.pipeline.copy.chunked import copy_chunked
+
+        names = list(self.group.tables)
+        with local.transaction():
+            resumed = copystate.chunked_in_copy(local, self.queue, names)
+        if resumed is not None and resumed[1] not in queue_api.consumers(prov, self.queue):
+            resumed = None  # its consumer is gone: the events since its tick may be too
+        if resumed is not None:
+            copy_id, consumer, start_tick = resumed
+            log.info("Resuming the chunked copy of %s", ", ".join(names))
+        else:
+            # The tick before the first chunk: every event after it is replayed.
+            start_tick = queue_ticks.last_tick(prov, self.queue)[0]
+            if start_tick is None:
+                raise TableError(f"queue {self.queue} has no tick on the provider")
+            queue_api.register_at(prov, self.queue, consumer, start_tick)
+            copy_id = uuid.uuid4().hex
+            with local.transaction():
+                copystate.set_copy_state(
+                    local, self.queue, names, "in-copy", consumer=consumer, tick=start_tick,
+                    copy_id=copy_id, source=None, catchup_node=None, mode="chunked",
+                )  # fmt: skip
+            log.info("Copying %s from provider in chunks", ", ".join(names))
+        rows = copy_chunked(
+            self.provider_dsn,
+            replica_dsn(self.local_dsn),
+            tasks,
+            copy_id=copy_id,
+            chunk_rows=self.chunk_rows,
+            resume=resumed is not None,
+            on_totals=lambda totals: _record_totals(self.local_dsn, self.queue, totals),
+            cancelled=self.cancelled,
+        )
+        with local.transaction():
+            copystate.set_copy_state(
+                local, self.queue, names, "catching-up", consumer=consumer, tick=start_tick,
+                copy_id=copy_id, source=None, catchup_node=None, mode="chunked",
+            )  # fmt: skip
+        tick_now(prov, self.queue)
+        log.info("Copied %s (%d rows in chunks), catching up", ", ".join(names),
+                 sum(rows.values()))  # fmt: skip
 
     def _merged_parts(self, local: psycopg.Connection) -> set[str] | None:
         """For merged tables (:mod:`pgferry.node.merge`): lock them against the other

@@ -85,6 +85,7 @@ class CatchUp:
     tick: int  # last tick applied for the group here
     node: str | None = None  # whose queue the consumer reads (None: the provider's)
     filtered: bool = False  # a table still skips the events visible in its copy snapshot
+    chunked: bool = False  # copied in chunks: rows missing here are expected, not divergence
 
     @property
     def may_join(self) -> bool:
@@ -144,7 +145,8 @@ def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
     rows = conn.execute(
         """
         select copy_consumer, array_agg(table_name order by table_name), min(catchup_tick),
-               min(catchup_node), bool_or(copy_snapshot is not null)
+               min(catchup_node), bool_or(copy_snapshot is not null),
+               bool_or(copy_mode = 'chunked')
           from ferry.table_info
          where queue_name = %s and local and merge_state = 'catching-up'
            and copy_consumer is not null
@@ -152,7 +154,7 @@ def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
         """,
         (queue,),
     ).fetchall()
-    return [CatchUp(r[0], tuple(r[1]), r[2], r[3], r[4]) for r in rows]
+    return [CatchUp(r[0], tuple(r[1]), r[2], r[3], r[4], bool(r[5])) for r in rows]
 
 
 def provider_not_ready(prov: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:

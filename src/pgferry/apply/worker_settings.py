@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from pgferry.apply.batch import ReplaySettings
 from pgferry.config import Config
-from pgferry.node import seqops
+from pgferry.node import copymode, seqops
 from pgferry.node.connect import local_connstr, queue_name
 
 # Seconds between watermark reports up the cascade (watermark_period): rotation on a
@@ -31,6 +31,8 @@ class WorkerSettings:
     exception_sleep: float
     connection_lifetime: float
     parallel_copies: int
+    copy_snapshot_max: int  # bytes: larger tables copy in chunks (node/copymode.py)
+    copy_chunk_rows: int  # rows per chunk of a chunked copy
     batch_min_events: int  # a consumer behind asks for multi-tick batches of this size
     warm_spark: bool  # start Spark in the background once caught up
     seq_buffer: int  # a root publishes its sequences this far ahead
@@ -48,6 +50,10 @@ class WorkerSettings:
             exception_sleep=config.getfloat("exception_sleep", 20.0),
             connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
             parallel_copies=config.getint("parallel_copies", 1),
+            copy_snapshot_max=copymode.parse_size(
+                config.get("copy_snapshot_max", copymode.DEFAULT_SNAPSHOT_MAX)
+            ),
+            copy_chunk_rows=max(1, config.getint("copy_chunk_rows", copymode.DEFAULT_CHUNK_ROWS)),
             batch_min_events=config.getint(
                 "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
             ),

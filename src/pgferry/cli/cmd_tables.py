@@ -49,6 +49,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         "--handler-arg", action="append", default=[], metavar="K=V", help="handler argument"
     )
     _copy_node_options(parser)
+    _copy_mode_option(parser)
     parser.add_argument("--merge-all", action="store_true", help="on every part (merge leaf)")
     parser.add_argument("--no-merge", action="store_true", help="this part's own (merge leaf)")
     _skip_option(parser)
@@ -72,6 +73,7 @@ def cmd_add_table(ctx: Context, argv: list[str]) -> int:
         trigger_flags=args.trigger_flags,
         trigger_args=tuple(args.trigger_arg),
         copy_node=_copy_node(args),
+        copy_mode=args.copy_mode,
         merge_all=args.merge_all,
         no_merge=args.no_merge,
         skip_non_existing=args.skip_non_existing,
@@ -98,6 +100,15 @@ def _copy_node_options(parser) -> None:
     which.add_argument("--copy-node", metavar="NODE", help="copy from NODE, not the provider")
     which.add_argument(
         "--find-copy-node", action="store_true", help="copy from the nearest node upstream"
+    )
+
+
+def _copy_mode_option(parser) -> None:
+    parser.add_argument(
+        "--copy-mode",
+        choices=("chunked", "snapshot"),
+        help="copy in key-range chunks (no long snapshot) or under one snapshot;"
+        " default: by size (copy_snapshot_max)",
     )
 
 
@@ -240,17 +251,21 @@ def cmd_remove_seq(ctx: Context, argv: list[str]) -> int:
 
 @command("resync", "copy tables again from the provider")
 def cmd_resync(ctx: Context, argv: list[str]) -> int:
-    parser = ctx.parser("TABLE... [--all] [--copy-node=NODE | --find-copy-node] [--merge-all]")
+    parser = ctx.parser(
+        "TABLE... [--all] [--copy-node=NODE | --find-copy-node] [--copy-mode=MODE] [--merge-all]"
+    )
     parser.add_argument("tables", nargs="*", metavar="TABLE")
     parser.add_argument("--all", action="store_true")
     _copy_node_options(parser)
+    _copy_mode_option(parser)
     parser.add_argument("--merge-all", action="store_true", help="every part (merge leaf)")
     args = parser.parse_args(argv)
     config = start(ctx)
     with local_tx(config) as conn:
         resync.resync(
-            config, conn, args.tables, args.all, _copy_node(args), merge_all=args.merge_all
-        )
+            config, conn, args.tables, args.all, _copy_node(args), merge_all=args.merge_all,
+            copy_mode=args.copy_mode,
+        )  # fmt: skip
     return 0
 
 

@@ -200,6 +200,21 @@ class Handler:
         ``--expect-sync``)."""
         return self.needs_table
 
+    @property
+    def chunked_copy(self) -> bool:
+        """Whether the copy may be made in key-range chunks, each in its own short
+        transaction (:mod:`pgferry.node.copymode`).  Replay then applies events that the
+        chunks may already hold: only the default apply, the upsert and delete of full row
+        images by key, is idempotent so (``bulk``, ``shard``); a handler with its own
+        :meth:`apply` keeps the one-snapshot copy."""
+        return (
+            self.mode == "rows"
+            and self.copies
+            and self.replays
+            and type(self).apply is Handler.apply
+            and type(self).truncated is Handler.truncated
+        )
+
     def row_filter(self) -> str | None:
         """A boolean SQL expression over the SOURCE table's columns, or None.
 

@@ -13,7 +13,7 @@ import psycopg
 
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
-from pgferry.node import connect, copynode, merge, model
+from pgferry.node import connect, copymode, copynode, merge, model
 from pgferry.node.tableops import provider_conn, resolve
 from pgferry.registry import entries
 from pgferry.registry.names import parse_pattern, split_qualified
@@ -28,9 +28,11 @@ def resync(
     all_: bool,
     copy_node: str | None = None,
     merge_all: bool = False,
+    copy_mode: str | None = None,
 ) -> list[str]:
     """Copy ``args`` again; from ``copy_node`` when given (else from the provider); with
-    ``merge_all`` on every part of a merge leaf's set."""
+    ``merge_all`` on every part of a merge leaf's set; ``copy_mode`` (chunked, snapshot)
+    replaces the stored choice (None keeps it)."""
     queue = connect.queue_name(config)
     node = model.require_node(conn, queue)
     if node.is_root:
@@ -57,9 +59,31 @@ def resync(
                 raise TableError(f"Table not replicated on the provider: {fq}")
         if mine and copy_node:
             copynode.check(copynode.dsn_of(config), conn, part, mine, copy_node)
+        if mine and copy_mode == "chunked":
+            _check_chunked(config, conn, part, mine, copy_node)
         if mine:
-            entries.resync_tables(conn, part.queue_name, mine, copy_node)
+            entries.resync_tables(conn, part.queue_name, mine, copy_node, copy_mode)
         for fq in mine:
             log.info("Table %s will be copied again%s", fq,
                      f" (queue {part.queue_name})" if merge_all else "")  # fmt: skip
     return names
+
+
+def _check_chunked(
+    config: Config,
+    conn: psycopg.Connection,
+    part: model.NodeInfo,
+    tables: list[str],
+    copy_node: str | None,
+) -> None:
+    """Refuse ``--copy-mode=chunked`` for a table that cannot be copied so."""
+    with provider_conn(config, part) as prov:
+        for fq in tables:
+            entry = entries.get_table(conn, part.queue_name, fq)
+            attrs = dict(entry.table_attrs if entry else {})
+            attrs.pop("copy_node", None)
+            if copy_node:
+                attrs["copy_node"] = copy_node
+            why = copymode.refusal(prov, fq, attrs)
+            if why:
+                raise UsageError(f"resync: {fq} cannot be copied in chunks: {why}")

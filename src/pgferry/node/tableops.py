@@ -21,7 +21,7 @@ from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.events import REMOVE_TABLE_EVENT
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
-from pgferry.node import capture, connect, copynode, handlerops, merge, model, readd
+from pgferry.node import capture, connect, copymode, copynode, handlerops, merge, model, readd
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
@@ -46,6 +46,7 @@ class AddTableOptions:
     trigger_flags: str | None = None  # --trigger-flags, as given (root only)
     trigger_args: tuple[str, ...] = ()  # --trigger-arg, as given (root only)
     copy_node: str | None = None  # --copy-node=NODE, or copynode.FIND (--find-copy-node)
+    copy_mode: str | None = None  # --copy-mode: chunked or snapshot (None: by size)
     merge_all: bool = False  # on a merge leaf: on every part of its merged set
     no_merge: bool = False  # on a merge leaf: this queue's own table, not merged
     skip_non_existing: bool = False  # a table missing here or on the provider: warn, go on
@@ -109,6 +110,7 @@ def add_tables(
             ("--copy-condition", opts.copy_condition),
             ("--create", opts.create),
             ("--copy-node", opts.copy_node),
+            ("--copy-mode", opts.copy_mode),
         ):
             if value:
                 raise UsageError(f"add-table: {flag} is for branch and leaf nodes only")
@@ -285,11 +287,17 @@ def _add_on_subscriber(
             attrs["max_parallel_copy"] = opts.max_parallel_copy
         if opts.copy_node:
             attrs["copy_node"] = opts.copy_node
+        if opts.copy_mode:
+            attrs["copy_mode"] = opts.copy_mode
         if opts.no_merge:
             attrs["no_merge"] = True
         merged = merge.is_merged(node, attrs)
         merge.check_registration(conn, node, src, dest, opts.no_merge)
         attrs = handlerops.with_handler(attrs, stored, opts.handler is not None)
+        if opts.copy_mode == "chunked" and copied:
+            why = copymode.refusal(prov, src, attrs)
+            if why:
+                raise UsageError(f"add-table: {src} cannot be copied in chunks: {why}")
         entries.register_table(
             conn,
             entries.TableEntry(

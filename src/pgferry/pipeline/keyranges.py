@@ -101,10 +101,13 @@ def row_estimate(conn: psycopg.Connection, table: TableInfo) -> int:
     return int(row[0]) if row else 0
 
 
-def sample_boundaries(conn: psycopg.Connection, table: TableInfo, spec: KeySpec) -> list[Key]:
-    """Sorted, distinct key boundaries splitting ``table`` into buckets of ~BUCKET_ROWS rows."""
+def sample_boundaries(
+    conn: psycopg.Connection, table: TableInfo, spec: KeySpec, bucket_rows: int = BUCKET_ROWS
+) -> list[Key]:
+    """Sorted, distinct key boundaries splitting ``table`` into buckets of ~``bucket_rows``
+    rows."""
     rows = row_estimate(conn, table)
-    buckets = min(MAX_BUCKETS, rows // BUCKET_ROWS)
+    buckets = min(MAX_BUCKETS, rows // max(1, bucket_rows))
     if buckets <= 1:
         return []
     # Qualified: a bare name in ORDER BY would mean the text output column, i.e. text order.

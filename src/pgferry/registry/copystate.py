@@ -29,9 +29,11 @@ def set_copy_state(
     source: str | None,
     catchup_node: str | None,
     snapshot: str | None = None,
+    mode: str | None = None,
 ) -> None:
     """Move a copy group to ``state`` with its position; entering ``in-copy`` restarts the
-    copy's clock and forgets its estimate; any state forgets the last failure."""
+    copy's clock and forgets its estimate; any state forgets the last failure.  ``mode``:
+    ``chunked`` for a copy made in chunks (catching up without a snapshot filter)."""
     if state not in MERGE_STATES or state is None:
         raise ValueError(f"bad merge_state for a copy: {state!r}")
     conn.execute(
@@ -39,14 +41,39 @@ def set_copy_state(
         update ferry.table_info
            set merge_state = %s, copy_snapshot = %s::pg_snapshot, copy_consumer = %s,
                catchup_tick = %s, copy_id = %s, copy_source = %s, catchup_node = %s,
+               copy_mode = %s,
                copy_started = case when %s = 'in-copy' then now() else copy_started end,
                copy_total = case when %s = 'in-copy' then null else copy_total end,
                copy_error = null
          where queue_name = %s and table_name = any(%s)
         """,
-        (state, snapshot, consumer, tick, copy_id, source, catchup_node, state, state, queue,
-         list(tables)),
+        (state, snapshot, consumer, tick, copy_id, source, catchup_node, mode, state, state,
+         queue, list(tables)),
     )  # fmt: skip
+
+
+def chunked_in_copy(
+    conn: psycopg.Connection, queue: str, tables: Sequence[str]
+) -> tuple[str, str, int] | None:
+    """(copy_id, consumer, tick) of a chunked copy of exactly ``tables`` left ``in-copy``
+    (a worker stopped mid-copy): what a resumed copy goes on with; None otherwise."""
+    rows = conn.execute(
+        """
+        select distinct copy_id, copy_consumer, catchup_tick from ferry.table_info
+         where queue_name = %s and table_name = any(%s) and merge_state = 'in-copy'
+           and copy_mode = 'chunked' and copy_id is not null
+           and copy_consumer is not null and catchup_tick is not null
+        """,
+        (queue, list(tables)),
+    ).fetchall()
+    count = conn.execute(
+        "select count(*) from ferry.table_info where queue_name = %s and table_name = any(%s)"
+        " and copy_mode = 'chunked' and merge_state = 'in-copy'",
+        (queue, list(tables)),
+    ).fetchone()
+    if len(rows) != 1 or not count or count[0] != len(tables):
+        return None
+    return rows[0][0], rows[0][1], rows[0][2]
 
 
 def set_copy_totals(conn: psycopg.Connection, queue: str, totals: Mapping[str, int | None]) -> None:

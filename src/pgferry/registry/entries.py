@@ -196,12 +196,17 @@ def set_copy_snapshot(
 
 
 def resync_tables(
-    conn: psycopg.Connection, queue: str, tables: list[str], copy_node: str | None = None
+    conn: psycopg.Connection,
+    queue: str,
+    tables: list[str],
+    copy_node: str | None = None,
+    copy_mode: str | None = None,
 ) -> int:
     """Put ``tables`` back to copy-pending as one copy group; returns the group id.
 
     ``copy_node`` (table_attrs, as add-table stores it) is set, or removed when None: the
-    copy reads from the provider unless the resync names a copy node again.
+    copy reads from the provider unless the resync names a copy node again.  ``copy_mode``
+    (``--copy-mode``) replaces the stored one when given.
     """
     group = next_copy_group(conn)
     conn.execute(
@@ -211,9 +216,11 @@ def resync_tables(
                table_attrs = case when %s::text is null then table_attrs - 'copy_node'
                                   else table_attrs || jsonb_build_object('copy_node', %s::text)
                              end
+                             || case when %s::text is null then '{}'::jsonb
+                                     else jsonb_build_object('copy_mode', %s::text) end
          where queue_name = %s and table_name = any(%s)
         """,
-        (group, copy_node, copy_node, queue, tables),
+        (group, copy_node, copy_node, copy_mode, copy_mode, queue, tables),
     )
     return group
 

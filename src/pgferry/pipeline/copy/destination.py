@@ -94,6 +94,7 @@ def finish_destination(dst_connstr: str, dests: list[TableInfo], copy_id: str) -
                     "delete from ferry_copy.saved_index where dest_table = any(%s)", (dest_names,)
                 )
                 conn.execute("delete from ferry_copy.range_done where copy_id = %s", (copy_id,))
+                conn.execute("delete from ferry_copy.chunk where copy_id = %s", (copy_id,))
         except psycopg.Error as exc:
             raise DatabaseError(f"{describe(dst_connstr)}: {error_text(exc)}") from None
     # One connection per table: the ANALYZEs run side by side.

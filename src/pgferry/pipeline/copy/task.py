@@ -116,7 +116,9 @@ def _copy(
     rng: BlockRange,
     src: psycopg.Connection,
     dst: psycopg.Connection,
+    key_where: sql.Composable | None = None,
 ) -> int:
+    """Copy one range (``key_where``: a chunked copy's key range instead of blocks)."""
     cols = sql.SQL(", ").join(map(sql.Identifier, plan.columns))
     exprs = dict(plan.exprs)
     values = sql.SQL(", ").join(
@@ -128,6 +130,8 @@ def _copy(
         where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({rng.lo_block},0)")))
     if plan.tid_ranges and rng.hi_block is not None:
         where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({rng.hi_block},0)")))
+    if key_where is not None:
+        where.append(key_where)
     if plan.condition:
         where.append(expressions.as_sql(plan.condition))
     select = sql.SQL("select {} from {}").format(

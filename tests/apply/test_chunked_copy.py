@@ -1,0 +1,220 @@
+"""Chunked copy: key ranges read in short provider transactions, replay converging after.
+
+A writer changes the table during each copy; every test ends comparing both sides.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import psycopg
+import pytest
+
+from pgferry.errors import UsageError
+from pgferry.pipeline.copy import chunked
+from pgferry.testing.load import Load
+
+ROWS = 3000
+CHUNKS = {"copy_snapshot_max": "0", "copy_chunk_rows": "300", "exception_sleep": "0"}
+
+
+def _writer(dsn: str, seed: int = 1) -> Load:
+    """Inserts, updates, deletes and re-inserts of keys across the whole range."""
+    rng = random.Random(seed)
+
+    def unit(conn: psycopg.Connection, _done: int) -> None:
+        with conn.transaction():
+            for _ in range(5):
+                k, op = rng.randint(1, ROWS + 500), rng.random()
+                if op < 0.4:
+                    conn.execute(
+                        "insert into t (id, v) values (%s, 1)"
+                        " on conflict (id) do update set v = t.v + 1",
+                        (k,),
+                    )
+                elif op < 0.75:
+                    conn.execute("update t set v = v + 10, s = md5(v::text) where id = %s", (k,))
+                else:
+                    conn.execute("delete from t where id = %s", (k,))
+
+    return Load(dsn, unit, every=0, transaction=False)
+
+
+def _tables(pair, keyless: bool = False) -> None:
+    key = "" if keyless else " primary key"
+    for side in (pair.root, pair.leaf):
+        side(f"create table public.t (id int{key}, v int, s text)")
+    pair.root(f"insert into t select g, 0, md5(g::text) from generate_series(1, {ROWS}) g")
+    pair.root("select ferry_queue.ticker(%s)", (pair.queue,))
+
+
+def _copy_under_writes(pair, worker_settings: dict | None = None, **opts) -> None:
+    writer = _writer(pair.root_dsn)
+    writer.start()
+    try:
+        pair.add_tables("public.t", **opts)
+        worker = pair.worker(**(worker_settings or {}))
+        for _ in range(8):
+            pair.tick()
+            worker.work()
+    finally:
+        writer.stop()
+    pair.catch_up(worker)
+
+
+def _same(pair) -> None:
+    q = "select id, v, s from t order by id"
+    assert pair.root(q) == pair.leaf(q)
+
+
+def _mode(pair) -> list[tuple]:
+    return pair.leaf("select merge_state, copy_mode from ferry.table_info")
+
+
+def test_chunked_copy_under_writes_ends_equal(make_pair) -> None:
+    pair = make_pair(**CHUNKS)
+    _tables(pair)
+    _copy_under_writes(pair)
+    assert _mode(pair) == [("ok", "chunked")]
+    _same(pair)
+    # The catch-up met rows the chunks already held or lacked: no divergence counted.
+    assert pair.leaf("select coalesce(sum(diverged_rows), 0) from ferry_node.local_state") in (
+        [(0,)],
+        [(None,)],
+    )
+
+
+def test_stopped_mid_chunks_resumes_with_the_rest(make_pair, monkeypatch) -> None:
+    pair = make_pair(**CHUNKS)
+    _tables(pair)
+    real = chunked._copy_chunk
+    first: list[int] = []
+    second: list[int] = []
+    crash = threading.Event()
+
+    def failing(job, plan_no, chunk_no, where, src, dst):
+        if len(first) == 4:
+            crash.set()
+            raise RuntimeError("worker killed")
+        first.append(chunk_no)
+        return real(job, plan_no, chunk_no, where, src, dst)
+
+    monkeypatch.setattr(chunked, "_copy_chunk", failing)
+    writer = _writer(pair.root_dsn, seed=7)
+    writer.start()
+    try:
+        pair.add_tables("public.t")
+        worker = pair.worker()
+        pair.cascade.wait_for(lambda: worker.work() is not None and crash.is_set(), 30, "crash")
+        assert pair.leaf("select merge_state from ferry.table_info") == [("in-copy",)]
+        done = pair.leaf("select count(*) from ferry_copy.range_done")[0][0]
+        planned = pair.leaf("select count(*) from ferry_copy.chunk")[0][0]
+        assert done == 4 and planned >= 8
+
+        def recording(job, plan_no, chunk_no, where, src, dst):
+            second.append(chunk_no)
+            return real(job, plan_no, chunk_no, where, src, dst)
+
+        monkeypatch.setattr(chunked, "_copy_chunk", recording)
+        worker = pair.worker()  # the stopped worker's successor
+        for _ in range(4):
+            pair.tick()
+            worker.work()
+    finally:
+        writer.stop()
+    pair.catch_up(worker)
+    assert not set(first) & set(second)
+    assert sorted(first + second) == list(range(planned))
+    assert _mode(pair) == [("ok", "chunked")]
+    _same(pair)
+
+
+def test_resync_of_a_chunked_table(make_pair) -> None:
+    pair = make_pair(**CHUNKS)
+    _tables(pair)
+    _copy_under_writes(pair)
+    pair.leaf("set session_replication_role = replica; delete from t where id % 7 = 0")
+    writer = _writer(pair.root_dsn, seed=3)
+    writer.start()
+    try:
+        assert pair.cascade.cli("leafnode", "resync", "public.t").code == 0
+        worker = pair.worker()
+        for _ in range(6):
+            pair.tick()
+            worker.work()
+    finally:
+        writer.stop()
+    pair.catch_up(worker)
+    assert _mode(pair) == [("ok", "chunked")]
+    _same(pair)
+
+
+def test_keyless_table_keeps_one_snapshot(make_pair) -> None:
+    pair = make_pair(**CHUNKS)
+    _tables(pair, keyless=True)
+    with pytest.raises(UsageError, match="cannot be copied in chunks: it has no primary key"):
+        pair.add_tables("public.t", copy_mode="chunked")
+    assert pair.leaf("select count(*) from ferry.table_info where local") == [(0,)]
+    pair.cascade.add("leafnode", "public.t")
+    pair.catch_up()
+    assert _mode(pair) == [("ok", None)]
+    q = "select id, v, s from t order by id, v"
+    assert pair.root(q) == pair.leaf(q)
+
+
+def test_forced_snapshot_and_size_choice(make_pair) -> None:
+    pair = make_pair(copy_snapshot_max="1GB")
+    _tables(pair)
+    pair.add_tables("public.t")  # small: one snapshot
+    pair.catch_up()
+    assert _mode(pair) == [("ok", None)]
+    assert pair.cascade.cli("leafnode", "resync", "public.t", "--copy-mode=chunked").code == 0
+    pair.catch_up()
+    assert _mode(pair) == [("ok", "chunked")]
+    _same(pair)
+
+
+def test_no_long_transaction_on_the_provider(make_pair, monkeypatch) -> None:
+    pair = make_pair(copy_snapshot_max="0", copy_chunk_rows="100")
+    _tables(pair)
+    real = chunked._copy_chunk
+    seen: list[tuple[float, int | None]] = []
+    db = pair.root("select current_database()")[0][0]
+
+    def slow(job, plan_no, chunk_no, where, src, dst):
+        # Each chunk takes a while; meanwhile the provider commits other work.
+        pair.root("update t set v = v + 1 where id = %s", (chunk_no + 1,))
+        rows = real(job, plan_no, chunk_no, where, src, dst)
+        pair.root("select pg_sleep(0.05)")
+        return rows
+
+    stop = threading.Event()
+
+    def watch() -> None:
+        with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                for age, xmin in conn.execute(
+                    "select extract(epoch from now() - xact_start), backend_xmin::text::bigint"
+                    " from pg_stat_activity where datname = %s"
+                    " and application_name = 'pgferry-copy' and xact_start is not null",
+                    (db,),
+                ).fetchall():
+                    seen.append((float(age), xmin))
+                stop.wait(0.01)
+
+    monkeypatch.setattr(chunked, "_copy_chunk", slow)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        pair.add_tables("public.t")
+        pair.catch_up()
+    finally:
+        stop.set()
+        watcher.join()
+    assert _mode(pair) == [("ok", "chunked")]
+    assert seen, "no copy transaction observed"
+    assert max(age for age, _ in seen) < 1.0  # a chunk's time, not the copy's
+    horizons = {x for _, x in seen if x is not None}
+    assert len(horizons) > 3  # the xmin horizon moves on from chunk to chunk
+    _same(pair)
