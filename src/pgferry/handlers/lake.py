@@ -116,7 +116,7 @@ class Lake(Handler):
             log.info("%s: tick %d part %d already in the lake, skipped", spec.name,
                      staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
             return Applied()
-        source, deletes = _read_stage(staged)
+        source = _read_stage(staged)
         target = staged.target
         if target.keyless:
             inserts = source.filter(_ops(source, ("I", "U")))
@@ -174,15 +174,21 @@ def _read_stage(staged: Staged):
     conn = staged.conn
     rel = staged.relation.as_string(conn)
     columns = lake_types.table_columns(conn, rel, staged.target.columns)
+    every = (lake_types.LakeColumn(lake_spec.OP, "text", "string", False), *columns)
+    if lake_types.csv_ready(every):  # as the load: COPY text parsed by Arrow
+        import pyarrow as pa
+
+        schema = lake_types.arrow_schema(every)
+        query = sql.SQL("copy (select op::text, {} from {}) to stdout (format csv)").format(
+            sql.SQL(", ").join(lake_types.csv_select(c) for c in columns), staged.relation
+        )
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            tables = list(lake_types.csv_tables(copy, every, schema))
+        return pa.concat_tables(tables) if tables else schema.empty_table()
     query = sql.SQL("select op::text, {} from {}").format(
         sql.SQL(", ").join(c.select() for c in columns), staged.relation
     )
-    rows = conn.execute(query).fetchall()
-    table = lake_types.rows_to_arrow(
-        (lake_types.LakeColumn(lake_spec.OP, "text", "string", False), *columns), rows
-    )
-    deletes = sum(1 for r in rows if r[0] in ("D", "d"))
-    return table, deletes
+    return lake_types.rows_to_arrow(every, conn.execute(query).fetchall())
 
 
 def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:

@@ -114,6 +114,30 @@ def csv_type(column: LakeColumn):
     )
 
 
+def csv_tables(messages, columns: Sequence[LakeColumn], schema, piece_bytes: int = 32 << 20):
+    """Arrow tables of ``schema`` from the messages of a ``COPY (select csv_select(c) ...)
+    TO STDOUT (format csv)``, parsed by Arrow's multithreaded reader in pieces of about
+    ``piece_bytes`` (COPY sends one message per row: a piece always ends with a whole row)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    read = pcsv.ReadOptions(column_names=[c.name for c in columns])
+    parse = pcsv.ParseOptions(newlines_in_values=True)
+    convert = pcsv.ConvertOptions(
+        column_types={c.name: csv_type(c) for c in columns},
+        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
+        true_values=["t"], false_values=["f"],
+    )  # fmt: skip
+    buf = bytearray()
+    for message in messages:
+        buf += message
+        if len(buf) >= piece_bytes:
+            yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
+            buf = bytearray()
+    if buf:
+        yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
+
+
 def lake_column(name: str, pg_type: str, enum: bool = False) -> LakeColumn:
     """The lake column of a PostgreSQL column (``format_type`` text); TypeRefused otherwise.
     ``enum``: the type is an enum (stored as its label)."""

@@ -46,7 +46,6 @@ LOCAL_PAGES = 1000  # as the copy's: smaller loads run on the driver's threads
 DRIVER_SLOTS = 2
 FETCH_ROWS = 20_000  # rows per fetch of a task's cursor
 FILE_ROWS = 1_000_000  # rows per Parquet file at most
-CSV_BYTES = 32 << 20  # CSV text parsed at once by a task
 
 
 @dataclass(frozen=True)
@@ -186,7 +185,7 @@ def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int
             _select(plan, where, [lake_types.csv_select(c) for c in plan.columns])
         )
         with conn.cursor() as cur, cur.copy(text) as copy:
-            for batch in _csv_batches(copy, plan.columns, schema):
+            for batch in lake_types.csv_tables(copy, plan.columns, schema):
                 files.write(batch)
     else:
         with conn.cursor(name=f"pgferry_lake_{rng.plan_no}_{rng.range_no}") as cur:
@@ -201,30 +200,6 @@ def _select(plan: LakePlan, where: list, values: list) -> sql.Composable:
         sql.SQL(", ").join(values), relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )
     return sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where)) if where else query
-
-
-def _csv_batches(copy, columns, schema):
-    """Arrow tables of the lake schema from a COPY ... CSV stream, parsed by Arrow's
-    multithreaded reader in pieces of about :data:`CSV_BYTES` (COPY sends one message per
-    row, so a piece always ends with a whole row)."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-
-    read = pcsv.ReadOptions(column_names=[c.name for c in columns])
-    parse = pcsv.ParseOptions(newlines_in_values=True)
-    convert = pcsv.ConvertOptions(
-        column_types={c.name: lake_types.csv_type(c) for c in columns},
-        null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
-        true_values=["t"], false_values=["f"],
-    )  # fmt: skip
-    buf = bytearray()
-    for message in copy:
-        buf += message
-        if len(buf) >= CSV_BYTES:
-            yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
-            buf = bytearray()
-    if buf:
-        yield pcsv.read_csv(pa.py_buffer(buf), read, parse, convert).cast(schema)
 
 
 class _Files:
