@@ -117,6 +117,7 @@ class Lake(Handler):
                      staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
             return Applied()
         source = _read_stage(staged)
+        source = _evolve(module, spec, source)
         target = staged.target
         if target.keyless:
             inserts = source.filter(_ops(source, ("I", "U")))
@@ -189,6 +190,44 @@ def _read_stage(staged: Staged):
         sql.SQL(", ").join(c.select() for c in columns), staged.relation
     )
     return lake_types.rows_to_arrow(every, conn.execute(query).fetchall())
+
+
+# Per lake table: the stage's column names last seen, and the lake's schema then (so that
+# a batch of the same shape needs no read of the lake's metadata).
+_SHAPES: dict[str, tuple[tuple[str, ...], object]] = {}
+
+
+def _evolve(module, spec: lake_spec.LakeSpec, source):
+    """Follow a change of the leaf's table (a captured or executed ALTER TABLE) additively:
+    a column the lake lacks is added to it (nullable), and a column the table no longer
+    has stays in the lake, NULL in the rows written from now on.  A type change is not
+    followed: the write fails and names it."""
+    import pyarrow as pa
+
+    names = tuple(n for n in source.schema.names if n != lake_spec.OP)
+    seen = _SHAPES.get(spec.location)
+    if seen is not None and seen[0] == names:
+        lake = seen[1]
+    else:
+        lake = module.arrow_schema(spec)
+        new = [
+            f.with_nullable(True)
+            for f in source.schema
+            if f.name not in (*lake.names, lake_spec.OP)
+        ]
+        if new:
+            log.info("%s: columns added to the lake table: %s", spec.name,
+                     ", ".join(f.name for f in new))  # fmt: skip
+            module.add_columns(spec, new)
+            lake = module.arrow_schema(spec)
+        _SHAPES[spec.location] = (names, lake)
+    if names == tuple(lake.names):
+        return source
+    for field in lake:
+        if field.name not in names:
+            source = source.append_column(field, pa.nulls(source.num_rows, type=field.type))
+    # In the lake's order: a cast to the lake's schema needs it.
+    return source.select([lake_spec.OP, *lake.names])
 
 
 def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:

@@ -83,6 +83,19 @@ def applied_version(spec: LakeSpec) -> int | None:
     return _table(spec).transaction_version(spec.app_id)
 
 
+def arrow_schema(spec: LakeSpec):
+    """The table's columns as an Arrow schema."""
+    import pyarrow as pa
+
+    return pa.schema(_table(spec).schema().to_arrow())
+
+
+def add_columns(spec: LakeSpec, fields) -> None:
+    """Add ``fields`` (Arrow fields, nullable) to the table, in one commit."""
+    dl = _dl()
+    _table(spec).alter.add_columns([dl.Field.from_arrow(f) for f in fields])
+
+
 def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
     """One MERGE of collapsed rows on the key: ``source`` is an Arrow table of the columns
     with the op first (I, U: upsert; D, d: delete).  Returns (rows written, deleted)."""

@@ -127,6 +127,19 @@ def _key_filter(rows, key: Sequence[str]):
     return terms[0] if len(terms) == 1 else Or(*terms)
 
 
+def arrow_schema(spec: LakeSpec):
+    """The table's columns as an Arrow schema."""
+    return _table(spec).schema().as_arrow()
+
+
+def add_columns(spec: LakeSpec, fields) -> None:
+    """Add ``fields`` (Arrow fields, nullable) to the table, in one commit."""
+    import pyarrow as pa
+
+    with _table(spec).update_schema() as update:
+        update.union_by_name(pa.schema(fields))
+
+
 def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
     """The batch's keys deleted and its new rows appended, in one commit."""
     import pyarrow as pa
