@@ -201,7 +201,7 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
     """Follow a change of the leaf's table (a captured or executed ALTER TABLE) additively:
     a column the lake lacks is added to it (nullable), and a column the table no longer
     has stays in the lake, NULL in the rows written from now on.  A type change is not
-    followed: the write fails and names it."""
+    followed: the write fails."""
     import pyarrow as pa
 
     names = tuple(n for n in source.schema.names if n != lake_spec.OP)
