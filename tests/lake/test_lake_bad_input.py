@@ -75,3 +75,22 @@ def test_two_nodes_one_lake_table(lake_pair, lake_dir, new_db_b) -> None:
 def test_unknown_format(lake_pair, value) -> None:
     pair = _pair(lake_pair)
     assert "format must be one of" in _refused(pair, f"--handler-arg=format={value}")
+
+
+def test_remove_and_add_again(lake_pair, lake_dir) -> None:
+    """remove-table leaves the lake table; the same node's add-table takes it again (its
+    owner) and loads it anew."""
+    from deltalake import DeltaTable
+
+    pair = _pair(lake_pair)
+    pair.root("insert into t values (1, 'a'), (2, 'b')")
+    pair.add_tables("public.t", handler="lake")
+    pair.catch_up()
+    done = pair.cascade.cli("leafnode", "remove-table", "public.t")
+    assert done.code == 0, done.err
+    assert (lake_dir / "public" / "t" / "_delta_log").is_dir()
+    pair.root("delete from t where id = 1")
+    pair.cascade.add("leafnode", "public.t", handler="lake")
+    pair.catch_up()
+    rows = DeltaTable(str(lake_dir / "public" / "t")).to_pyarrow_table().to_pylist()
+    assert rows == [{"id": 2, "v": "b"}]
