@@ -42,15 +42,18 @@ def consumer_tick(db: str, consumer: str) -> int | None:
 
 @pytest.fixture
 def root(db_a, write_ini, cli) -> str:
-    """A root capturing public.t (id primary key, v text, n numeric) and public.u (id)."""
+    """A root capturing public.t (id primary key, v text, n numeric), public.u (id), k
+    (no key) and k2 (a key of quoted names, one with a comma)."""
     sql(
         db_a,
         "create table t (id int primary key, v text, n numeric(12,2))",
         "create table u (id int primary key)",
+        "create table k (a int, b text)",  # no key: every event counts, updates carry the old row
+        'create table k2 ("a,b" int, "C" text, primary key ("a,b", "C"))',
     )
     ini = write_ini("feedroot", db_a)
     assert cli(ini, "create-root", "feedroot").code == 0
-    res = cli(ini, "add-table", "public.t", "public.u")
+    res = cli(ini, "add-table", "public.t", "public.u", "public.k", "public.k2")
     assert res.code == 0, res.err
     return db_a
 
@@ -99,14 +102,16 @@ def register(db: str, consumer: str = "spark_feed") -> int:
 def test_operations_with_their_images(root, feed, spark, tmp_path):
     registered = register(root)
     sql(root, "insert into t values (1, 'a', 1.10), (2, 'b', 2)", "insert into u values (1)")
+    sql(root, "insert into k values (1, 'x')", "insert into k2 values (5, 'c')")
     first = tick(root)
+    sql(root, "update k set b = 'y'", "delete from k", "delete from k2")
     sql(root, "update t set v = 'a2' where id = 1", "delete from t where id = 2")
     sql(root, "update t set id = 3 where id = 1")  # a key update: D of the old, I of the new
     second = tick(root)
     sql(root, "truncate t", "insert into t values (4, 'd', null)")
     third = tick(root)
 
-    df = feed(root, tables="t")  # public.t only
+    df = feed(root, tables='t, public.k,"k2"')  # not public.u
     assert [f.name for f in df.schema.fields][:7] == [
         "tick_id",
         "ev_id",
@@ -117,7 +122,19 @@ def test_operations_with_their_images(root, feed, spark, tmp_path):
         "committed_at",
     ]
     run_available_now(df, tmp_path / "out", tmp_path / "ck")
-    got = rows(spark, tmp_path / "out")
+    everything = rows(spark, tmp_path / "out")
+    others = [r for r in everything if r.table != "public.t"]
+    got = [r for r in everything if r.table == "public.t"]
+    k2_key = {"a,b": 5, "C": "c"}
+    assert [(r.table, r.op, r.key and json.loads(r.key)) for r in others] == [
+        ("public.k", "I", None),
+        ("public.k2", "I", k2_key),
+        ("public.k", "U", None),
+        ("public.k", "D", None),
+        ("public.k2", "D", k2_key),
+    ]
+    assert json.loads(others[2].data) == {"a": 1, "b": "y"}
+    assert json.loads(others[2].old_data) == {"a": 1, "b": "x"}
     assert [(r.tick_id, r.op, r.table) for r in got] == [
         (first, "I", "public.t"),
         (first, "I", "public.t"),
@@ -161,7 +178,7 @@ def test_restart_admission_and_replay(root, feed, spark, tmp_path):
     feed reads that tick range again (the consumer has not been moved past it) and the
     sink holds every change once."""
     out, ck = tmp_path / "out", tmp_path / "ck"
-    df = feed(root, maxEventsPerTrigger="5")
+    df = feed(root, maxEventsPerTrigger="5", partitionEvents="2")  # a tick read in 3 pieces
     run_available_now(df, out, ck)  # nothing yet; registers the consumer
     start = consumer_tick(root, "spark_feed")
     assert start is not None

@@ -56,11 +56,14 @@ class FeedOptions:
 
 @dataclass(frozen=True)
 class Span:
-    """The events of ``(prev_tick, tick]`` as one SELECT (``queue.ranges.TickSpan``)."""
+    """The events of ``(prev_tick, tick]`` as one SELECT (``queue.ranges.TickSpan``), or
+    of a tick too large for one task, the piece ``ev_id % pieces = piece`` of them."""
 
     tick: int
     tick_time: datetime
     query: str
+    piece: int = 0
+    pieces: int = 1
 
 
 def parse_options(options: Mapping[str, str]) -> FeedOptions:
@@ -201,11 +204,19 @@ class Feed:
         """The spans of ``(start, end]`` cut into partitions of about
         ``partition_events`` event positions each, in tick order."""
         spans = self._call(ranges.tick_spans, self.options.queue, start, end)
+        most = self.options.partition_events
         parts: list[tuple[Span, ...]] = []
         current: list[Span] = []
         size = 0
         for span in spans:
-            if current and size + span.events > self.options.partition_events:
+            if span.events > most:
+                # One large transaction is one tick: its pieces are read by tasks of their own.
+                pieces = -(-span.events // most)
+                parts += [
+                    (Span(span.tick, span.tick_time, span.query, n, pieces),) for n in range(pieces)
+                ]
+                continue
+            if current and size + span.events > most:
                 parts.append(tuple(current))
                 current, size = [], 0
             current.append(Span(span.tick, span.tick_time, span.query))
@@ -280,7 +291,7 @@ _KEY_SQL = (
 )
 
 
-def row_query(span_query: str, tables: tuple[str, ...]) -> sql.Composed:
+def row_query(span: Span, tables: tuple[str, ...]) -> sql.Composed:
     """The feed's rows of one span: row events and truncates (of ``tables`` only, when
     given) in ev_id order; scripts and removal events are the cascade's business."""
     only = (
@@ -288,6 +299,10 @@ def row_query(span_query: str, tables: tuple[str, ...]) -> sql.Composed:
         if tables
         else sql.SQL("")
     )
+    if span.pieces > 1:
+        only += sql.SQL(" and e.ev_id % {} = {}").format(
+            sql.Literal(span.pieces), sql.Literal(span.piece)
+        )
     return sql.SQL(
         "select e.ev_id, e.ev_extra1,"
         " case when e.ev_type = 'R' then 'T' else left(e.ev_type, 1) end,"
@@ -295,7 +310,7 @@ def row_query(span_query: str, tables: tuple[str, ...]) -> sql.Composed:
         " case when e.ev_type like 'U:%' then e.ev_extra2 end"
         " from ({span}) e where (e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}"
         " order by e.ev_id"
-    ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span_query), only=only)
+    ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span.query), only=only)
 
 
 def read_chunks(
@@ -311,8 +326,8 @@ def read_chunks(
         with conn:
             conn.read_only = True
             for span in spans:
-                with conn.cursor(name=f"ferry_feed_{span.tick}") as cur:
-                    cur.execute(row_query(span.query, tables))
+                with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
+                    cur.execute(row_query(span, tables))
                     while rows := cur.fetchmany(FETCH_ROWS):
                         yield [
                             (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
