@@ -92,7 +92,7 @@ TICKER_SETTINGS: list[Setting] = [
     ("syslog", "false", "also send log lines to syslog / the journal (/dev/log)"),
     ("pidfile", "", "pid file, needed by -d / -s / -r / -k"),
     ("ticker_period", "1", "seconds between ticker runs while no event waits"),
-    ("ticker_busy_period", "0.05", "seconds between ticker runs while events wait"),
+    ("ticker_busy_period", "0.005", "seconds between ticker runs while events wait"),
     ("maint_period", "120", "seconds between maintenance runs (rotation)"),
     ("retry_period", "30", "seconds between moving due retry events back"),
     ("check_period", "60", "seconds between looking for new databases"),

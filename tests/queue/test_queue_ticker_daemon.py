@@ -315,3 +315,76 @@ def test_idle_daemon_ticks_new_and_late_events(pg_a: LocalCluster, tmp_path: Pat
         assert events == ["new", "late"]
     finally:
         stop()
+
+
+# --- while active: a tick within milliseconds of an event; backs off once idle ------------
+
+
+def _commits(cluster: LocalCluster, name: str) -> int:
+    # Read from another database, so that this read is not one of the counted commits.
+    return int(
+        query(  # type: ignore[arg-type]
+            cluster.connstr(), "select xact_commit from pg_stat_database where datname = %s", name
+        )
+    )
+
+
+@pytest.mark.timing
+def test_active_ticker_ticks_soon_for_a_waiting_consumer(
+    pg_a: LocalCluster, tmp_path: Path
+) -> None:
+    # max_lag an hour and idle rounds every 30 s: only the busy rounds (default period) and
+    # the waiting consumer can tick.
+    name = f"soon_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    query(db, "select ferry_queue.set_queue_config('q', 'ticker_max_lag', '1 hour')")
+    query(db, "select ferry_queue.register_consumer('q', 'c')")
+    stop = _run_ticker(tmp_path, pg_a, name, ticker_period="30")
+    try:
+        delays = []
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            mark = last_tick(db)
+            conn.execute("select ferry_queue.force_tick('q')")  # wakes it: active from now
+            wait_for(lambda: last_tick(db) > mark, timeout=10, what="the forced tick")
+            newest = "select max(tick_id) from ferry_queue.tick"
+            for _ in range(20):
+                while take_batch(conn, "q", "c") is not None:
+                    pass
+                mark = conn.execute(newest).fetchone()
+                conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+                start = time.monotonic()
+                while conn.execute(newest).fetchone() == mark:
+                    assert time.monotonic() - start < 5, "no tick for a waiting consumer"
+                delays.append(time.monotonic() - start)
+        delays.sort()
+        assert delays[len(delays) // 2] < 0.03, delays  # ticker_busy_period: 5 ms
+    finally:
+        stop()
+
+
+def test_active_ticker_backs_off_when_idle(pg_a: LocalCluster, tmp_path: Path) -> None:
+    # Busy rounds (every 5 ms) last one ticker_period after events were seen; then one
+    # round a ticker_period.  Counted, not timed: a slow machine only makes fewer rounds.
+    name = f"backoff_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    stop = _run_ticker(
+        tmp_path, pg_a, name, ticker_period="0.5", maint_period="60", retry_period="60"
+    )
+    try:
+        mark = last_tick(db)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            conn.execute("select ferry_queue.force_tick('q')")
+        wait_for(lambda: last_tick(db) > mark, timeout=10, what="the forced tick")
+        start = _commits(pg_a, name)
+        time.sleep(1.0)  # a measured window while busy: rounds every 5 ms (up to 0.5 s)
+        busy = _commits(pg_a, name) - start
+        time.sleep(1.0)  # past the busy period
+        start = _commits(pg_a, name)
+        time.sleep(2.0)  # a measured idle window: about 4 rounds
+        idle = _commits(pg_a, name) - start
+        assert idle <= 8, (busy, idle)
+        assert busy > idle, (busy, idle)
+    finally:
+        stop()

@@ -52,6 +52,31 @@ def test_waiting_events_tick_after_max_lag(qconn: psycopg.Connection, scalar: Sc
     assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "0/0"
 
 
+def test_waiting_consumer_gets_its_tick_at_once(qconn: psycopg.Connection, scalar: Scalar) -> None:
+    # A consumer that has finished the last tick and holds no batch waits for the next:
+    # the queue ticks for the first event, whatever max_lag.  One busy with a batch, or
+    # behind (stopped), does not make the queue tick before max_lag.
+    _queue(scalar, ticker_max_lag="1 hour", ticker_idle_period="1 hour", ticker_max_count="1000")
+    scalar("select ferry_queue.register_consumer('q', 'c')")
+    first = tick(qconn, "q")
+    while take_batch(qconn, "q", "c") is not None:
+        pass
+    scalar("select ferry_queue.insert_event('q', 't', 'a')")
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "1/1"
+    # Busy: the batch up to that tick is open while the next event comes.
+    batch = scalar("select ferry_queue.next_batch('q', 'c')")
+    assert batch is not None
+    scalar("select ferry_queue.insert_event('q', 't', 'b')")
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "0/1"
+    # Finished: waiting again, the event waiting since gets its tick.
+    scalar("select ferry_queue.finish_batch(%s)", batch)
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "1/1"
+    # Behind (a stopped consumer): at most that one tick, then max_lag again.
+    scalar("select ferry_queue.insert_event('q', 't', 'c')")
+    assert scalar("select ticks || '/' || waiting from ferry_queue.ticker_round()") == "0/1"
+    assert scalar("select max(tick_id) from ferry_queue.tick") == first + 2
+
+
 def test_idle_queue_does_not_double_its_ticks(qconn: psycopg.Connection, scalar: Scalar) -> None:
     # Earlier versions ticked an idle queue again once twice the last gap had passed; with
     # two ticks in a row that would be at once.  Now only the idle period counts.

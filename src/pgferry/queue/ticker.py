@@ -51,7 +51,7 @@ class TickerSettings:
     initial_database: str = "template1"
     database_list: list[str] = field(default_factory=list)
     ticker_period: float = 1.0
-    ticker_busy_period: float = 0.05
+    ticker_busy_period: float = 0.005
     maint_period: float = 120.0
     retry_period: float = 30.0
     check_period: float = 60.0
@@ -65,7 +65,7 @@ class TickerSettings:
             initial_database=config.get("initial_database", "template1"),
             database_list=config.getlist("database_list"),
             ticker_period=config.getfloat("ticker_period", 1.0),
-            ticker_busy_period=config.getfloat("ticker_busy_period", 0.05),
+            ticker_busy_period=config.getfloat("ticker_busy_period", 0.005),
             maint_period=config.getfloat("maint_period", 120.0),
             retry_period=config.getfloat("retry_period", 30.0),
             check_period=config.getfloat("check_period", 60.0),

@@ -2,8 +2,9 @@
 -- Function: ferry_queue.tick_due(ferry_queue.queue)
 --
 --     Whether queue q needs a tick now, and whether events wait for one, read without any
---     lock.  With new events: a tick once ticker_max_count events wait or the last tick is
---     ticker_max_lag old.  Without: a tick every ticker_idle_period, and also, once
+--     lock.  With new events: a tick once ticker_max_count events wait, the last tick is
+--     ticker_max_lag old, or a consumer waits for the next tick (it has finished the last one
+--     and holds no open batch: its events are then taken at once).  Without: a tick every ticker_idle_period, and also, once
 --     ticker_max_lag has passed, when a transaction that was running at the last tick has
 --     committed events since (its events were counted before that tick but not visible in it).
 --     That late-commit check is remembered for the session once settled (setting
@@ -22,6 +23,7 @@
 -- Tables:
 --     ferry_queue.event
 --     ferry_queue.queue
+--     ferry_queue.subscription
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.tick_due(q ferry_queue.queue, out due boolean, out waiting boolean)
@@ -51,7 +53,13 @@ begin
     if q.queue_force_tick then
         due := true;
     elsif waiting then
-        due := v_new >= q.queue_ticker_max_count or v_lag >= q.queue_ticker_max_lag;
+        -- A consumer that has finished the last tick and holds no batch is waiting for the
+        -- next one: tick at once.  One that is busy with a batch gets a tick at max_lag (or
+        -- max_count), or as soon as it finishes; a stopped one waits for one tick at most.
+        due := v_new >= q.queue_ticker_max_count or v_lag >= q.queue_ticker_max_lag
+               or exists (select 1 from ferry_queue.subscription s
+                           where s.sub_queue = q.queue_id and s.sub_batch is null
+                             and s.sub_last_tick = v_last.tick_id);
     elsif v_lag >= q.queue_ticker_idle_period then
         due := true;
     elsif v_lag < q.queue_ticker_max_lag then
