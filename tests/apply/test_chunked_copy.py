@@ -6,6 +6,7 @@ A writer changes the table during each copy; every test ends comparing both side
 from __future__ import annotations
 
 import random
+import re
 import threading
 
 import psycopg
@@ -13,6 +14,7 @@ import pytest
 
 from pgferry.errors import UsageError
 from pgferry.pipeline.copy import chunked
+from pgferry.registry import entries
 from pgferry.testing.load import Load
 
 ROWS = 3000
@@ -176,15 +178,32 @@ def test_forced_snapshot_and_size_choice(make_pair) -> None:
 
 
 def test_no_long_transaction_on_the_provider(make_pair, monkeypatch) -> None:
+    """No copy transaction outlives a chunk, and vacuum removes rows deleted mid-copy."""
     pair = make_pair(copy_snapshot_max="0", copy_chunk_rows="100")
     _tables(pair)
+    pair.root("create table scratch (id int primary key)")
+    pair.root("insert into scratch select generate_series(1, 200)")
     real = chunked._copy_chunk
-    seen: list[tuple[float, int | None]] = []
+    seen: list[float] = []
+    dead: list[int] = []
+    shown: list[str] = []
     db = pair.root("select current_database()")[0][0]
 
     def slow(job, plan_no, chunk_no, where, src, dst):
-        # Each chunk takes a while; meanwhile the provider commits other work.
-        pair.root("update t set v = v + 1 where id = %s", (chunk_no + 1,))
+        # Meanwhile the provider commits other work: rows deleted at the 3rd chunk must
+        # be removable by a vacuum at the 8th, which no held snapshot would allow.
+        if chunk_no == 3:
+            pair.root("delete from scratch")
+        if chunk_no == 5:  # what tables and status show meanwhile
+            with psycopg.connect(pair.leaf_dsn) as conn:
+                shown.extend(p.text() for p in entries.copy_progress(conn, pair.queue))
+        if chunk_no == 8:
+            pair.root("vacuum scratch")
+            dead.append(
+                pair.root("select n_dead_tup from pg_stat_user_tables where relname = 'scratch'")[
+                    0
+                ][0]
+            )
         rows = real(job, plan_no, chunk_no, where, src, dst)
         pair.root("select pg_sleep(0.05)")
         return rows
@@ -194,13 +213,15 @@ def test_no_long_transaction_on_the_provider(make_pair, monkeypatch) -> None:
     def watch() -> None:
         with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
             while not stop.is_set():
-                for age, xmin in conn.execute(
-                    "select extract(epoch from now() - xact_start), backend_xmin::text::bigint"
-                    " from pg_stat_activity where datname = %s"
-                    " and application_name = 'pgferry-copy' and xact_start is not null",
-                    (db,),
-                ).fetchall():
-                    seen.append((float(age), xmin))
+                seen.extend(
+                    float(r[0])
+                    for r in conn.execute(
+                        "select extract(epoch from now() - xact_start) from pg_stat_activity"
+                        " where datname = %s and application_name = 'pgferry-copy'"
+                        " and xact_start is not null",
+                        (db,),
+                    ).fetchall()
+                )
                 stop.wait(0.01)
 
     monkeypatch.setattr(chunked, "_copy_chunk", slow)
@@ -214,7 +235,9 @@ def test_no_long_transaction_on_the_provider(make_pair, monkeypatch) -> None:
         watcher.join()
     assert _mode(pair) == [("ok", "chunked")]
     assert seen, "no copy transaction observed"
-    assert max(age for age, _ in seen) < 1.0  # a chunk's time, not the copy's
-    horizons = {x for _, x in seen if x is not None}
-    assert len(horizons) > 3  # the xmin horizon moves on from chunk to chunk
+    assert max(seen) < 1.0, seen  # a chunk's time, not the copy's
+    assert dead == [0]  # the horizon moved on past the delete while the copy ran
+    assert len(shown) == 1 and re.fullmatch(
+        r"500/3,000 rows \(17%, ETA \S+\), chunk 5/30, [\d,]+ rows/s", shown[0]
+    ), shown
     _same(pair)

@@ -259,7 +259,9 @@ class CopyRun:
         with local.transaction():
             found = [entries.get_table(local, self.queue, n) for n in self.group.tables]
         attrs = [e.table_attrs if e else {} for e in found]
-        return copymode.chunked(prov, list(self.group.tables), attrs, self.snapshot_max)
+        return copymode.chunked(
+            prov, local, self.group.tables, self.group.dest_tables, attrs, self.snapshot_max
+        )
 
     def _copy_chunked(
         self, local: psycopg.Connection, prov: psycopg.Connection, consumer: str, tasks: list

@@ -16,6 +16,7 @@ TOAST, ``pg_table_size`` on the provider) is chunked, every table that can be wh
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +26,8 @@ import psycopg
 from pgferry.errors import UsageError
 from pgferry.handlers import registry as handler_registry
 from pgferry.registry import catalog
+
+log = logging.getLogger(__name__)
 
 MODES = ("chunked", "snapshot")
 DEFAULT_SNAPSHOT_MAX = "10GB"
@@ -67,17 +70,26 @@ def refusal(prov: psycopg.Connection, table: str, attrs: Mapping[str, Any]) -> s
 
 def chunked(
     prov: psycopg.Connection,
+    local: psycopg.Connection,
     tables: Sequence[str],
+    dests: Sequence[str],
     attrs: Sequence[Mapping[str, Any]],
     snapshot_max: int,
 ) -> bool:
-    """Whether a copy group is copied in chunks: every table can be, none is forced to a
+    """Whether a copy group is copied in chunks: every table can be (and its destination
+    here has the same primary key: the upsert's conflict target), none is forced to a
     snapshot, and one is forced to chunks or larger than ``snapshot_max`` bytes."""
     modes = [a.get("copy_mode") for a in attrs]
     if "snapshot" in modes:
         return False
-    if any(refusal(prov, t, a) for t, a in zip(tables, attrs, strict=True)):
-        return False
+    for table, dest, attr in zip(tables, dests, attrs, strict=True):
+        why = refusal(prov, table, attr)
+        if why is None and catalog.primary_key(local, dest) != catalog.primary_key(prov, table):
+            why = f"its destination {dest} has another primary key"
+        if why:
+            if attr.get("copy_mode") == "chunked":
+                log.warning("Table %s is copied under one snapshot: %s", table, why)
+            return False
     if "chunked" in modes or snapshot_max == 0:
         return True
     row = prov.execute(

@@ -36,7 +36,7 @@ from pgferry.pipeline.copy.destination import (
 )
 from pgferry.pipeline.copy.plan import CopyTask, estimates, plan_tables
 from pgferry.pipeline.copy.task import BlockRange, CopyJob, _copy
-from pgferry.pipeline.keyranges import KeyRange, KeySpec, sample_boundaries
+from pgferry.pipeline.keyranges import KeyRange, KeySpec, row_estimate, sample_boundaries
 from pgferry.pipeline.tables import resolve_table
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ def copy_chunked(
         planned = recorded_chunks(conn, copy_id) if resume else {}
     plans, _ = plan_tables(tasks, sources, dests, 1, binary=same_major)
     specs = [KeySpec.of(s) for s in sources]
+    totals = estimates(tasks, sources)
     if resume and all(t.dest_table in planned for t in tasks):
         log.info("copy %s: resuming chunks", ", ".join(t.dest_table for t in tasks))
     else:
@@ -78,9 +79,12 @@ def copy_chunked(
                 t.dest_table: _split(sample_boundaries(conn, s, spec, chunk_rows))
                 for t, s, spec in zip(tasks, sources, specs, strict=True)
             }
+            for t, s in zip(tasks, sources, strict=True):
+                if totals.get(t.dest_table) is None and not t.copy_condition:
+                    totals[t.dest_table] = row_estimate(conn, s)  # what the sample counted
         _record_plan(dst_connstr, copy_id, planned)
-    if on_totals is not None:
-        on_totals(estimates(tasks, sources))
+    if on_totals is not None and (not resume or any(v is not None for v in totals.values())):
+        on_totals(totals)
     job = CopyJob(src_connstr, dst_connstr, "", copy_id, tuple(plans))
     copied = 0
     with (
