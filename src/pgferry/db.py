@@ -1,7 +1,11 @@
 """The one seam between pgferry and the database driver (psycopg 3).
 
 Every connection goes through :func:`connect`, which turns driver errors into one-line
-:class:`~pgferry.errors.DatabaseError` messages that never contain a password.
+:class:`~pgferry.errors.DatabaseError` messages that never contain a password, and gives it
+:data:`NETWORK_DEFAULTS`: TCP keepalives and a TCP user timeout, so that a peer whose
+network stops answering (packets dropped, not refused) breaks the connection within a
+bounded time instead of leaving a read or a write waiting forever.  The same libpq keywords
+in a connect string win (docs/settings.md, "Network timeouts").
 """
 
 from __future__ import annotations
@@ -17,6 +21,18 @@ from psycopg import conninfo, pq
 from pgferry.errors import DatabaseError
 
 APPLICATION_NAME = "pgferry"
+
+# libpq keywords every connection gets unless its connect string sets them.  A quiet
+# connection sends its first probe after keepalives_idle seconds; a peer that stopped
+# answering is given up tcp_user_timeout ms after the last byte it acknowledged (Linux:
+# this also ends the keepalive probing), i.e. about a minute for a waiting read or write.
+NETWORK_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
 
 # libpq keywords whose values must never reach a log line or the terminal.
 _SECRET_KEYS = ("password", "sslpassword", "sslkey")
@@ -69,6 +85,8 @@ def connect(
         raise DatabaseError(f"invalid connection string: {error_text(exc)}") from None
     params.setdefault("application_name", application_name)
     params.setdefault("connect_timeout", str(connect_timeout))
+    for key, value in NETWORK_DEFAULTS.items():
+        params.setdefault(key, value)
     try:
         return psycopg.connect(conninfo.make_conninfo(**params), autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:

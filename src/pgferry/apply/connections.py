@@ -22,7 +22,7 @@ from pgferry.apply.batch import Replayer
 from pgferry.apply.read import set_text_format
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
-from pgferry.db import connect, error_text
+from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
 from pgferry.node import model
 from pgferry.node.connect import remote_connstr
@@ -95,6 +95,14 @@ class WorkerConnections:
             self.provider_dsn = dsn
             self.replay.use_provider(dsn)
         return self.provider
+
+    def lost_provider(self) -> str | None:
+        """Where the provider's connection pointed when it broke (host:port/db), else None:
+        a stalled network is noticed on it (db.NETWORK_DEFAULTS) and named in the log."""
+        prov = self.provider
+        if prov is not None and prov.broken and self.provider_dsn:
+            return describe(self.provider_dsn)
+        return None
 
     def set_replica_role(self, conn: psycopg.Connection) -> None:
         # Session-wide: local triggers (the deny-write guard, FK checks) stay quiet.

@@ -30,7 +30,7 @@ from pgferry.apply.batch_sql import (
     summary_query,
 )
 from pgferry.apply.routes import Route
-from pgferry.db import connect, error_text
+from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.events import REMOVAL_EVENTS
 from pgferry.queue import api as queue_api
@@ -62,10 +62,17 @@ def copy_options(binary: bool) -> str:
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = "copy (" + query + ") to stdout" + copy_options(binary)
-    with conn.transaction():
-        conn.execute("set transaction read only")  # an operator's copy condition runs here
-        with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
-            yield from copyio.gather(src)
+    try:
+        with conn.transaction():
+            conn.execute("set transaction read only")  # an operator's copy condition runs here
+            with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
+                yield from copyio.gather(src)
+    except psycopg.OperationalError as exc:
+        if not conn.broken:
+            raise
+        # The provider went away mid-read (a stalled network: db.NETWORK_DEFAULTS): say
+        # which one, the applying side only knows its own table.
+        raise DatabaseError(f"provider {describe(conn.info.dsn)}: {error_text(exc)}") from None
 
 
 def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes]:

@@ -143,8 +143,10 @@ class Worker(Service):
         try:
             return self._work()
         except psycopg.Error as exc:
-            # One line for the log and status; the connection is reopened next loop.
-            raise DatabaseError(error_text(exc)) from None
+            # One line for the log and status; the connection is reopened next loop.  A
+            # broken provider connection (a stalled network) is named: the error is not.
+            where, text = self.conns.lost_provider(), error_text(exc)
+            raise DatabaseError(f"provider {where}: {text}" if where else text) from None
 
     # --- one worker per node ------------------------------------------------------------
     def claim(self) -> None:

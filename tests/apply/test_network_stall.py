@@ -1,0 +1,142 @@
+"""A provider whose network stops answering: the worker notices within the bound its
+connect string sets, logs one line naming the provider, and goes on when the path heals,
+with nothing lost or doubled.
+
+The root's cluster runs in a network namespace behind a veth pair
+(:mod:`pgferry.testing.netpath`); the stall sets the namespace's end of the pair down, so
+the kernel drops every packet to it: no reset, no ICMP error, nothing refused, as a dead
+switch or a silent firewall would.  (A userspace proxy that stops forwarding would not do:
+its kernel keeps acknowledging, so TCP keepalives never fire and only the proxy's buffers
+filling would ever stall a write.)
+
+The leaf's ``remote_extra_connstr`` sets the libpq keywords small, as an operator would for
+a tighter bound than :data:`pgferry.db.NETWORK_DEFAULTS`: keepalives after 1 s idle, every
+1 s, and a TCP user timeout of 2 s.  A writer and the ticker keep working on the root the
+whole time (their connections cross the same path and break too), so the stall hits a
+worker in the middle of replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from pgferry.apply.worker import Worker
+from pgferry.config import Config
+from pgferry.testing import netpath
+from pgferry.testing.cascade import Cascade, sql_rows
+from pgferry.testing.load import Load
+from pgferry.testing.scenario import wait_until
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(netpath.available() is not None, reason=str(netpath.available())),
+]
+
+SHORT = "keepalives_idle=1 keepalives_interval=1 keepalives_count=2 tcp_user_timeout=2000"
+# keepalives_idle + tcp_user_timeout, the worker's loop_delay and a margin for a busy machine
+BOUND = 1 + 2 + 0.1 + 4
+
+
+@pytest.fixture
+def path():
+    made = netpath.NetPath().create()
+    cluster = made.cluster()
+    yield made, cluster
+    made.heal()
+    cluster.destroy()
+    made.destroy()
+
+
+def _writes(dsn: str) -> Load:
+    """One row per unit, its id from the root's sequence: a unit repeated after a broken
+    connection is a new row, never the same one twice."""
+
+    def insert(conn, done: int) -> None:
+        conn.execute("insert into public.t (v) values (%s)", (f"w{done}",))
+
+    return Load(f"{dsn} {SHORT} connect_timeout=2", insert, every=0.01, transaction=False)
+
+
+def _ticks(dsn: str, queue: str) -> Load:
+    def tick(conn, _done: int) -> None:
+        conn.execute("select ferry_queue.force_tick(%s)", (queue,))
+        conn.execute("select ferry_queue.ticker(%s)", (queue,))
+
+    return Load(f"{dsn} {SHORT} connect_timeout=2", tick, every=0.2, transaction=False)
+
+
+def test_a_stalled_provider_is_noticed_and_replay_goes_on(path, db_b, tmp_path, caplog) -> None:
+    net, cluster = path
+    root_dsn = cluster.createdb("stallroot")
+    cascade = Cascade("stallq", tmp_path)
+    cascade.node("rootnode", root_dsn, "root", job_name="stallroot")
+    leaf_cfg = cascade.node(
+        "leafnode", db_b, "leaf", "rootnode", job_name="stallleaf", remote_extra_connstr=SHORT
+    )
+    sql_rows(root_dsn, "create table public.t (id bigserial primary key, v text not null)")
+    sql_rows(db_b, "create table public.t (id bigint primary key, v text not null)")
+    cascade.add("rootnode", "public.t")
+    cascade.add("leafnode", "public.t")
+    cascade.workers["leafnode"] = Worker(leaf_cfg)
+    cascade.catch_up("leafnode")
+    cascade.workers.pop("leafnode").shutdown()
+
+    caplog.set_level(logging.INFO)
+    worker = Worker(Config(leaf_cfg.path, leaf_cfg.section, dict(leaf_cfg.values)))
+    loop = threading.Thread(target=worker.run_forever, daemon=True)
+    writer, ticker = _writes(root_dsn), _ticks(root_dsn, cascade.queue)
+    writer.start()
+    ticker.start()
+    loop.start()
+    try:
+        wait_until(lambda: _count(db_b) > 200, 60, "replay before the stall")
+        net.stall()
+        stalled = time.time()
+        notice = _wait_notice(caplog, net.far_addr, 60)
+        noticed = notice.created - stalled  # when the line was logged
+        assert noticed < BOUND, f"noticed after {noticed:.1f}s"
+        assert "\n" not in notice.getMessage() and not notice.exc_info, repr(notice.getMessage())
+        assert loop.is_alive()
+        time.sleep(1)  # the path stays down a moment longer: reconnects fail meanwhile
+        net.heal()
+        healed_at = writer.done
+        wait_until(lambda: writer.done > healed_at + 100, 60, "the writer after the heal")
+        writer.stop()
+        target = cascade.tick()
+        wait_until(
+            lambda: (cascade.last_tick("leafnode") or 0) >= target, 60, "replay after the heal"
+        )
+    finally:
+        writer.stop()
+        ticker.stop()
+        worker.stopping = True
+        loop.join(timeout=60)
+    assert not loop.is_alive(), "the worker did not stop"
+    said = [r.getMessage() for r in caplog.records if r.name == "pgferry.daemon"]
+    assert all("\n" not in line for line in said), said
+    query = "select id, v from public.t order by id"
+    rows = sql_rows(root_dsn, query)
+    assert len(rows) > 300
+    assert sql_rows(db_b, query) == rows
+    print(f"stall noticed after {noticed:.2f}s: {notice.getMessage()}")
+
+
+def _count(dsn: str) -> int:
+    return sql_rows(dsn, "select count(*) from public.t")[0][0]
+
+
+def _wait_notice(caplog, host: str, timeout: float) -> logging.LogRecord:
+    found: list[logging.LogRecord] = []
+
+    def seen() -> bool:
+        found[:] = [
+            r for r in caplog.records if r.levelno >= logging.ERROR and host in r.getMessage()
+        ]
+        return bool(found)
+
+    wait_until(seen, timeout, f"an error naming {host}")
+    return found[0]
