@@ -92,12 +92,17 @@ class Prepared:
 
 
 def prepare(
-    src_connstr: str, dst_connstr: str, tasks: list[CompareTask], src_snapshot: str
+    src_connstr: str,
+    dst_connstr: str,
+    tasks: list[CompareTask],
+    src_snapshot: str,
+    sample: bool = True,
 ) -> Prepared:
-    """Resolve both sides, check keys, sample key boundaries on the source snapshot."""
+    """Resolve both sides, check keys, sample key boundaries on the source snapshot (not
+    with ``sample`` false: a caller that reads given ranges needs no boundaries)."""
     with connect(dst_connstr, autocommit=True) as dst_conn:
         dests = [resolve_table(dst_conn, t.dest_table, describe(dst_connstr)) for t in tasks]
-        return _prepare(src_connstr, dst_conn, tasks, src_snapshot, dests)
+        return _prepare(src_connstr, dst_conn, tasks, src_snapshot, dests, sample)
 
 
 def _prepare(
@@ -106,6 +111,7 @@ def _prepare(
     tasks: list[CompareTask],
     src_snapshot: str,
     dests: list[TableInfo],
+    sample: bool,
 ) -> Prepared:
     conn = open_in_snapshot(src_connstr, src_snapshot)
     try:
@@ -128,7 +134,7 @@ def _prepare(
                 )
             )
             # Without a key the table is one bucket: its row count and hash sum.
-            boundaries.append(sample_boundaries(conn, src, key) if key.names else [])
+            boundaries.append(sample_boundaries(conn, src, key) if key.names and sample else [])
     except psycopg.Error as exc:
         raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
     finally:

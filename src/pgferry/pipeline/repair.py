@@ -152,7 +152,9 @@ def find_differences(
         maybe_snapshot(src_connstr, src_snapshot) as src_snap,
         maybe_snapshot(dst_connstr, dst_snapshot) as dst_snap,
     ):
-        prepared = prepare(src_connstr, dst_connstr, tasks, src_snap)
+        # Key boundaries only for tables read whole: compare's ranges need none.
+        whole_read = ranges is None or any(t.dest_table not in ranges for t in tasks)
+        prepared = prepare(src_connstr, dst_connstr, tasks, src_snap, sample=whole_read)
         for task, plan in zip(tasks, prepared.plans, strict=True):
             if not plan.key.names:
                 raise PgferryError(
