@@ -69,21 +69,29 @@ def _ticks(dsn: str, queue: str) -> Load:
     return Load(f"{dsn} {SHORT} connect_timeout=2", tick, every=0.2, transaction=False)
 
 
-def test_a_stalled_provider_is_noticed_and_replay_goes_on(path, db_b, tmp_path, caplog) -> None:
-    net, cluster = path
+def _pair(cluster, db_b: str, tmp_path, **leaf: str) -> tuple[Cascade, str, Config]:
+    """A root in the namespace, a leaf on cluster B whose provider connections have the
+    short timeouts; the leaf's table ``public.t`` copied (empty) and replayed."""
     root_dsn = cluster.createdb("stallroot")
     cascade = Cascade("stallq", tmp_path)
     cascade.node("rootnode", root_dsn, "root", job_name="stallroot")
     leaf_cfg = cascade.node(
-        "leafnode", db_b, "leaf", "rootnode", job_name="stallleaf", remote_extra_connstr=SHORT
-    )
-    sql_rows(root_dsn, "create table public.t (id bigserial primary key, v text not null)")
-    sql_rows(db_b, "create table public.t (id bigint primary key, v text not null)")
+        "leafnode", db_b, "leaf", "rootnode", job_name="stallleaf",
+        remote_extra_connstr=f"{SHORT} connect_timeout=2", **leaf,
+    )  # fmt: skip
+    for dsn in (root_dsn, db_b):
+        sql_rows(dsn, "create table public.t (id bigserial primary key, v text not null)")
     cascade.add("rootnode", "public.t")
     cascade.add("leafnode", "public.t")
     cascade.workers["leafnode"] = Worker(leaf_cfg)
     cascade.catch_up("leafnode")
     cascade.workers.pop("leafnode").shutdown()
+    return cascade, root_dsn, leaf_cfg
+
+
+def test_a_stalled_provider_is_noticed_and_replay_goes_on(path, db_b, tmp_path, caplog) -> None:
+    net, cluster = path
+    cascade, root_dsn, leaf_cfg = _pair(cluster, db_b, tmp_path)
 
     caplog.set_level(logging.INFO)
     worker = Worker(Config(leaf_cfg.path, leaf_cfg.section, dict(leaf_cfg.values)))
@@ -140,3 +148,54 @@ def _wait_notice(caplog, host: str, timeout: float) -> logging.LogRecord:
 
     wait_until(seen, timeout, f"an error naming {host}")
     return found[0]
+
+
+def test_a_stall_mid_copy_resumes_the_chunks(path, db_b, tmp_path, caplog) -> None:
+    """A chunked copy whose source stalls between or inside chunks fails within the bound
+    naming the source, is tried again, and after the heal goes on with the chunks not
+    done: the table ends equal to the source's."""
+    net, cluster = path
+    cascade, root_dsn, leaf_cfg = _pair(cluster, db_b, tmp_path, copy_chunk_rows="5000")
+    rows = 200_000
+    sql_rows(root_dsn, "create table public.c (id bigint primary key, v text not null)")
+    sql_rows(
+        root_dsn, f"insert into public.c select i, md5(i::text) from generate_series(1, {rows}) i"
+    )
+    sql_rows(root_dsn, "analyze public.c")
+    sql_rows(db_b, "create table public.c (id bigint primary key, v text not null)")
+    cascade.add("rootnode", "public.c")
+
+    caplog.set_level(logging.INFO)
+    worker = Worker(Config(leaf_cfg.path, leaf_cfg.section, dict(leaf_cfg.values)))
+    loop = threading.Thread(target=worker.run_forever, daemon=True)
+    ticker = _ticks(root_dsn, cascade.queue)
+    ticker.start()
+    loop.start()
+    try:
+        cascade.add("leafnode", "public.c", copy_mode="chunked")
+        done = "select count(*) from ferry_copy.range_done where dest_table <> 'public.t'"
+        deadline = time.monotonic() + 60
+        while sql_rows(db_b, done)[0][0] < 2:  # a few chunks in: stall now
+            assert time.monotonic() < deadline, "the chunked copy did not start"
+            time.sleep(0.02)
+        net.stall()
+        stalled = time.time()
+        chunks_then = sql_rows(db_b, done)[0][0]
+        notice = _wait_notice(caplog, net.far_addr, 60)
+        noticed = notice.created - stalled
+        assert noticed < BOUND, f"noticed after {noticed:.1f}s"
+        assert "\n" not in notice.getMessage() and not notice.exc_info
+        time.sleep(1)
+        net.heal()
+        cascade.wait_for(lambda: cascade.pending("leafnode") == 0, 60, "the copy after the heal")
+    finally:
+        ticker.stop()
+        worker.stopping = True
+        loop.join(timeout=60)
+    assert not loop.is_alive(), "the worker did not stop"
+    query = "select id, v from public.c order by id"
+    assert sql_rows(db_b, query) == sql_rows(root_dsn, query)
+    assert chunks_then < rows // 5000, "the copy was over before the stall"
+    said = [r.getMessage() for r in caplog.records]
+    assert any("resuming chunks" in line for line in said), "the copy started again from zero"
+    print(f"copy stall noticed after {noticed:.2f}s: {notice.getMessage()}")

@@ -122,7 +122,11 @@ def _copy_chunk(
         with src.transaction():  # the only source transaction the chunk holds
             return _copy(job, plan, BlockRange(plan_no, chunk_no, None, None), src, dst, where)
     except psycopg.Error as exc:
-        raise DatabaseError(f"copy {plan.dest_key} chunk {chunk_no}: {error_text(exc)}") from None
+        # A source gone silent (db.NETWORK_DEFAULTS broke the connection) is named.
+        lost = f"source {describe(job.src_connstr)}: " if src.broken else ""
+        raise DatabaseError(
+            f"copy {plan.dest_key} chunk {chunk_no}: {lost}{error_text(exc)}"
+        ) from None
 
 
 def _split(boundaries: list[tuple[str, ...]]) -> list[KeyRange]:
