@@ -124,6 +124,20 @@ def test_rename_follows_in_registry_everywhere(three: Cascade) -> None:
     assert c.sql("part", q.format("part.t1", "true")) == c.sql(
         "root", q.format("app.t_new", "id < 100")
     )
+    # Another schema (which CREATE SCHEMA does not bring: made on the full leaf by hand).
+    for node in ("root", "full"):
+        c.sql(node, "create schema app2")
+    c.sql("root", "alter table app.t_new set schema app2")
+    c.sql("root", "insert into app2.t_new values (302, 'moved'), (34, 'moved')")
+    c.catch_up("full", "part")
+    assert ("app2.t_new", None) in c.sql("full", reg, (c.queue,))
+    assert c.sql("part", reg, (c.queue,)) == [("app2.t_new", "part.t1")]
+    assert c.sql("full", q.format("app2.t_new", "true")) == c.sql(
+        "root", q.format("app2.t_new", "true")
+    )
+    assert c.sql("part", q.format("part.t1", "true")) == c.sql(
+        "root", q.format("app2.t_new", "id < 100")
+    )
 
 
 def test_refused_on_root_with_one_line(three: Cascade) -> None:

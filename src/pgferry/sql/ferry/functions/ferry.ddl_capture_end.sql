@@ -28,6 +28,7 @@ declare
     v_tables text;
     v_done   text[] := '{}';
     v_relid  oid;
+    v_schema text;
 begin
     for r in
         select distinct c.command_tag,
@@ -56,10 +57,13 @@ begin
                 v_outer, r.command_tag,
                 array[(parse_ident(q.table_name))[2], (parse_ident(v_now))[2]],
                 q.table_name);
-            if (parse_ident(v_now))[1] <> 'public'
-               and v_stmt !~* ('(^|[^[:alnum:]_$])"?' || regexp_replace((parse_ident(v_now))[1], '([^[:alnum:]_ ])', '\\\1', 'g') || '"?\s*\.') then
+            -- The schema the statement found the table in (before a SET SCHEMA) must be
+            -- written in it, but for public.
+            v_schema := (parse_ident(q.table_name))[1];
+            if v_schema <> 'public'
+               and v_stmt !~* ('(^|[^[:alnum:]_$])"?' || regexp_replace(v_schema, '([^[:alnum:]_ ])', '\\\1', 'g') || '"?\s*\.') then
                 raise exception 'pgferry: name table % with its schema in DDL on replicated tables (subscribers read unqualified names as public)',
-                    v_now;
+                    q.table_name;
             end if;
             -- One event per statement and queue, however many tables it touched.
             if not (q.queue_name || E'\n' || v_stmt) = any(v_done) then
