@@ -5,7 +5,7 @@ Every connection goes through :func:`connect`, which turns driver errors into on
 :data:`NETWORK_DEFAULTS`: TCP keepalives and a TCP user timeout, so that a peer whose
 network stops answering (packets dropped, not refused) breaks the connection within a
 bounded time instead of leaving a read or a write waiting forever.  The same libpq keywords
-in a connect string win (docs/settings.md, "Network timeouts").
+in a connect string win (docs/nodes.md, "A network that stops answering").
 """
 
 from __future__ import annotations
