@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+from pgferry.apply.readers import ReaderPool
 from pgferry.db import NETWORK_DEFAULTS, connect
 
 
@@ -39,3 +40,17 @@ def test_the_connect_string_wins(db_a: str) -> None:
         got = _tcp(conn)
     assert (got["idle"], got["interval"], got["user_timeout"]) == (7, 2, 5000)
     assert got["count"] == int(NETWORK_DEFAULTS["keepalives_count"])
+
+
+def test_replay_readers_have_them_too(db_a: str) -> None:
+    """The reader threads' pool opens its connections itself, with the same defaults."""
+    pool = ReaderPool(f"{db_a} tcp_user_timeout=4000", 1)
+    try:
+        assert pool._conns is not None
+        with pool._conns.connection() as conn:
+            got = _tcp(conn)
+    finally:
+        pool.close()
+    assert got["idle"] == int(NETWORK_DEFAULTS["keepalives_idle"])
+    assert got["user_timeout"] == 4000
+    assert got["keepalive"] == 1

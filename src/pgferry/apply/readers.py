@@ -32,7 +32,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.read import APPLICATION_NAME, ReplayError, read_chunks, set_text_format
-from pgferry.db import connect, describe, error_text
+from pgferry.db import NETWORK_DEFAULTS, connect, describe, error_text
 from pgferry.errors import DatabaseError
 
 # Chunks a reader may hold before it waits for the apply (bounds memory per table).
@@ -113,6 +113,8 @@ def _reader_conninfo(dsn: str) -> str:
     params = conninfo.conninfo_to_dict(dsn)
     params.setdefault("application_name", APPLICATION_NAME)
     params.setdefault("connect_timeout", "10")
+    for key, value in NETWORK_DEFAULTS.items():
+        params.setdefault(key, value)
     return conninfo.make_conninfo(**params)
 
 
