@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pgferry.testing.cascade import Cascade
+from tests.fixtures.fix_cascade import TABLE_ID
 
 ROOT_SCHEMA = """
 create schema app;
@@ -214,3 +216,20 @@ def test_branch_and_leaf_below_and_a_capture_with_options(make_cascade, new_db_a
         assert _columns(c, node, "public.t") == ["id", "v", "secret", "n"]
         assert c.sql(node, q) == c.sql("root", q)
         assert c.sql(node, "select count(*) from public.t where secret is not null") == [(0,)]
+
+
+@pytest.mark.slow
+def test_a_mixed_case_unicode_name_through_the_tree(tree) -> None:
+    """The tree's table ``public."Tbl é"``: a DO block and a plain statement reach the
+    branch, the leaf below it and the root's other leaf, with workers looping."""
+    tree.start("branch", "leaf", "leaf2")
+    tree.start_ticker()
+    assert tree.cli("root", "capture-ddl", "on").code == 0
+    tree.write("root", "insert into {t} values (1, 'a')")
+    tree.write("root", 'do $$ begin alter table public."Tbl é" add column "Ünï" int; end $$')
+    tree.write("root", "insert into {t} values (2, 'b', 20)")
+    tree.write("root", "comment on column {t}.\"Ünï\" is 'é'")
+    tree.catch_up("branch", "leaf", "leaf2")
+    query = sql.SQL('select id, v, "Ünï" from {} order by id').format(TABLE_ID)
+    for node in ("branch", "leaf", "leaf2"):
+        assert tree.sql(node, query) == [(1, "a", None), (2, "b", 20)]
