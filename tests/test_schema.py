@@ -256,14 +256,16 @@ def test_copy_installs_alone_and_once(db_a: str) -> None:
         first = schema.install(conn, ("copy",))
         again = schema.install(conn, ("copy",))
         versions = schema.installed_versions(conn)
-    assert first == ["copy/tables/001_copy.sql"]
+    assert first == ["copy/tables/001_copy.sql", "copy/tables/110_chunks.sql"]
     assert again == []
-    assert versions == {"copy": 1}
+    assert versions == {"copy": 110}
     assert pgferry_schemas(db_a) == {"ferry_copy"}
     tables = {
         line.split()[1] for line in catalog(db_a, "ferry_copy") if line.startswith("relation ")
     }
     assert tables == {
+        "chunk",
+        "chunk_pkey",
         "range_done",
         "range_done_pkey",
         "saved_index",
@@ -276,7 +278,10 @@ def test_copy_installs_alone_and_once(db_a: str) -> None:
 def test_copy_and_node_components_share_a_database(db_a: str) -> None:
     with connect(db_a) as conn:
         schema.install(conn, ("ferry",))
-        assert schema.install(conn, ("copy",)) == ["copy/tables/001_copy.sql"]
+        assert schema.install(conn, ("copy",)) == [
+            "copy/tables/001_copy.sql",
+            "copy/tables/110_chunks.sql",
+        ]
         assert schema.install(conn, ("ferry", "copy")) == []
         versions = schema.installed_versions(conn)
     expected = {name: schema.latest_version(name) for name in ("queue", "node", "ferry", "copy")}
@@ -296,8 +301,11 @@ def test_unversioned_copy_bookkeeping_upgrades(new_db_a: Callable[[str | None], 
         )
     with connect(old) as conn:
         assert schema.installed_versions(conn) == {}
-        assert schema.install(conn, ("copy",)) == ["copy/tables/001_copy.sql"]
-        assert schema.installed_versions(conn) == {"copy": 1}
+        assert schema.install(conn, ("copy",)) == [
+            "copy/tables/001_copy.sql",
+            "copy/tables/110_chunks.sql",
+        ]
+        assert schema.installed_versions(conn) == {"copy": 110}
         assert schema.install(conn, ("copy",)) == []
         kept = conn.execute(
             "select (select count(*) from ferry_copy.range_done),"
