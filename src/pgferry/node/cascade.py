@@ -303,6 +303,8 @@ def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:
         capture.detach(conn, queue, fq)
     entries.forget_queue(conn, queue)
     conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
+    # capture-ddl's switch goes with the node (the database's event triggers stay, idle).
+    conn.execute("delete from ferry.ddl_capture where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_location where queue_name = %s", (queue,))
     if queue_api.queue_exists(conn, queue):
