@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pgferry.handlers.upsert import PLAIN_INSERT_ROWS
+
 SCHEMA = """
 create schema if not exists "Typed Ü";
 create type "Typed Ü"."Mood" as enum ('sad', 'ok', 'happy');
@@ -55,7 +57,9 @@ def test_user_types_and_tables_read_ahead(make_pair, read_ahead_events) -> None:
     assert pair.leaf('select count(*) from "Typed Ü".log') == [(3000,)]
 
 
-def test_plain_insert_falls_back_to_upsert_on_drift(pair) -> None:
+@pytest.mark.parametrize("rows", [5, PLAIN_INSERT_ROWS + 500])
+def test_plain_insert_falls_back_to_upsert_on_drift(pair, rows: int) -> None:
+    # A few rows are upserted at once; many get the plain insert, and its fallback here.
     pair.root(SCHEMA)
     pair.leaf(SCHEMA)
     pair.add_tables(*TABLES)
@@ -65,7 +69,10 @@ def test_plain_insert_falls_back_to_upsert_on_drift(pair) -> None:
         "set session_replication_role = replica;"
         """ insert into "Typed Ü".log values (2, 0, 'drift')"""
     )
-    pair.root("""insert into "Typed Ü".log select g, g, 'root' from generate_series(1, 5) g""")
+    pair.root(
+        """insert into "Typed Ü".log select g, g, 'root' from generate_series(1, %s) g""",
+        (rows,),
+    )
     pair.catch_up(worker)
     _same(pair)
     assert pair.leaf("""select msg from "Typed Ü".log where id = 2""") == [("root",)]

@@ -17,9 +17,11 @@ there.  So flow is one way: read, plan, then read the parts while applying them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from pgferry import copyio
 from pgferry.apply.batch_sql import (
@@ -59,14 +61,34 @@ def copy_options(binary: bool) -> str:
     return " (format binary)" if binary else ""
 
 
+@contextmanager
+def read_only(conn: psycopg.Connection) -> Iterator[None]:
+    """A read-only transaction on ``conn`` (an operator's copy condition runs there).
+
+    On an idle connection it opens with ``BEGIN READ ONLY``: one round trip, where BEGIN
+    and SET TRANSACTION are two (a small batch makes one such read per table).  Inside a
+    transaction: a savepoint made read-only, as before.
+    """
+    if conn.info.transaction_status != TransactionStatus.IDLE or conn.read_only is not None:
+        with conn.transaction():
+            conn.execute("set transaction read only")
+            yield
+        return
+    conn.read_only = True
+    try:
+        with conn.transaction():
+            yield
+    finally:
+        if conn.info.transaction_status == TransactionStatus.IDLE:
+            conn.read_only = None  # for that BEGIN only: the connection is as it was
+
+
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = "copy (" + query + ") to stdout" + copy_options(binary)
     try:
-        with conn.transaction():
-            conn.execute("set transaction read only")  # an operator's copy condition runs here
-            with conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
-                yield from copyio.gather(src)
+        with read_only(conn), conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
+            yield from copyio.gather(src)
     except psycopg.OperationalError as exc:
         if not conn.broken:
             raise
@@ -113,8 +135,7 @@ def summarize(
     else:
         query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
     try:
-        with provider.transaction():
-            provider.execute("set transaction read only")  # copy conditions run here
+        with read_only(provider):  # copy conditions run here
             # Few groups, many rows: hashing beats the sort that the planner's row
             # estimate for a batch (a handful) would choose, and spills to disk.
             provider.execute("set local enable_sort = off")
