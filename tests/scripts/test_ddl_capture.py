@@ -151,6 +151,9 @@ def test_refused_on_root_with_one_line(three: Cascade) -> None:
         # An SQL-language function does not show its statements.
         "create function public.f() returns void language sql as"
         " $$ alter table app.t add column a int $$; select public.f()": "inside SQL function",
+        # A volatile default fills existing rows differently on every node.
+        "alter table app.t add column r float default random()": "values of its own",
+        "alter table app.t add column s serial": "values of its own",
         # Unqualified names are read as public by subscribers.
         "set search_path = app, public; alter table t add column a int": "with its schema",
     }
@@ -162,12 +165,15 @@ def test_refused_on_root_with_one_line(three: Cascade) -> None:
             conn.execute(query)
         assert words in str(failure.value), str(failure.value)
     assert _columns(c, "root", "app.t") == ["id", "v"], "nothing of a refused query stays"
+    # Set on an existing column, a volatile default fills nothing: captured.
+    c.sql("root", "alter table app.t add column u uuid")
+    c.sql("root", "alter table app.t alter column u set default gen_random_uuid()")
     # Two different tables in one query each find their statement.
     c.sql("root", "alter table app.t add column a int; alter table app.other add column b int")
     c.catch_up("full", "part")
-    assert _columns(c, "full", "app.t") == ["id", "v", "a"]
+    assert _columns(c, "full", "app.t") == ["id", "v", "u", "a"]
     assert _columns(c, "full", "app.other") == ["id", "w", "b"]
-    assert _columns(c, "part", "part.t1") == ["id", "v", "a"]
+    assert _columns(c, "part", "part.t1") == ["id", "v", "u", "a"]
 
 
 def test_off_and_on_and_bad_input(three: Cascade) -> None:

@@ -29,6 +29,7 @@ declare
     v_done   text[] := '{}';
     v_relid  oid;
     v_schema text;
+    v_fill   text;
 begin
     for r in
         select distinct c.command_tag,
@@ -64,6 +65,13 @@ begin
                and v_stmt !~* ('(^|[^[:alnum:]_$])"?' || regexp_replace(v_schema, '([^[:alnum:]_ ])', '\\\1', 'g') || '"?\s*\.') then
                 raise exception 'pgferry: name table % with its schema in DDL on replicated tables (subscribers read unqualified names as public)',
                     q.table_name;
+            end if;
+            if r.command_tag = 'ALTER TABLE' then
+                v_fill := ferry.ddl_volatile_fill(r.relid, v_stmt);
+                if v_fill is not null then
+                    raise exception 'pgferry: column % of replicated table % would get values of its own on every node (a volatile default fills the rows there is); add it without the default, fill it with an UPDATE, then set the default',
+                        v_fill, q.table_name;
+                end if;
             end if;
             -- One event per statement and queue, however many tables it touched.
             if not (q.queue_name || E'\n' || v_stmt) = any(v_done) then
