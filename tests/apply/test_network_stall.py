@@ -31,10 +31,8 @@ from pgferry.testing.cascade import Cascade, sql_rows
 from pgferry.testing.load import Load
 from pgferry.testing.scenario import wait_until
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(netpath.available() is not None, reason=str(netpath.available())),
-]
+_CANNOT = netpath.available()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_CANNOT is not None, reason=str(_CANNOT))]
 
 SHORT = "keepalives_idle=1 keepalives_interval=1 keepalives_count=2 tcp_user_timeout=2000"
 # keepalives_idle + tcp_user_timeout, the worker's loop_delay and a margin for a busy machine
@@ -44,7 +42,11 @@ BOUND = 1 + 2 + 0.1 + 4
 @pytest.fixture
 def path():
     made = netpath.NetPath().create()
-    cluster = made.cluster()
+    try:
+        cluster = made.cluster()
+    except BaseException:
+        made.destroy()
+        raise
     yield made, cluster
     made.heal()
     cluster.destroy()

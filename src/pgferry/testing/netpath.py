@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ def available() -> str | None:
     """Why a :class:`NetPath` cannot be made here (None when it can)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "no ip command (iproute2)"
     probe = f"pgfprobe{os.getpid()}"
     made = _ip("netns", "add", probe)
     if made.returncode != 0:
