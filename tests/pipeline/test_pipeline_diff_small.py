@@ -143,8 +143,7 @@ def test_whole_table_repair_in_local_mode_reads_on_the_driver(
     per query, the same fix as Spark's join."""
     src, dst = both
     _tables(src, dst)
-    monkeypatch.setattr(keyranges, "BUCKET_ROWS", 50)
-    monkeypatch.setattr(repair, "READ_GROUP_BUCKETS", 10)  # ~6 ranges of ~500 rows
+    monkeypatch.setattr(repair, "READ_GROUP_BUCKETS", 1)  # 6 ranges of ~500 rows
     monkeypatch.setattr(compare, "LOCAL_PAGES", 0)  # as if large
     monkeypatch.setattr(repair_local, "LOCAL_ROWS", -1)
     queries: list[int] = []  # ranges per query, both sides
