@@ -4,7 +4,6 @@ added to the Delta / Iceberg table, a dropped one stays there, NULL in later row
 from __future__ import annotations
 
 import pytest
-from conftest import sorted_rows
 
 from pgferry.cli.main import main
 
@@ -20,7 +19,7 @@ def _lake_rows(fmt: str, lake_dir) -> list[tuple]:
 
         rows = iceberg.catalog(str(lake_dir)).load_table(("public", "t")).scan().to_arrow()
         rows = rows.to_pylist()
-    return sorted_rows(tuple(r.values()) for r in rows)
+    return sorted((tuple(r.values()) for r in rows), key=repr)
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
