@@ -200,6 +200,7 @@ class Replayer:
             use_spark, read_ahead,
         )  # fmt: skip
         with local.transaction():
+            self.stages.new_transaction()
             # The provider forgets the batch once it is finished: the transaction that
             # records it must be on disk first, whatever the server's default.
             local.execute("set local synchronous_commit = on")

@@ -76,27 +76,41 @@ class StageTables:
     A stage has the destination's column types (created from it), so COPY parses each
     value once.  The cache belongs to one connection: :meth:`reset` when it changes or when
     a destination's shape may have changed (a replayed script).
+
+    Stages are ``ON COMMIT DELETE ROWS``: the commit empties them in place, without a
+    TRUNCATE statement (a round trip, a new file and a catalog write per table and batch).
+    A stage loaded again in the same transaction (a later segment or part) is emptied
+    first; :meth:`new_transaction` says when one begins.
     """
 
     def __init__(self) -> None:
         self._conn_id: int | None = None
         self._names: dict[tuple[str, tuple[str, ...], tuple[str, ...]], sql.Identifier] = {}
+        self._loaded: set[tuple] = set()  # keys of the stages loaded in this transaction
 
     def reset(self) -> None:
         self._names.clear()
+        self._loaded.clear()
+
+    def new_transaction(self) -> None:
+        """The applying transaction begins: every stage is empty (emptied at commit, or
+        rolled back together with its rows)."""
+        self._loaded.clear()
 
     def get(
         self, conn: psycopg.Connection, route: Route, columns: tuple[str, ...], *, events=False
     ) -> sql.Composable:
         if self._conn_id != id(conn):
-            self._conn_id, self._names = id(conn), {}
+            self._conn_id, self._names, self._loaded = id(conn), {}, set()
         key = ("", (), ()) if events else (route.dest_fq, columns, route.types)
         name = self._names.get(key)
+        if name is not None and key in self._loaded:
+            conn.execute(sql.SQL("truncate pg_temp.{}").format(name))
         if name is None:
             name = sql.Identifier(f"ferry_stage_{len(self._names) + 1}")
             conn.execute(sql.SQL("drop table if exists pg_temp.{}").format(name))
             if events:
-                create = sql.SQL("create temp table {name} ({cols})").format(
+                create = sql.SQL("create temp table {name} ({cols}) on commit delete rows").format(
                     name=name,
                     cols=sql.SQL(", ").join(
                         sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
@@ -105,8 +119,8 @@ class StageTables:
                 )
             else:
                 create = sql.SQL(
-                    "create temp table {name} as select ''::\"char\" as op, {cols}"
-                    " from {dest} with no data"
+                    "create temp table {name} on commit delete rows"
+                    " as select ''::\"char\" as op, {cols} from {dest} with no data"
                 ).format(
                     name=name,
                     cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
@@ -114,6 +128,7 @@ class StageTables:
                 )
             conn.execute(create)
             self._names[key] = name
+        self._loaded.add(key)
         return sql.SQL("pg_temp.{}").format(name)
 
 
@@ -189,7 +204,6 @@ def _apply_rows(
         )
         stats.upserts, stats.deletes = done.upserts, done.deletes
         stats.recreated, stats.missing_deletes = done.recreated, done.missing_deletes
-    conn.execute(sql.SQL("truncate {}").format(stage))
     if log.isEnabledFor(logging.DEBUG):
         # Where a batch's time goes, per table part: waiting for the provider's read (its
         # decode and collapse), loading the stage (COPY, while the read streams) and the
