@@ -95,11 +95,14 @@ def test_stopped_mid_chunks_resumes_with_the_rest(make_pair, monkeypatch) -> Non
     second: list[int] = []
     crash = threading.Event()
 
+    lock = threading.Lock()  # the copy's two streams call it at once
+
     def failing(job, plan_no, chunk_no, where, src, dst):
-        if len(first) == 4:
-            crash.set()
-            raise RuntimeError("worker killed")
-        first.append(chunk_no)
+        with lock:
+            if len(first) == 4:
+                crash.set()
+                raise RuntimeError("worker killed")
+            first.append(chunk_no)
         return real(job, plan_no, chunk_no, where, src, dst)
 
     monkeypatch.setattr(chunked, "_copy_chunk", failing)
@@ -108,14 +111,19 @@ def test_stopped_mid_chunks_resumes_with_the_rest(make_pair, monkeypatch) -> Non
     try:
         pair.add_tables("public.t")
         worker = pair.worker()
-        pair.cascade.wait_for(lambda: worker.work() is not None and crash.is_set(), 30, "crash")
+        done_sql = "select count(*) from ferry_copy.range_done"
+
+        def stopped() -> bool:  # the failed chunk, and the one beside it finished
+            worker.work()
+            return crash.is_set() and pair.leaf(done_sql)[0][0] == 4
+
+        pair.cascade.wait_for(stopped, 60, "the copy to stop mid-chunks")
         assert pair.leaf("select merge_state from ferry.table_info") == [("in-copy",)]
-        done = pair.leaf("select count(*) from ferry_copy.range_done")[0][0]
         planned = pair.leaf("select count(*) from ferry_copy.chunk")[0][0]
-        assert done == 4 and planned >= 8
+        assert planned >= 8
 
         def recording(job, plan_no, chunk_no, where, src, dst):
-            second.append(chunk_no)
+            second.append(chunk_no)  # list.append: safe from both streams
             return real(job, plan_no, chunk_no, where, src, dst)
 
         monkeypatch.setattr(chunked, "_copy_chunk", recording)
@@ -238,6 +246,6 @@ def test_no_long_transaction_on_the_provider(make_pair, monkeypatch) -> None:
     assert max(seen) < 1.0, seen  # a chunk's time, not the copy's
     assert dead == [0]  # the horizon moved on past the delete while the copy ran
     assert len(shown) == 1 and re.fullmatch(
-        r"500/3,000 rows \(17%, ETA \S+\), chunk 5/30, [\d,]+ rows/s", shown[0]
+        r"[\d,]+/3,000 rows \(\d+%, ETA \S+\), chunk \d+/30, [\d,]+ rows/s", shown[0]
     ), shown
     _same(pair)

@@ -276,6 +276,8 @@ class CopyRun:
             resumed = None  # its consumer is gone: the events since its tick may be too
         if resumed is not None:
             copy_id, consumer, start_tick = resumed
+            with local.transaction():
+                copystate.set_copy_error(local, self.queue, names, None)  # running again
             log.info("Resuming the chunked copy of %s", ", ".join(names))
         else:
             # The tick before the first chunk: every event after it is replayed.
@@ -297,6 +299,7 @@ class CopyRun:
             copy_id=copy_id,
             chunk_rows=self.chunk_rows,
             resume=resumed is not None,
+            parallel=self.group.max_parallel or 2,
             on_totals=lambda totals: _record_totals(self.local_dsn, self.queue, totals),
             cancelled=self.cancelled,
         )

@@ -9,11 +9,12 @@ and each chunk is one ``COPY (select ... where key in range) TO STDOUT`` in a so
 transaction of its own, streamed into the destination in a transaction that also records
 it in ``ferry_copy.range_done``.  The rows read are therefore of many points in time; the
 caller makes them consistent by replaying every event after a tick taken before the first
-chunk (``docs/replication.md``, "Chunked copy").
+chunk (``docs/replication.md``, "Chunked copy").  ``parallel`` streams (threads of the
+driver with a connection pair each) take the chunks in order.
 
 Resume: with ``resume`` and a plan recorded for ``copy_id``, the destination is not emptied
 and only the chunks ``range_done`` lacks are copied, with the recorded boundaries.  Runs on
-the driver, one chunk after another: the two servers do the work, no Spark is needed.
+the driver: the two servers do the work, no Spark is needed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import sql
@@ -42,6 +44,7 @@ from pgferry.pipeline.tables import resolve_table
 log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 100_000
+STREAMS = 2  # chunks copied at once (--max-parallel-copy sets it)
 
 
 def copy_chunked(
@@ -52,6 +55,7 @@ def copy_chunked(
     copy_id: str,
     chunk_rows: int = CHUNK_ROWS,
     resume: bool = False,
+    parallel: int = STREAMS,
     on_totals: Callable[[dict[str, int | None]], None] | None = None,
     cancelled: threading.Event | None = None,
 ) -> dict[str, int]:
@@ -86,26 +90,57 @@ def copy_chunked(
     if on_totals is not None and (not resume or any(v is not None for v in totals.values())):
         on_totals(totals)
     job = CopyJob(src_connstr, dst_connstr, "", copy_id, tuple(plans))
-    copied = 0
-    with (
-        connect(src_connstr, autocommit=True, application_name="pgferry-copy") as src,
-        connect(dst_connstr) as dst,
-    ):
-        done = _done_chunks(dst, copy_id)
-        dst.commit()
-        for plan_no, (plan, spec) in enumerate(zip(plans, specs, strict=True)):
-            for chunk_no, rng in enumerate(planned[plan.dest_key]):
-                if (plan.dest_key, chunk_no) in done:
-                    continue
-                if cancelled is not None and cancelled.is_set():
-                    raise PgferryError("copy cancelled")
-                copied += _copy_chunk(job, plan_no, chunk_no, spec.predicate(rng), src, dst)
+    with connect(dst_connstr, autocommit=True) as conn:
+        done = _done_chunks(conn, copy_id)
+    todo = [
+        (plan_no, chunk_no, spec.predicate(rng))
+        for plan_no, (plan, spec) in enumerate(zip(plans, specs, strict=True))
+        for chunk_no, rng in enumerate(planned[plan.dest_key])
+        if (plan.dest_key, chunk_no) not in done
+    ]
+    # A few streams at once, each taking the next chunk: still one short source
+    # transaction per chunk and stream.
+    streams = max(1, min(len(todo), parallel))
+    failed = threading.Event()  # one stream failed: the others stop after their chunk
+
+    def stream(_: int) -> int:
+        try:
+            return _stream(job, todo, cancelled, failed)
+        except BaseException:
+            failed.set()
+            raise
+
+    with ThreadPoolExecutor(streams, thread_name_prefix="pgferry-chunk") as pool:
+        copied = sum(pool.map(stream, range(streams)))
     rows = done_rows(dst_connstr, copy_id)
     finish_destination(dst_connstr, dests, copy_id)
     log.info("copy %s: %d rows in chunks (%d now), %.1fs",
              ", ".join(t.dest_table for t in tasks), sum(rows.values()), copied,
              time.monotonic() - started)  # fmt: skip
     return {t.dest_table: rows.get(t.dest_table, 0) for t in tasks}
+
+
+def _stream(
+    job: CopyJob,
+    todo: list[tuple[int, int, sql.Composable]],
+    cancelled: threading.Event | None,
+    failed: threading.Event,
+) -> int:
+    """Copy chunks taken off ``todo`` until none is left (or another stream failed)."""
+    copied = 0
+    with (
+        connect(job.src_connstr, autocommit=True, application_name="pgferry-copy") as src,
+        connect(job.dst_connstr) as dst,
+    ):
+        while not failed.is_set():
+            try:
+                plan_no, chunk_no, where = todo.pop(0)  # atomic under the GIL
+            except IndexError:
+                return copied
+            if cancelled is not None and cancelled.is_set():
+                raise PgferryError("copy cancelled")
+            copied += _copy_chunk(job, plan_no, chunk_no, where, src, dst)
+    return copied
 
 
 def _copy_chunk(
