@@ -16,6 +16,7 @@ from pgferry.errors import UsageError
 from pgferry.pipeline.copy import chunked
 from pgferry.registry import entries
 from pgferry.testing.load import Load
+from tests.fixtures.fix_cli import one_error
 
 ROWS = 3000
 CHUNKS = {"copy_snapshot_max": "0", "copy_chunk_rows": "300", "exception_sleep": "0"}
@@ -165,6 +166,10 @@ def test_keyless_table_keeps_one_snapshot(make_pair) -> None:
     _tables(pair, keyless=True)
     with pytest.raises(UsageError, match="cannot be copied in chunks: it has no primary key"):
         pair.add_tables("public.t", copy_mode="chunked")
+    refused = one_error(
+        pair.cascade.cli("leafnode", "add-table", "public.t", "--copy-mode=chunked")
+    )
+    assert refused.endswith("public.t cannot be copied in chunks: it has no primary key")
     assert pair.leaf("select count(*) from ferry.table_info where local") == [(0,)]
     pair.cascade.add("leafnode", "public.t")
     pair.catch_up()
