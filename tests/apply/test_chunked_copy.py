@@ -184,6 +184,9 @@ def test_forced_snapshot_and_size_choice(make_pair) -> None:
     pair.add_tables("public.t")  # small: one snapshot
     pair.catch_up()
     assert _mode(pair) == [("ok", None)]
+    again = pair.cascade.cli("leafnode", "add-table", "public.t", "--copy-mode=chunked")
+    assert "--copy-mode (stored: by size)" in one_error(again)
+    assert "resync --copy-mode for --copy-mode" in again.err
     assert pair.cascade.cli("leafnode", "resync", "public.t", "--copy-mode=chunked").code == 0
     pair.catch_up()
     assert _mode(pair) == [("ok", "chunked")]

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 FORCE = "add-table --force"
 CHANGE_HANDLER = "change-handler"
 READD = "remove-table, then add-table"
+RESYNC = "resync --copy-mode"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ def differences(
         found.append(Difference("--max-parallel-copy", stored, FORCE))
     if opts.no_merge and not attrs.get("no_merge"):
         found.append(Difference("--no-merge", "merged", READD))
+    copy_mode = getattr(opts, "copy_mode", None)
+    if not root and copy_mode and copy_mode != attrs.get("copy_mode"):
+        found.append(Difference("--copy-mode", attrs.get("copy_mode") or "by size", RESYNC))
     return found
 
 
