@@ -29,8 +29,8 @@ from pgferry.pipeline.snapshot import open_in_snapshot
 # most this many rows (estimated, per side) inside the differing key ranges.
 LOCAL_ROWS = 200_000
 # The limit on the default configuration (local mode), where a Spark job would read from
-# this machine too, after a JVM start: the crossover measured in BENCHMARKS.md ("When Spark
-# runs"). The driver holds one query's rows at a time, so memory stays bounded.
+# this machine too, after a JVM start (BENCHMARKS.md, "Where a local Spark pays off for
+# compare and repair"). The driver holds one query's differing groups at a time.
 LOCAL_MODE_ROWS = 2_000_000
 # Ranges read by one query (OR'd: the server scans the key index once per range).
 CHUNK_RANGES = 64
