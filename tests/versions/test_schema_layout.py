@@ -161,6 +161,8 @@ EDITED_SINCE_THE_CHAIN = {
         "templated_capture_function(integer, text[], text)",
         "capture_image_eq(text[])",
         "capture_template(regclass, jsonb)",
+        # a queue ticks at once for events when one of its consumers waits
+        "tick_due(ferry_queue.queue)",
     },
     "ferry_node": {
         "find_node(text)",
@@ -226,8 +228,15 @@ def test_copy_upgrades_to_a_fresh_install(databases: Databases) -> None:
         for path in old_versions("copy")[1]:
             conn.execute(path.read_text())  # type: ignore[arg-type]
         conn.execute("insert into ferry_copy.schema_version values ('copy', 1)")
+    newer = [
+        f"copy/tables/{name}"
+        for migration in schema.migrations("copy")
+        if migration.version > max(old_versions("copy"))
+        for name in migration.files
+    ]
     with connect(databases.cluster.connstr(old)) as conn:
-        assert schema.install(conn, ("copy",)) == []
+        # only the versions released after the old chain run
+        assert schema.install(conn, ("copy",)) == newer
     assert databases.dump(old) == databases.fresh_dump(("copy",))
 
 
