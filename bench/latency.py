@@ -74,7 +74,7 @@ PROBE = "probe"
 PROBE_SQL = f"create table {SCHEMA}.{PROBE} (id bigint primary key, at timestamptz not null)"
 PUBLICATION = "bench_pub"
 SUBSCRIPTION = "bench_sub"
-GOAL_P95_S = 0.2
+GOAL_P95_S = 0.030  # latency p95 goal (0.2 s before 2026-11-27)
 # pgferry's leaf worker with -v logs one line per batch (apply/worker.py _log_batch).
 PGFERRY_BATCH = re.compile(
     r"batch \d+ tick \d+.*?: (\d+) upserts, (\d+) deletes, \d+ truncates in ([0-9.]+)s"
