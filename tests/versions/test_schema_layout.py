@@ -1,20 +1,25 @@
 """Every released schema version upgrades to exactly what a fresh install builds.
 
-``old_chain/<component>/`` is the SQL as it was released before tables and functions were
-split (one chain of versions, each function re-created in the version that changed it),
-frozen here.  For every version N of every component, a database is built by that chain up
-to N (the components it requires at their last old version), upgraded by ``schema.install``
-and dumped with ``pg_dump --schema-only`` (function bodies, triggers, defaults, indexes and
-all); the dump must equal a fresh install's, line for line.  One extra case starts every
-component at its first version.  Databases are cloned from templates, so a case costs one
-``create database``, the old chain's tail and two dumps.
+The old chain is the SQL as it was last released before tables and functions were split
+(one chain of versions, each function re-created in the version that changed it), read from
+the repository's history at that release (``OLD_CHAIN_RELEASE``).  For every version N of
+every component, a database is built by that chain up to N (the components it requires at
+their last old version), upgraded by ``schema.install`` and dumped with ``pg_dump
+--schema-only`` (function bodies, triggers, defaults, indexes and all); the dump must equal
+a fresh install's, line for line.  One extra case starts every component at its first
+version.  Databases are cloned from templates, so a case costs one ``create database``, the
+old chain's tail and two dumps.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import itertools
 import re
 import subprocess
+import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,14 +31,35 @@ from pgferry import schema
 from pgferry.db import connect
 from pgferry.testing.cluster import LocalCluster
 
-OLD_CHAIN = Path(__file__).parent / "old_chain"
+# The last release whose SQL was one chain of versions (sql/<component>/NNN_*.sql).
+OLD_CHAIN_RELEASE = "ca04e2a71ac5a08a820dc8006a0f6612adec6bc0"
+_REPOSITORY = Path(__file__).resolve().parents[2]
 _names = itertools.count(1)
+
+
+@functools.cache
+def old_chain() -> Path:
+    """The release's ``sql/`` folder, taken out of the repository's history once per run."""
+    folder = Path(tempfile.mkdtemp(prefix="pgferry-old-chain-"))
+    archive = subprocess.run(
+        ["git", "-C", str(_REPOSITORY), "archive", OLD_CHAIN_RELEASE, "src/pgferry/sql"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        raise RuntimeError(
+            f"the old chain needs the repository's history ({OLD_CHAIN_RELEASE[:12]}): "
+            + archive.stderr.decode(errors="replace").strip()
+        )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder / "src" / "pgferry" / "sql"
 
 
 def old_versions(component: str) -> dict[int, list[Path]]:
     """The old chain of a component: its files by version, oldest first."""
     found: dict[int, list[Path]] = {}
-    for path in sorted((OLD_CHAIN / component).glob("*.sql")):
+    for path in sorted((old_chain() / component).glob("*.sql")):
         found.setdefault(int(path.name[:3]), []).append(path)
     return dict(sorted(found.items()))
 
