@@ -78,17 +78,22 @@ def _spark(config: Config, verbose: int):
     return spark_for(options)
 
 
-def _large(config: Config, tasks) -> bool:
+def _large(config: Config, tasks, threads: int) -> bool:
     """Whether a local table is over the driver's limit, so that repair surely needs Spark:
-    then it starts before the sync point, which holds the worker, rather than inside it."""
+    then it starts before the sync point, which holds the worker, rather than inside it.
+    In local mode (``threads``) the limit is the driver's rows read whole, else its pages."""
     from pgferry.db import connection
     from pgferry.node.connect import local_connstr
     from pgferry.pipeline.compare import LOCAL_PAGES
+    from pgferry.pipeline.repair_local import LOCAL_MODE_ROWS
     from pgferry.pipeline.tables import resolve_table
 
     with connection(local_connstr(config)) as conn:
-        pages = [resolve_table(conn, t.dest_table).pages for t in tasks]
-    return max(pages) > LOCAL_PAGES
+        tables = [resolve_table(conn, t.dest_table) for t in tasks]
+    large = max(t.pages for t in tables) > LOCAL_PAGES
+    if threads:  # as repair_local.small_read decides for a read of whole tables
+        return large and sum(max(t.est_rows, 0) for t in tables) > LOCAL_MODE_ROWS
+    return large
 
 
 def _fmt(config: Config, rows: int, checksum: int, count_only: bool = False) -> str:
@@ -146,13 +151,13 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
         results = lake_sync.compare(point, lakes, lambda: _spark(config, ctx.verbose))
         if tasks:
             results += compare_tables(
-                lambda: _spark(config, ctx.verbose),  # small tables are compared without Spark
+                lambda: _spark(config, ctx.verbose),  # started only on a cluster, if at all
                 point.provider_dsn,
                 point.local_dsn,
                 tasks,
                 src_snapshot=point.src_snapshot,
                 dst_snapshot=point.dst_snapshot,
-                threads=driver_threads(config.values),  # small tables: the driver's threads
+                threads=driver_threads(config.values),  # local mode: no Spark at all
                 count_only=args.count_only,
             )
     for res in results:
@@ -189,7 +194,7 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     if args.repair_where:
         tasks = _narrowed(config, tasks, args.repair_where)
     threads = driver_threads(config.values)
-    spark = _spark(config, ctx.verbose) if _large(config, tasks) else None
+    spark = _spark(config, ctx.verbose) if _large(config, tasks, threads) else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         results = repair_tables(
