@@ -102,12 +102,13 @@ def row_estimate(conn: psycopg.Connection, table: TableInfo) -> int:
 
 
 def sample_boundaries(
-    conn: psycopg.Connection, table: TableInfo, spec: KeySpec, bucket_rows: int = BUCKET_ROWS
+    conn: psycopg.Connection, table: TableInfo, spec: KeySpec, bucket_rows: int | None = None
 ) -> list[Key]:
     """Sorted, distinct key boundaries splitting ``table`` into buckets of ~``bucket_rows``
-    rows."""
+    rows (default BUCKET_ROWS, read at the call, so that a changed value applies)."""
     rows = row_estimate(conn, table)
-    buckets = min(MAX_BUCKETS, rows // max(1, bucket_rows))
+    size = BUCKET_ROWS if bucket_rows is None else bucket_rows
+    buckets = min(MAX_BUCKETS, rows // max(1, size))
     if buckets <= 1:
         return []
     # Qualified: a bare name in ORDER BY would mean the text output column, i.e. text order.
