@@ -16,10 +16,9 @@ import json
 import os
 import time
 import uuid
-from collections import Counter
 from collections.abc import Sequence
 
-from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident
+from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident, rows_kept_after_deletes
 
 
 def _dl():
@@ -131,24 +130,11 @@ def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple
     if not deletes.num_rows:
         return append(spec, inserts, version, tick), 0
     here = _table(spec).to_pyarrow_table()
-    deletes = deletes.cast(here.schema)
-    want = Counter(_frozen(r) for r in deletes.to_pylist())
-    kept, removed = [], 0
-    for i, row in enumerate(here.to_pylist()):
-        image = _frozen(row)
-        if want.get(image):
-            want[image] -= 1
-            removed += 1
-        else:
-            kept.append(i)
+    kept, removed = rows_kept_after_deletes(here, deletes.cast(here.schema))
     result = pa.concat_tables([here.take(kept), inserts.cast(here.schema)])
     _dl().write_deltalake(spec.location, result, mode="overwrite",
                           commit_properties=_props(spec, version, tick))  # fmt: skip
     return inserts.num_rows, removed
-
-
-def _frozen(row: dict) -> tuple:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
 
 
 def truncate(spec: LakeSpec, version: int, tick: int) -> int:

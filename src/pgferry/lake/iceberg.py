@@ -18,11 +18,10 @@ from __future__ import annotations
 import os
 import uuid
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from pgferry.lake.spec import OP, LakeError, LakeSpec
+from pgferry.lake.spec import OP, LakeError, LakeSpec, rows_kept_after_deletes
 
 OWNER = "pgferry.owner"
 VERSION = "pgferry.version"
@@ -175,22 +174,10 @@ def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple
     table = _table(spec)
     schema = table.schema().as_arrow()
     here = table.scan().to_arrow().cast(schema)
-    want = Counter(_frozen(r) for r in deletes.cast(schema).to_pylist())
-    kept, removed = [], 0
-    for i, row in enumerate(here.to_pylist()):
-        image = _frozen(row)
-        if want.get(image):
-            want[image] -= 1
-            removed += 1
-        else:
-            kept.append(i)
+    kept, removed = rows_kept_after_deletes(here, deletes.cast(schema))
     result = pa.concat_tables([here.take(kept), inserts.cast(schema)])
     table.overwrite(result, snapshot_properties=_props(version, tick))
     return inserts.num_rows, removed
-
-
-def _frozen(row: dict) -> tuple:
-    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
 
 
 def truncate(spec: LakeSpec, version: int, tick: int) -> int:

@@ -13,6 +13,7 @@ version ``T * PARTS + n``; the initial load commits version 0.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 from pgferry.errors import TableError
@@ -63,3 +64,23 @@ def writable(directory: str) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise LakeError(f"lake path {directory} cannot be written: {exc.strerror}") from None
+
+
+def rows_kept_after_deletes(here, deletes) -> tuple[list[int], int]:
+    """A keyless table's multiset delete: the positions of ``here``'s rows that remain once
+    each row image of ``deletes`` (Arrow tables of one schema) has removed one equal row,
+    and how many were removed."""
+    want = Counter(_frozen(row) for row in deletes.to_pylist())
+    kept, removed = [], 0
+    for i, row in enumerate(here.to_pylist()):
+        image = _frozen(row)
+        if want.get(image):
+            want[image] -= 1
+            removed += 1
+        else:
+            kept.append(i)
+    return kept, removed
+
+
+def _frozen(row: dict) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
