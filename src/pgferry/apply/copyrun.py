@@ -171,10 +171,9 @@ class CopyRun:
                 # L0: made before the copy's snapshot, so every event after it is kept for
                 # us, on the queue the group will read.
                 with connect(source.dsn, autocommit=True) as src:
-                    start_tick = queue_ticks.last_tick(src, self.queue)[0]
-                    if start_tick is None:
-                        raise TableError(f"queue {self.queue} has no tick on {source.node_name}")
-                    queue_api.register_at(src, self.queue, consumer, start_tick)
+                    start_tick = _keep_events_after_last_tick(
+                        src, self.queue, consumer, source.node_name
+                    )
             copy_id = uuid.uuid4().hex
             with local.transaction():
                 copystate.set_copy_state(
@@ -281,10 +280,7 @@ class CopyRun:
             log.info("Resuming the chunked copy of %s", ", ".join(names))
         else:
             # The tick before the first chunk: every event after it is replayed.
-            start_tick = queue_ticks.last_tick(prov, self.queue)[0]
-            if start_tick is None:
-                raise TableError(f"queue {self.queue} has no tick on the provider")
-            queue_api.register_at(prov, self.queue, consumer, start_tick)
+            start_tick = _keep_events_after_last_tick(prov, self.queue, consumer, "the provider")
             copy_id = uuid.uuid4().hex
             with local.transaction():
                 copystate.set_copy_state(
@@ -347,6 +343,18 @@ class CopyRun:
                 self._seen_tick = tick
 
         return check
+
+
+def _keep_events_after_last_tick(
+    conn: psycopg.Connection, queue: str, consumer: str, where: str
+) -> int:
+    """Register the copy's consumer at the queue's last tick on ``conn`` and return that
+    tick: every event after it is kept for the copy's catch-up."""
+    start_tick = queue_ticks.last_tick(conn, queue)[0]
+    if start_tick is None:
+        raise TableError(f"queue {queue} has no tick on {where}")
+    queue_api.register_at(conn, queue, consumer, start_tick)
+    return start_tick
 
 
 def _lake_specs(conn: psycopg.Connection, queue: str, names: list[str]) -> list | None:
