@@ -4,14 +4,13 @@ One read of the batch's summary on the provider says what it holds, queued scrip
 removals included.  Then ONE subscriber transaction, committed durably, applies it: the
 segments between queued scripts in ev_id order (each planned by :mod:`.plan`, read by
 :mod:`.read`, applied by :mod:`.stage_apply`), each script at its place
-(:meth:`Replayer._run_script`), the tables and sequences the provider removed detached
-(:meth:`Replayer._apply_removals`), the events forwarded into the branch's own queue, the
+(:mod:`.script_replay`), the tables and sequences the provider removed detached
+(:mod:`.removals`), the events forwarded into the branch's own queue, the
 copy filters that can no longer match cleared, and the batch's tick recorded (the tick
 and the rows commit together: that is what makes the apply exactly-once).
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
-tables' shapes, the stage tables and the reader connections.  (A little over 400 lines:
-the apply transaction is one unit, its parts already live in plan/read/stage_apply.)
+tables' shapes, the stage tables and the reader connections.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ from datetime import datetime
 
 import psycopg
 
-from pgferry.apply import forward, handover
+from pgferry.apply import forward, handover, script_replay
+from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import count_removals, count_scripts, plan_segment
 from pgferry.apply.read import (
-    RemovalEvent,
-    ScriptEvent,
     TableShapes,
     read_removals,
     read_scripts,
@@ -40,10 +38,7 @@ from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
 from pgferry.config import Config
-from pgferry.db import error_text
-from pgferry.errors import PgferryError
-from pgferry.events import EXECUTE_EVENT, REMOVE_SEQ_EVENT
-from pgferry.node import model, seqops, tableops
+from pgferry.node import model
 from pgferry.queue import api as queue_api
 from pgferry.queue.api import Batch
 from pgferry.scripts import skip
@@ -222,7 +217,7 @@ class Replayer:
                     )
                 )
                 if script:
-                    self._run_script(local, node, batch, script, routes, seqs)
+                    script_replay.run_script(local, node, batch, script, routes, seqs)
                     # The script may change tables: rows after it use the new shapes.
                     routes = load_routes(local, queue)
                     self._route_cache = None
@@ -236,7 +231,11 @@ class Replayer:
             # sequence, which only follows the provider's at each mirrored tick, so it can
             # be lower than forwarded events that came before it.  The batch also stays one
             # segment (a barrier splits it and costs a summary per segment).
-            stale_consumers = self._apply_removals(local, node, removals) if removals else []
+            stale_consumers = []
+            if removals:
+                stale_consumers = removals_.apply_removals(local, node, removals)
+                self._route_cache = None  # the next batch reads the registry again
+                self.forget_shapes()
             stats.apply_seconds = time.monotonic() - staged_at
             # Rows this batch found missing here (changed behind replication's back); a
             # chunked copy's catch-up meets such rows by design (docs/replication.md).
@@ -318,119 +317,6 @@ class Replayer:
                              provider=provider, readers=readers, tick_id=reading.tick_id,
                              tick_time=reading.tick_time)  # fmt: skip
 
-    def _apply_removals(
-        self,
-        local: psycopg.Connection,
-        node: model.NodeInfo,
-        removals: list[RemovalEvent],
-    ) -> list[str]:
-        """Detach the tables and sequences the provider (or a node above it) removed, in
-        the applying transaction; their rows and values stay.  Returns the copy consumers
-        on the provider that only removed tables needed (dropped after the commit)."""
-        queue = node.queue_name
-        stale: list[str] = []
-        for removal in removals:
-            name = removal.name
-            if not name:
-                continue
-            source = removal.origin or node.provider_node or "the provider"
-            if removal.ev_type == REMOVE_SEQ_EVENT:
-                if seqops.removed_upstream(local, queue, name):
-                    log.info("Sequence %s removed: %s no longer replicates it", name, source)
-                continue
-            unused = _unused_copy_consumers(local, node, name)  # read before the row goes
-            entry = tableops.removed_upstream(local, queue, name)
-            if entry is None:
-                continue  # never added here, or removed here already
-            state = entry.merge_state or "waiting for its copy"
-            log.info(
-                "Table %s removed: %s no longer replicates it (was %s; its rows stay)",
-                name,
-                source,
-                state,
-            )
-            stale += unused
-        self._route_cache = None  # the next batch reads the registry again
-        self.forget_shapes()
-        return stale
-
-    def _run_script(
-        self,
-        local: psycopg.Connection,
-        node: model.NodeInfo,
-        batch: Batch,
-        script: ScriptEvent,
-        routes: dict[str, Route],
-        seqs: list[str],
-    ) -> None:
-        """A queued script, in the applying transaction, between the rows around it.
-
-        A script that fails stops replay here (the transaction rolls back, the position is
-        kept); the failing event is recorded so that ``skip-event`` can name it.  A script
-        the operator skipped is passed over.
-        """
-        from pgferry.scripts.execute import apply_script_event
-
-        ev_id, file_name = script.ev_id, script.file_name
-        queue = node.queue_name
-        if skip.is_skipped(local, queue, batch.tick_id, ev_id):
-            log.warning("%s: skipped by the operator (event %s)", file_name, ev_id)
-            return
-        try:
-            with local.transaction():  # a savepoint: the error text must stay readable
-                apply_script_event(
-                    local,
-                    queue,
-                    script_sql=script.sql,
-                    file_name=file_name,
-                    attrs_text=script.attrs_text,
-                    queue_tables_json=script.tables_json,
-                    local_names={r.table_name: r.dest_fq for r in routes.values()},
-                    local_seqs=frozenset(seqs),
-                )
-        except (psycopg.Error, PgferryError) as exc:
-            error = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
-            raise skip.EventFailed(
-                skip.FailedEvent(
-                    queue,
-                    node.consumer_name,
-                    batch.tick_id,
-                    ev_id,
-                    EXECUTE_EVENT,
-                    file_name,
-                    error,
-                )
-            ) from None
-
 
 def _major(conn: psycopg.Connection) -> int:
     return conn.info.server_version // 10000
-
-
-def _unused_copy_consumers(
-    local: psycopg.Connection, node: model.NodeInfo, table: str
-) -> list[str]:
-    """The provider consumers a copy of ``table`` may hold that no other table of the node
-    copies or catches up through: the one recorded, and the name
-    :class:`~pgferry.apply.copyrun.CopyRun` gives its group's (registered before it is
-    recorded).  None for a table in state ok: its copy's consumer went at the hand-over."""
-    rows = local.execute(
-        """
-        select distinct c.name
-          from ferry.table_info t
-         cross join lateral unnest(array[t.copy_consumer,
-                                         %s || coalesce(t.copy_group::text, t.table_name)])
-               as c(name)
-         where t.queue_name = %s and t.table_name = %s and t.merge_state is distinct from 'ok'
-           and c.name is not null
-           and not exists (select 1 from ferry.table_info o
-                            where o.queue_name = t.queue_name and o.local
-                              and o.table_name <> t.table_name
-                              and (o.copy_consumer = c.name
-                                   or (coalesce(o.copy_group::text, o.table_name)
-                                       = coalesce(t.copy_group::text, t.table_name)
-                                       and o.merge_state is distinct from 'ok')))
-        """,
-        (f"{node.consumer_name}.copy.", node.queue_name, table),
-    ).fetchall()
-    return [r[0] for r in rows]

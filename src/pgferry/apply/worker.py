@@ -11,11 +11,12 @@ the provider's tick after the commit.
 
 Tables waiting for their initial copy are copied beside the loop (:mod:`.copies`,
 :mod:`.handover`): each copied group replays its own consumer's batches until it meets the
-main stream.  This module is the loop itself: which step a node takes, the compare
-requests, the main stream's batch, heartbeats and the idle wait.  Its settings are
-:mod:`.worker_settings`, its connections and the node's lock :mod:`.connections`, checking
-and moving positions :mod:`.positions`, the apply of one batch :mod:`.batch`, the Spark
-session :mod:`.spark_session`, what it does while idle :mod:`.idle`.
+main stream.  This module is the loop itself: which step a node takes, the main stream's
+batch, heartbeats and the idle wait.  Its settings are :mod:`.worker_settings`, its
+connections and the node's lock :mod:`.connections`, what it does for a pending compare
+:mod:`.compare_wait`, checking and moving positions :mod:`.positions`, the apply of one
+batch :mod:`.batch`, the Spark session :mod:`.spark_session`, what it does while idle
+:mod:`.idle`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgferry.apply import forward, idle, positions, publish_seqs, sync
+from pgferry.apply import compare_wait, forward, idle, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
@@ -222,30 +223,12 @@ class Worker(Service):
             seqs = publish_seqs.local_sequences(local, queue)
             request = sync.pending_request(local, queue, consumer)
         self._publish_watermark(local, provider, node)
-        self.holder.release_if_done(request)
-        if request is not None and request.state == "wait" and not request.tick_id:
-            if not request.stale:
-                # compare is choosing the tick (on a branch provider, one that exists
-                # already): apply nothing meanwhile, or this node could pass it.
-                return False
-            log.warning("Dropping a compare request left without a tick by a stopped command")
-            with local.transaction():
-                sync.drop_request(local, queue, consumer)
-            request = None
-        if request is not None and request.tick_id:
-            if request.state == "wait" and node.last_tick_id == request.tick_id:
-                self.holder.post(self.settings.local_dsn, queue, consumer)
-                return True
-            if (
-                request.state == "wait"
-                and node.last_tick_id is not None
-                and node.last_tick_id > request.tick_id
-            ):
-                with local.transaction():
-                    sync.mark_missed(local, queue, consumer)  # compare tries another tick
-                return True
-            if request.state == "ready" and request.pause:
-                return False  # repair --apply works on the data as of that tick
+        stop, request = compare_wait.before_batch(
+            local, self.holder, request, node.last_tick_id, self.settings.local_dsn, queue,
+            consumer,
+        )  # fmt: skip
+        if stop is not None:
+            return stop
 
         self._copies.start_pending(local, node, self.conns.provider_dsn or "")
         caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
@@ -309,15 +292,9 @@ class Worker(Service):
         queue_api.finish_batch(provider, batch_id)
         self.count_applied(batch, stats, started, "")
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
-        if request is not None and request.tick_id and request.state == "wait":
-            if batch.tick_id == request.tick_id:
-                self.holder.post(self.settings.local_dsn, queue, consumer)
-            elif (
-                batch.prev_tick_id is not None
-                and batch.prev_tick_id < request.tick_id < batch.tick_id
-            ):
-                with local.transaction():
-                    sync.mark_missed(local, queue, consumer)
+        compare_wait.after_batch(
+            local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
+        )
         return True
 
     def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:

@@ -1,4 +1,4 @@
-"""add-table, remove-table, resync and missing: registry changes checked against the node.
+"""add-table, remove-table and missing: registry changes checked against the node.
 
 Every operation runs in one local transaction: a bad name, a bad trigger option, a missing
 key column or an unreachable provider leaves the registry and the triggers exactly as they
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import psycopg
 
@@ -21,35 +20,23 @@ from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.events import REMOVE_TABLE_EVENT
 from pgferry.handlers import Handler
 from pgferry.handlers.api import Configured
-from pgferry.node import capture, connect, copymode, copynode, handlerops, merge, model, readd
+from pgferry.node import (
+    addopts,
+    capture,
+    connect,
+    copymode,
+    copynode,
+    handlerops,
+    merge,
+    model,
+    readd,
+)
+from pgferry.node.addopts import AddTableOptions
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog, entries
 from pgferry.registry.names import NamePattern, parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AddTableOptions:
-    all: bool = False
-    dest_table: str | None = None
-    copy_condition: str | None = None
-    max_parallel_copy: int | None = None
-    create: bool = False
-    create_full: bool = False  # --create plus indexes and constraints of the source
-    no_triggers: bool = False
-    skip_truncate: bool = False
-    expect_sync: bool = False
-    force: bool = False
-    handler: str | None = None  # --handler (None: the default, not stored)
-    handler_args: list[str] = field(default_factory=list)  # --handler-arg K=V texts
-    trigger_flags: str | None = None  # --trigger-flags, as given (root only)
-    trigger_args: tuple[str, ...] = ()  # --trigger-arg, as given (root only)
-    copy_node: str | None = None  # --copy-node=NODE, or copynode.FIND (--find-copy-node)
-    copy_mode: str | None = None  # --copy-mode: chunked or snapshot (None: by size)
-    merge_all: bool = False  # on a merge leaf: on every part of its merged set
-    no_merge: bool = False  # on a merge leaf: this queue's own table, not merged
-    skip_non_existing: bool = False  # a table missing here or on the provider: warn, go on
 
 
 def resolve(
@@ -98,39 +85,9 @@ def add_tables(
     chosen = handlerops.choose(
         config, opts.handler, opts.handler_args, root=node.is_root, command="add-table"
     )
-    if opts.merge_all and opts.no_merge:
-        raise UsageError("add-table: --merge-all and --no-merge exclude each other")
-    if (opts.merge_all or opts.no_merge) and node.combined_queue is None:
-        raise UsageError(
-            "add-table: --merge-all and --no-merge are for merge leaves (create-leaf --merge)"
-        )
+    addopts.check(opts, node, chosen[1])
     if node.is_root:
-        for flag, value in (
-            ("--dest-table", opts.dest_table),
-            ("--copy-condition", opts.copy_condition),
-            ("--create", opts.create),
-            ("--copy-node", opts.copy_node),
-            ("--copy-mode", opts.copy_mode),
-        ):
-            if value:
-                raise UsageError(f"add-table: {flag} is for branch and leaf nodes only")
         return _add_on_root(conn, node, args, opts, chosen)
-    if not chosen[1].needs_table:
-        for flag, value in (
-            ("--dest-table", opts.dest_table),
-            ("--copy-condition", opts.copy_condition),
-            ("--create", opts.create),
-        ):
-            if value:
-                raise UsageError(f"add-table: handler {chosen[1].name} keeps no table: no {flag}")
-    if opts.trigger_flags or opts.trigger_args:
-        raise UsageError(
-            "add-table: --trigger-flags and --trigger-arg are for the root"
-            " (a subscriber takes its provider's capture)"
-        )
-    if opts.copy_node and opts.expect_sync:
-        raise UsageError("add-table: --copy-node / --find-copy-node and --expect-sync exclude"
-                         " each other (no copy)")  # fmt: skip
     added: list[str] = []
     for part in merge.parts(conn, node) if opts.merge_all else [node]:
         with provider_conn(config, part) as prov:
