@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry import copyio, expressions
-from pgferry.db import connect, error_text
+from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation
@@ -105,8 +105,10 @@ def copy_block_range(
     try:
         return _copy(job, plan, rng, src, dst)
     except psycopg.Error as exc:
+        # A source gone silent (db.NETWORK_DEFAULTS broke the connection) is named.
+        lost = f"source {describe(job.src_connstr)}: " if src.broken else ""
         raise DatabaseError(
-            f"copy {plan.dest_key} range {rng.range_no}: {error_text(exc)}"
+            f"copy {plan.dest_key} range {rng.range_no}: {lost}{error_text(exc)}"
         ) from None
 
 
