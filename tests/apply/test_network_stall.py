@@ -13,7 +13,8 @@ The leaf's ``remote_extra_connstr`` sets the libpq keywords small, as an operato
 a tighter bound than :data:`pgferry.db.NETWORK_DEFAULTS`: keepalives after 1 s idle, every
 1 s, and a TCP user timeout of 2 s.  A writer and the ticker keep working on the root the
 whole time (their connections cross the same path and break too), so the stall hits a
-worker in the middle of replay.
+worker in the middle of replay; the other tests stall it in the middle of a chunked copy
+and of a one-snapshot copy.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import threading
 import time
 
+import psycopg
 import pytest
 
 from pgferry.apply.worker import Worker
@@ -53,12 +55,13 @@ def path():
     made.destroy()
 
 
-def _writes(dsn: str) -> Load:
+def _writes(dsn: str, table: str = "public.t") -> Load:
     """One row per unit, its id from the root's sequence: a unit repeated after a broken
     connection is a new row, never the same one twice."""
+    insert_row = f"insert into {table} (v) values (%s)"
 
     def insert(conn, done: int) -> None:
-        conn.execute("insert into public.t (v) values (%s)", (f"w{done}",))
+        conn.execute(insert_row, (f"w{done}",))
 
     return Load(f"{dsn} {SHORT} connect_timeout=2", insert, every=0.01, transaction=False)
 
@@ -139,12 +142,17 @@ def _count(dsn: str) -> int:
     return sql_rows(dsn, "select count(*) from public.t")[0][0]
 
 
-def _wait_notice(caplog, host: str, timeout: float) -> logging.LogRecord:
+def _wait_notice(
+    caplog, host: str, timeout: float, about: str = "", level: int = logging.ERROR
+) -> logging.LogRecord:
+    """The first line of ``level`` or above naming ``host`` (and ``about``: a copy's)."""
     found: list[logging.LogRecord] = []
 
     def seen() -> bool:
         found[:] = [
-            r for r in caplog.records if r.levelno >= logging.ERROR and host in r.getMessage()
+            r
+            for r in caplog.records
+            if r.levelno >= level and host in r.getMessage() and about in r.getMessage()
         ]
         return bool(found)
 
@@ -201,3 +209,72 @@ def test_a_stall_mid_copy_resumes_the_chunks(path, db_b, tmp_path, caplog) -> No
     said = [r.getMessage() for r in caplog.records]
     assert any("resuming chunks" in line for line in said), "the copy started again from zero"
     print(f"copy stall noticed after {noticed:.2f}s: {notice.getMessage()}")
+
+
+def test_a_stall_mid_snapshot_copy_copies_again(path, db_b, tmp_path, caplog) -> None:
+    """A one-snapshot copy whose source stalls while its snapshot is held fails within the
+    bound naming the source, in one line, and is made again after the heal under a new
+    snapshot; its catch-up replays the writes made meanwhile: nothing lost or doubled.
+
+    The copy is held at its first range by a lock on the destination's range records, so
+    that the stall falls between the snapshot's export and the end of the copy whatever
+    the machine's speed; the lock is let go as the path goes down."""
+    net, cluster = path
+    cascade, root_dsn, leaf_cfg = _pair(cluster, db_b, tmp_path)
+    table = "create table public.c (id bigserial primary key, v text not null)"
+    sql_rows(root_dsn, table)
+    # Small enough for threads of the worker (no Spark): copy.LOCAL_PAGES.
+    sql_rows(
+        root_dsn, "insert into public.c (v) select md5(i::text) from generate_series(1, 20000) i"
+    )
+    sql_rows(root_dsn, "analyze public.c")
+    sql_rows(db_b, table)
+    cascade.add("rootnode", "public.c")
+
+    caplog.set_level(logging.INFO)
+    worker = Worker(Config(leaf_cfg.path, leaf_cfg.section, dict(leaf_cfg.values)))
+    loop = threading.Thread(target=worker.run_forever, daemon=True)
+    writer, ticker = _writes(root_dsn, "public.c"), _ticks(root_dsn, cascade.queue)
+    hold = psycopg.connect(db_b)
+    try:
+        hold.execute("lock table ferry_copy.range_done in share mode")
+        writer.start()
+        ticker.start()
+        loop.start()
+        cascade.add("leafnode", "public.c", copy_mode="snapshot")
+        waiting = (
+            "select count(*) from pg_stat_activity where datname = current_database()"
+            " and wait_event_type = 'Lock' and query like '%%ferry_copy.range_done%%'"
+        )
+        wait_until(lambda: sql_rows(db_b, waiting)[0][0] > 0, 60, "the copy at its first range")
+        assert cascade.pending("leafnode") == 1
+        net.stall()
+        stalled = time.time()
+        hold.rollback()
+        # The copy's own line: its tasks failed, the source named (a warning: retried).
+        notice = _wait_notice(caplog, net.far_addr, 60, "copy public.c", logging.WARNING)
+        noticed = notice.created - stalled
+        assert noticed < BOUND, f"noticed after {noticed:.1f}s"
+        assert "\n" not in notice.getMessage() and not notice.exc_info, repr(notice.getMessage())
+        time.sleep(1)  # the path stays down a moment longer: the copy's retries fail meanwhile
+        net.heal()
+        cascade.wait_for(lambda: cascade.pending("leafnode") == 0, 120, "the copy after the heal")
+        writer.stop()
+        target = cascade.tick()
+        wait_until(
+            lambda: (cascade.last_tick("leafnode") or 0) >= target, 60, "replay after the heal"
+        )
+    finally:
+        hold.close()
+        writer.stop()
+        ticker.stop()
+        worker.stopping = True
+        loop.join(timeout=60)
+    assert not loop.is_alive(), "the worker did not stop"
+    query = "select id, v from public.c order by id"
+    rows = sql_rows(root_dsn, query)
+    assert len(rows) > 20000 and writer.done > 0
+    assert sql_rows(db_b, query) == rows
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all("\n" not in line for line in said), said
+    print(f"snapshot copy stall noticed after {noticed:.2f}s: {notice.getMessage()}")
