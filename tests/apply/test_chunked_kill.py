@@ -26,6 +26,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgferry.polling import wait_until as poll
 from pgferry.testing.cascade import Ticker
 from pgferry.testing.load import Load
 from pgferry.testing.scenario import wait_until
@@ -107,7 +108,8 @@ def test_killed_worker_copies_only_the_remaining_chunks(make_pair, tmp_path: Pat
                 return False
             return pair.leaf("select count(*) from ferry_copy.range_done")[0][0] >= KILL_AFTER
 
-        wait_until(recorded, 120, f"{KILL_AFTER} chunks recorded")
+        # Polled often: the whole copy takes a few seconds.
+        poll(recorded, timeout=120, interval=0.01, what=f"{KILL_AFTER} chunks recorded")
         with psycopg.connect(pair.leaf_dsn) as hold:
             # Waits for the chunks committing now; then none can claim its range.
             hold.execute("lock table ferry_copy.range_done in share mode")
