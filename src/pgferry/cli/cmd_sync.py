@@ -189,25 +189,30 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     from pgferry.pipeline.repair import repair_tables
 
     tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
-    if lakes:  # the lake's rows are written by whole commits: resync rewrites them
-        raise TableError(f"repair: {lakes[0].source_table} is kept in a lake: resync it")
+    if lakes and args.repair_where:
+        raise TableError(f"repair: --repair-where is not taken for a lake table "
+                         f"({lakes[0].dest_table})")  # fmt: skip
     if args.repair_where:
         tasks = _narrowed(config, tasks, args.repair_where)
     threads = driver_threads(config.values)
-    spark = _spark(config, ctx.verbose) if _large(config, tasks, threads) else None
+    large = bool(tasks) and _large(config, tasks, threads)
+    spark = _spark(config, ctx.verbose) if large else None
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
-        results = repair_tables(
-            spark or (lambda: _spark(config, ctx.verbose)),  # small reads: no Spark
-            point.provider_dsn,
-            replica_dsn(point.local_dsn),
-            tasks,
-            fix_dir=Path(args.dir),
-            apply=args.apply,
-            src_snapshot=point.src_snapshot,
-            dst_snapshot=point.dst_snapshot,
-            threads=threads,
-        )
+        # A lake table's fix: one lake commit each, written at the tick.
+        results = lake_sync.repair(point, lakes, args.apply)
+        if tasks:
+            results += repair_tables(
+                spark or (lambda: _spark(config, ctx.verbose)),  # small reads: no Spark
+                point.provider_dsn,
+                replica_dsn(point.local_dsn),
+                tasks,
+                fix_dir=Path(args.dir),
+                apply=args.apply,
+                src_snapshot=point.src_snapshot,
+                dst_snapshot=point.dst_snapshot,
+                threads=threads,
+            )
     total = 0
     for res in results:
         n = res.inserts + res.updates + res.deletes

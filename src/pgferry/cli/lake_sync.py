@@ -1,9 +1,9 @@
-"""``compare`` of the tables a lake leaf keeps in a lake (handler ``lake``).
+"""``compare`` and ``repair`` of the tables a lake leaf keeps in a lake (handler ``lake``).
 
-:func:`split` takes them out of the compare's tasks (their local table is only the
-shape), :func:`compare` compares them at the sync point's tick with
-:mod:`pgferry.pipeline.lake_compare`.  Repair of a lake table is ``resync``: the lake's
-rows are written by whole commits only.
+:func:`split` takes them out of the compare's or repair's tasks (their local table is only
+the shape), :func:`compare` compares them at the sync point's tick with
+:mod:`pgferry.pipeline.lake_compare`, :func:`repair` finds their differing rows there and
+(``--apply``) writes each table's fix as one lake commit (:mod:`pgferry.pipeline.lake_repair`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
             schema, name = split_qualified(route.table_name)
             lake.append(
                 LakeCompareTask(route.table_name, schema, name, route.dest_text,
-                                route.handler.spec(), columns, route.source_filter)
+                                route.handler.spec(), columns, route.source_filter,
+                                 () if route.keyless else route.pk)
             )  # fmt: skip
     return plain, lake
 
@@ -52,3 +53,12 @@ def compare(point, tasks: Sequence, spark: Callable[[], object] | None = None) -
     if not tasks:
         return []
     return compare_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, spark)
+
+
+def repair(point, tasks: Sequence, apply: bool) -> list:
+    """The lake tables' differences at the sync point; with ``apply`` one commit each."""
+    from pgferry.pipeline.lake_repair import repair_lake
+
+    if not tasks:
+        return []
+    return repair_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, apply)

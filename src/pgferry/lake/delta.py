@@ -6,8 +6,9 @@ writes the ``txn`` action in the same log entry as the data, so the version a ta
 recorded says exactly which parts of which batches it holds.  Replay asks
 :func:`applied_version` before writing and skips a part the table already has.
 
-The table's description holds pgferry's owner marker (JSON, :func:`owner_of`): a Delta
-table pgferry did not create, or one another node's table writes, is refused at add-table.
+The table's description holds pgferry's owner marker and the key the table was made for
+(JSON, :func:`owner_of`, :func:`key_of`): a Delta table pgferry did not create, one
+another node's table writes, or one made for another key is refused.
 """
 
 from __future__ import annotations
@@ -52,22 +53,40 @@ def owner_of(spec: LakeSpec) -> str | None:
     there that pgferry did not make, None when there is none."""
     if not _exists(spec):
         return None
-    description = _dl().DeltaTable(spec.location).metadata().description or ""
+    return str(_marker(spec).get("pgferry", ""))
+
+
+def _marker(spec: LakeSpec) -> dict:
+    if not _exists(spec):
+        return {}
     try:
-        marker = json.loads(description)
+        marker = json.loads(_dl().DeltaTable(spec.location).metadata().description or "")
     except ValueError:
-        return ""
-    return str(marker.get("pgferry", "")) if isinstance(marker, dict) else ""
+        return {}
+    return marker if isinstance(marker, dict) else {}
 
 
-def prepare(spec: LakeSpec, schema) -> None:
-    """Create the empty table with the owner marker, unless it is there (checked before)."""
+def key_of(spec: LakeSpec) -> list[str] | None:
+    """The key the table was made for (None: not recorded, a table of an older pgferry)."""
+    key = _marker(spec).get("key")
+    return list(key) if isinstance(key, list) else None
+
+
+def record_key(spec: LakeSpec, key: Sequence[str]) -> None:
+    """Record ``key`` beside the owner marker (one commit of the description)."""
+    marker = {**_marker(spec), "pgferry": spec.owner, "key": list(key)}
+    _table(spec).alter.set_table_description(json.dumps(marker))
+
+
+def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
+    """Create the empty table with the owner marker and its key, unless it is there
+    (checked before)."""
     if _exists(spec):
         return
     os.makedirs(spec.location, exist_ok=True)
     _dl().DeltaTable.create(
         spec.location, schema, mode="ignore", name=spec.name,
-        description=json.dumps({"pgferry": spec.owner}),
+        description=json.dumps({"pgferry": spec.owner, "key": list(key)}),
     )  # fmt: skip
 
 
@@ -212,3 +231,26 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
         dt.vacuum(retention_hours=keep_hours, enforce_retention_duration=False, dry_run=False)
         dt.cleanup_metadata()
     return done
+
+
+def newest_tick(spec: LakeSpec) -> int | None:
+    """The tick recorded by the table's newest commit (None: a commit without one)."""
+    history = _table(spec).history(1)
+    at = history[0].get("pgferry.tick") if history else None
+    return int(at) if at is not None else None
+
+
+def repair(spec: LakeSpec, source, key: Sequence[str], version: int | None, tick: int) -> None:
+    """A repair's fix as ONE commit: ``source`` holds, op first, a ``D`` row for every key
+    to clear and an ``I`` row for every row to write.  The MERGE matches only the ``D`` rows
+    (so a key the lake holds twice is cleared whole), the ``I`` rows are inserted; the
+    commit re-records the replay ``version`` it found, so exactly-once is untouched."""
+    on = " and ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key)
+    (
+        _table(spec)
+        .merge(source, f"{on} and s.{OP} = 'D'", source_alias="s", target_alias="t",
+               commit_properties=_props(spec, version, tick))
+        .when_matched_delete()
+        .when_not_matched_insert_all(f"s.{OP} = 'I'", except_cols=[OP])
+        .execute()
+    )  # fmt: skip

@@ -9,12 +9,14 @@ Every write here is ONE Iceberg commit (a pyiceberg transaction: a MERGE is a de
 batch's keys and an append of its new rows, in one metadata commit) whose snapshots carry
 the replay version and the tick in their summary (``pgferry.version``,
 ``pgferry.tick``); :func:`applied_version` reads the current snapshot's.  The table
-property ``pgferry.owner`` marks the tables pgferry made.  pyiceberg writes copy-on-write
+properties ``pgferry.owner`` and ``pgferry.key`` mark the tables pgferry made and the key
+each was made for.  pyiceberg writes copy-on-write
 (no delete files), so readers need no support for equality deletes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 import warnings
@@ -24,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pgferry.lake.spec import OP, LakeError, LakeSpec, rows_kept_after_deletes
 
 OWNER = "pgferry.owner"
+KEY = "pgferry.key"  # the key the table was made for, JSON
 VERSION = "pgferry.version"
 TICK = "pgferry.tick"
 CATALOG_FILE = "pgferry_catalog.db"
@@ -71,13 +74,26 @@ def owner_of(spec: LakeSpec) -> str | None:
     return table.properties.get(OWNER, "")
 
 
-def prepare(spec: LakeSpec, schema) -> None:
+def key_of(spec: LakeSpec) -> list[str] | None:
+    """The key the table was made for (None: not recorded, a table of an older pgferry)."""
+    table = _load(spec)
+    found = table.properties.get(KEY) if table is not None else None
+    return list(json.loads(found)) if found is not None else None
+
+
+def record_key(spec: LakeSpec, key: Sequence[str]) -> None:
+    with _table(spec).transaction() as tx:
+        tx.set_properties({KEY: json.dumps(list(key))})
+
+
+def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
+    """Create the empty table with the owner marker and its key, unless it is there."""
     if _load(spec) is not None:
         return
     cat = catalog(spec.root)
     cat.create_namespace_if_not_exists(spec.schema)
     cat.create_table(_ident(spec), schema=schema, location=spec.location,
-                     properties={OWNER: spec.owner})  # fmt: skip
+                     properties={OWNER: spec.owner, KEY: json.dumps(list(key))})  # fmt: skip
 
 
 def _table(spec: LakeSpec):
@@ -251,3 +267,29 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
         older = datetime.now(UTC) - timedelta(hours=keep_hours)
         table.maintenance.expire_snapshots().older_than(older).commit()
     return {"rows": rows.num_rows}
+
+
+def newest_tick(spec: LakeSpec) -> int | None:
+    """The tick recorded by the current snapshot (None: none recorded)."""
+    snap = _table(spec).current_snapshot()
+    at = snap.summary.additional_properties.get(TICK) if snap and snap.summary else None
+    return int(at) if at is not None else None
+
+
+def repair(spec: LakeSpec, source, key: Sequence[str], version: int | None, tick: int) -> None:
+    """A repair's fix as ONE commit: the keys of ``source``'s ``D`` rows deleted and its
+    ``I`` rows appended, in one transaction whose snapshots carry the replay ``version``
+    found before (so exactly-once is untouched) and the tick."""
+    import pyarrow.compute as pc
+
+    table = _table(spec)
+    props = _props(version, tick)
+    gone = source.filter(pc.equal(source[OP], "D"))
+    rows = source.filter(pc.equal(source[OP], "I")).drop([OP]).cast(table.schema().as_arrow())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "delete did not match any records"
+        with table.transaction() as tx:
+            if gone.num_rows:
+                tx.delete(_key_filter(gone, key), snapshot_properties=props)
+            if rows.num_rows:
+                tx.append(rows, snapshot_properties=props)

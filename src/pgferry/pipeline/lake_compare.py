@@ -52,6 +52,7 @@ class LakeCompareTask:
     spec: lake_spec.LakeSpec
     columns: tuple[lake_types.LakeColumn, ...]
     condition: str | None = None  # on the source only
+    key: tuple[str, ...] = ()  # the table's key (repair: empty for a keyless table)
 
 
 @dataclass
@@ -147,7 +148,7 @@ def _spark_sums(df, names: list[str]) -> tuple[int, int]:
 
 def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):
     schema = lake_types.arrow_schema(task.columns)
-    src = _read_source(src_connstr, snapshot, task, schema)
+    src = read_source(src_connstr, snapshot, task, schema)
     module = formats.module(task.spec.format)
     lake = module.read(task.spec, tick).select([c.name for c in task.columns]).cast(schema)
     a, b = _multiset(src), _multiset(lake)
@@ -165,7 +166,8 @@ def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):
     return result
 
 
-def _read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema):
+def read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema):
+    """The source's rows in the snapshot, with the task's condition, as Arrow (``schema``)."""
     conn = open_in_snapshot(connstr, snapshot)
     try:
         kind = conn.execute(

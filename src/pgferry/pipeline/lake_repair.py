@@ -1,0 +1,187 @@
+"""Repair a lake table against its source at one tick.
+
+As :mod:`.lake_compare` reads them: the source in the sync point's exported snapshot with
+the table's row filters, the lake table at its newest commit of a tick at most the sync
+point's, both as the lake's types.  The rows that differ become ONE lake commit per table
+on top of that version (:func:`pgferry.lake.delta.repair`, :func:`pgferry.lake.iceberg.repair`):
+
+- a table with a key: rows whose key the lake lacks are inserted, rows whose key it holds
+  with other values (or more than once) are written anew, keys the source lacks deleted;
+- a keyless table is a multiset: each row the source holds more often is added, each row
+  the lake holds more often removed once (the keyless replay's rewrite, in one commit).
+
+The commit carries the sync tick and keeps the replay version the table recorded, so
+replay's exactly-once bookkeeping does not see it.  A lake table whose newest commit is of
+a later tick (a batch committed in the lake and not yet in PostgreSQL) is refused: the
+fix would be computed against rows that are no longer the table's.  Both sides are read
+on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgferry.lake import formats
+from pgferry.lake import spec as lake_spec
+from pgferry.lake import types as lake_types
+from pgferry.pipeline.lake_compare import SAMPLE, LakeCompareTask, read_source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LakeRepair:
+    source_table: str
+    dest_table: str
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    applied: bool = False
+    sql_path: str | None = None  # as repair's result: a lake has no fix file
+
+
+@dataclass
+class _Fix:
+    task: LakeCompareTask
+    result: LakeRepair
+    upserts: object  # Arrow: the source's rows to write
+    gone: object  # Arrow: the lake's rows (keyed: whose keys are cleared) to remove
+
+
+def repair_lake(
+    src_connstr: str, snapshot: str, tick: int, tasks: Sequence[LakeCompareTask], apply: bool
+) -> list[LakeRepair]:
+    """The differences of every table first, then (``apply``) one commit per table."""
+    fixes = [_diff(src_connstr, snapshot, tick, task) for task in tasks]
+    if apply:
+        for fix in fixes:
+            if fix.upserts.num_rows or fix.gone.num_rows:
+                _write(fix, tick)
+                fix.result.applied = True
+    return [fix.result for fix in fixes]
+
+
+def _diff(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask) -> _Fix:
+    spec = task.spec
+    module = formats.module(spec.format)
+    newest = module.newest_tick(spec)
+    if newest is not None and newest > tick:
+        raise lake_spec.LakeError(
+            f"repair: lake table {spec.name} has a commit of tick {newest}, after the sync"
+            f" tick {tick}: let the worker catch up and run repair again"
+        )
+    names = [c.name for c in task.columns]
+    missing = [k for k in task.key if k not in names]
+    if missing:
+        raise lake_spec.LakeError(
+            f"repair: {task.dest_table}: key column {missing[0]} is not in the lake table"
+        )
+    schema = lake_types.arrow_schema(task.columns)
+    src = read_source(src_connstr, snapshot, task, schema)
+    lake = module.read(spec, tick).select(names).cast(schema)
+    result = LakeRepair(task.source_table, task.dest_table)
+    if task.key:
+        upserts, gone = _keyed(src, lake, [names.index(k) for k in task.key], result)
+    else:
+        upserts, gone = _multiset(src, lake, result)
+    for what, rows in (("to write", upserts), ("to remove", gone)):
+        for row in rows.slice(0, SAMPLE).to_pylist():
+            log.info("%s: %s: %r", task.dest_table, what, row)
+    return _Fix(task, result, upserts, gone)
+
+
+def _take(table, positions: list[int]):
+    import pyarrow as pa
+
+    return table.take(pa.array(positions, pa.int64()))
+
+
+def _frozen(row: dict) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
+
+
+def _keyed(src, lake, key: list[int], result: LakeRepair):
+    """(the source's rows to write, the lake's rows whose keys are cleared)."""
+    held: dict[tuple, list[tuple]] = defaultdict(list)
+    lake_keys: dict[tuple, int] = {}  # key -> the position of one of its lake rows
+    for i, row in enumerate(map(_frozen, lake.to_pylist())):
+        k = tuple(row[j] for j in key)
+        held[k].append(row)
+        lake_keys.setdefault(k, i)
+    write, clear, seen = [], [], set()
+    for i, row in enumerate(map(_frozen, src.to_pylist())):
+        k = tuple(row[j] for j in key)
+        seen.add(k)
+        here = held.get(k)
+        if here == [row]:
+            continue
+        write.append(i)
+        if here is None:
+            result.inserts += 1
+        else:
+            result.updates += 1
+            clear.append(lake_keys[k])
+    for k, i in lake_keys.items():
+        if k not in seen:
+            clear.append(i)
+            result.deletes += len(held[k])
+    return _take(src, write), _take(lake, clear)
+
+
+def _multiset(src, lake, result: LakeRepair):
+    """(the rows to add, the rows to remove once each): the multisets' differences."""
+    from collections import Counter
+
+    want = Counter(map(_frozen, src.to_pylist()))
+    have = Counter(map(_frozen, lake.to_pylist()))
+    add, remove = want - have, have - want
+
+    def pick(table, counts: Counter) -> list[int]:
+        chosen = []
+        for i, row in enumerate(map(_frozen, table.to_pylist())):
+            if counts.get(row):
+                counts[row] -= 1
+                chosen.append(i)
+        return chosen
+
+    upserts, gone = _take(src, pick(src, add)), _take(lake, pick(lake, remove))
+    result.inserts, result.deletes = upserts.num_rows, gone.num_rows
+    return upserts, gone
+
+
+def _write(fix: _Fix, tick: int) -> None:
+    import pyarrow as pa
+
+    spec, key = fix.task.spec, fix.task.key
+    module = formats.module(spec.format)
+    # Every lake column (those dropped on the source too), nullable: a D row is a key.
+    whole = module.arrow_schema(spec)
+    whole = pa.schema([f.with_nullable(True) for f in whole])
+    version = module.applied_version(spec)
+
+    def widened(rows):
+        """``rows`` with every lake column, NULL in those the leaf's table lacks."""
+        for field in whole:
+            if field.name not in rows.schema.names:
+                rows = rows.append_column(field, pa.nulls(rows.num_rows, type=field.type))
+        return rows.select(whole.names).cast(whole)
+
+    upserts, gone = widened(fix.upserts), widened(fix.gone)
+    if not key:
+        module.multiset(spec, upserts, gone, version, tick)
+        log.info("%s: repaired at tick %d", spec.name, tick)
+        return
+    # Clearing a written row's key too makes every write a delete and an insert.
+    cleared = pa.concat_tables([gone, upserts]).select(list(key))
+    cleared = pa.Table.from_pylist(
+        [dict(k) for k in {tuple(r.items()): None for r in cleared.to_pylist()}],
+        schema=cleared.schema,
+    )
+    clears = widened(cleared)
+    ops = pa.array(["D"] * clears.num_rows + ["I"] * upserts.num_rows)
+    source = pa.concat_tables([clears, upserts]).add_column(0, lake_spec.OP, ops)
+    module.repair(spec, source, key, version, tick)
+    log.info("%s: repaired at tick %d", spec.name, tick)
