@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 
@@ -54,6 +55,7 @@ from bench.copy_seed import start_clusters
 from pgferry.testing.cluster import LocalCluster
 
 TABLE = "create table public.t (id bigint primary key, v int, at timestamptz, s text)"
+T = TypeVar("T")
 FILL = (
     "insert into public.t select g, (g * 7) %% 1000, now(), repeat(md5(g::text), 2)"
     " from generate_series(1, %s) g"
@@ -232,12 +234,12 @@ class Pgbench:
         with psycopg.connect(self.dsn) as conn:
             return conn.execute("select count(*) from pgbench_history").fetchone()[0]  # type: ignore[index]
 
-    def tps(self, during: Callable[[], object]) -> tuple[float, float]:
-        """(transactions per second, seconds) while ``during`` runs."""
+    def tps(self, during: Callable[[], T]) -> tuple[float, T]:
+        """Transactions per second while ``during`` runs, and what it returned."""
         n0, t0 = self.count(), time.monotonic()
-        during()
+        got = during()
         n1, t1 = self.count(), time.monotonic()
-        return (n1 - n0) / (t1 - t0), t1 - t0
+        return (n1 - n0) / (t1 - t0), got
 
 
 def main() -> None:
@@ -269,16 +271,17 @@ def main() -> None:
         spark_start = time.monotonic() - t0
         work = f"{dst.datadir.parent}/pgcopydb-work"
 
-        def copies() -> dict[str, Callable[[], float | None]]:
-            """Each copy, its destination made empty first (not timed)."""
+        def copies() -> dict[str, Callable[[Pgbench | None], tuple[float | None, float | None]]]:
+            """Each copy, its destination made empty first (not timed); with a load, the
+            source's tps during the copy alone too."""
 
             def fresh(copy: Callable[[], float | None], check: bool = True):
-                def run() -> float | None:
+                def run(load: Pgbench | None = None) -> tuple[float | None, float | None]:
                     _truncate(dst_dsn)
-                    took = copy()
+                    rate, took = (None, copy()) if load is None else load.tps(copy)
                     if check:
                         assert _count(dst_dsn) == args.rows
-                    return took
+                    return took, rate
 
                 return run
 
@@ -295,7 +298,7 @@ def main() -> None:
         kills: list[dict[str, float | int]] = []
         for _ in range(args.reps):
             for name, run in copies().items():
-                took = run()
+                took, _ = run()
                 if took is not None:
                     figures[name].append(took)
             _truncate(dst_dsn)
@@ -310,12 +313,14 @@ def main() -> None:
         if not args.no_load:
             load = Pgbench(src, args.load_clients, args.load_scale)
             load.start()
+            load.tps(lambda: time.sleep(2))  # not counted: the clients connect, caches warm
             tps["no_copy"] = [load.tps(lambda: time.sleep(args.tps_seconds))[0]]
             for _ in range(args.reps):
                 for name, run in copies().items():
                     if name == "pgcopydb" and shutil.which("pgcopydb") is None:
                         continue
-                    rate, took = load.tps(run)
+                    took, rate = run(load)
+                    assert took is not None and rate is not None
                     tps.setdefault(name, []).append(rate)
                     loaded.setdefault(name, []).append(took)
             tps["no_copy"].append(load.tps(lambda: time.sleep(args.tps_seconds))[0])
@@ -363,7 +368,7 @@ def main() -> None:
                   f" after the restart {ratio:.2f}x the whole copy (goal <= 0.6x)")  # fmt: skip
         if doc["load"]:
             print(f"{'tps, no copy':>18}: {' / '.join(f'{v:.0f}' for v in tps['no_copy'])}"
-                  " (before / after the copies)")  # fmt: skip
+                  " (before / after the copies; their mean is 1x)")  # fmt: skip
             for name, rel in doc["load"]["tps_vs_no_copy"].items():
                 rate = statistics.median(tps[name])
                 print(f"{'tps, ' + name:>18}: {rate:7.0f} ({rel:.2f}x), copy"
