@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from psycopg import sql
 
@@ -98,9 +98,11 @@ class Lake(Handler):
                 f"handler lake: {spec.location} is the lake table of {owner.split(':')[1]}'s"
                 f" {owner.split(':', 2)[2]}: two nodes cannot write one lake table"
             )
-        # The empty table carries the owner marker from now on, so a second node's
-        # add-table is refused; a failed add-table leaves only it (a retry takes it).
-        module.prepare(spec, lake_types.arrow_schema(columns))
+        if owner is not None and table.columns is not None:
+            _check_key(module, spec, table.table_name, table.pk)
+        # The empty table carries the owner marker (and the key) from now on, so a second
+        # node's add-table is refused; a failed add-table leaves only it (a retry takes it).
+        module.prepare(spec, lake_types.arrow_schema(columns), table.pk)
         return {
             "lake_format": fmt, "location": spec.root, "owner": spec.owner,
             "lake_table": f"{schema}.{name}",
@@ -116,9 +118,10 @@ class Lake(Handler):
             log.info("%s: tick %d part %d already in the lake, skipped", spec.name,
                      staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
             return Applied()
+        target = staged.target
+        _check_replay_key(module, spec, target.table_name, () if target.keyless else target.pk)
         source = _read_stage(staged)
         source = _evolve(module, spec, source)
-        target = staged.target
         if target.keyless:
             inserts = source.filter(_ops(source, ("I", "U")))
             gone = source.filter(_ops(source, ("D", "d")))
@@ -243,3 +246,60 @@ def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:
     ).fetchone()
     if row:
         raise HandlerError(f"handler lake: {row[0]} already writes {spec.location}")
+
+
+def _key_changed(name: str, spec: lake_spec.LakeSpec, key, made) -> HandlerError:
+    def shown(k) -> str:
+        return f"({', '.join(k)})" if k else "no key"
+
+    return HandlerError(
+        f"handler lake: {name}'s key is {shown(key)} but its lake table {spec.location} was"
+        f" made for {shown(made)}: move the lake table away (or give --dest-table) and"
+        " add the table again"
+    )
+
+
+def _check_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
+    """Refuse a table whose key is not the one its lake table was made for (a MERGE on
+    another key would write wrong rows); a table of an older pgferry gets it recorded."""
+    made = module.key_of(spec)
+    if made is None:
+        module.record_key(spec, key)
+    elif list(made) != list(key):
+        raise _key_changed(name, spec, key, made)
+
+
+# Per lake table: the key it was made for, as last read (replay reads it once).
+_KEYS: dict[str, list[str] | None] = {}
+
+
+def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
+    made = _KEYS.get(spec.location)
+    if made is None or list(made) != list(key):
+        made = _KEYS[spec.location] = module.key_of(spec)  # read again before refusing
+    if made is not None and list(made) != list(key):
+        raise _key_changed(name, spec, key, made)
+
+
+def check_resync(conn, queue: str, tables: list[str], source_key: Callable) -> None:
+    """``resync`` refuses a lake table whose key on the provider (``source_key(table)``)
+    is no longer the one its lake table was made for (one line, before anything changes)."""
+    rows = conn.execute(
+        """
+        select table_name, table_attrs->'handler_args' from ferry.table_info
+         where queue_name = %s and table_name = any(%s) and table_attrs->>'handler' = 'lake'
+        """,
+        (queue, tables),
+    ).fetchall()
+    for name, args in rows:
+        if not args or not args.get("lake_table"):
+            continue
+        schema, _, table = args["lake_table"].partition(".")
+        spec = lake_spec.LakeSpec(
+            args["lake_format"], args["location"], schema, table, args["owner"]
+        )
+        module = formats.module(spec.format)
+        made = module.key_of(spec) if module.owner_of(spec) else None
+        key = source_key(name)
+        if made is not None and list(made) != list(key):
+            raise _key_changed(name, spec, key, made)

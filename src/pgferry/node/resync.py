@@ -13,9 +13,10 @@ import psycopg
 
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
+from pgferry.handlers import lake
 from pgferry.node import connect, copymode, copynode, merge, model
 from pgferry.node.tableops import provider_conn, resolve
-from pgferry.registry import entries
+from pgferry.registry import catalog, entries
 from pgferry.registry.names import parse_pattern, split_qualified
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ def resync(
         mine = [fq for fq in names if fq in here]
         with provider_conn(config, part) as prov:
             on_provider = {t.table_name for t in entries.list_tables(prov, part.queue_name)}
+            # A lake table made for another key than the source's now is not loaded again.
+            lake.check_resync(conn, part.queue_name, [t for t in mine if t in on_provider],
+                              lambda t: catalog.primary_key(prov, t))  # fmt: skip
         for fq in mine:
             if fq not in on_provider:
                 raise TableError(f"Table not replicated on the provider: {fq}")
