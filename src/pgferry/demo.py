@@ -4,12 +4,15 @@ A source database ``digoal_01`` (root) replicates to a full copy on a second ser
 ``dst1_digoal_01``) and to a partial, renamed copy (leaf ``dst2_digoal_02``: only
 ``userid < 1000``, into ``digoal_02.user_info1`` / ``user_session1``).  The ticker and the
 workers run as daemons, a pgbench load of logins and logouts runs on the source, then
-``status``, ``tables`` and ``compare`` show that every copy equals its source.  Everything
-started here is stopped at the end.
+``status``, ``tables`` and ``compare`` show that every copy equals its source.  When the
+lake extra is installed (deltalake), a lake leaf ``lake_digoal`` keeps both tables in
+Delta Lake tables under the demo's folder beside them (``docs/lakehouse.md``) and is
+compared too.  Everything started here is stopped at the end.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import subprocess
 import sys
@@ -34,6 +37,16 @@ SCHEMA = seed_schema()
 FILL = seed_fill(USERS)
 PARTIAL = """
 create schema digoal_02;
+"""
+# The lake leaf's tables: only columns with a lake type (docs/lakehouse.md).
+LAKE_SHAPES = """
+create schema digoal_01;
+create table digoal_01.user_info (
+    userid int primary key, engname text, cnname text, occupation text, birthday date,
+    signname text, email text, qq numeric(20,0), crt_time timestamp, mod_time timestamp);
+create table digoal_01.user_session (
+    userid int primary key, logintime timestamp(0), login_count bigint default 0,
+    logouttime timestamp(0));
 """
 LOGIN = f"""\\set userid random(1, {USERS})
 select userid, engname, cnname from digoal_01.user_info where userid = :userid;
@@ -110,7 +123,13 @@ def _wait(what: str, connstr: str, query: str, expected: object, timeout: float 
     raise PgferryError(f"timed out waiting for {what}")
 
 
-def _write_configs(workdir: Path, src: str, dst1: str, dst2: str, root: LocalCluster) -> None:
+def _lake_available() -> bool:
+    return importlib.util.find_spec("deltalake") is not None
+
+
+def _write_configs(
+    workdir: Path, src: str, dst1: str, dst2: str, lakestate: str | None, root: LocalCluster
+) -> None:
     common = (
         "queue_name = replika\n"
         "logfile = %(config_dir)s/log/%(job_name)s.log\n"
@@ -120,6 +139,11 @@ def _write_configs(workdir: Path, src: str, dst1: str, dst2: str, root: LocalClu
     )
     for job, dsn in (("src_digoal_01", src), ("dst1_digoal_01", dst1), ("dst2_digoal_02", dst2)):
         (workdir / f"{job}.ini").write_text(f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}")
+    if lakestate is not None:
+        (workdir / "lake_digoal.ini").write_text(
+            f"[londiste3]\njob_name = lake_digoal\ndb = {lakestate}\n{common}"
+            "lake_path = %(config_dir)s/lake\nlake_format = delta\n"
+        )
     (workdir / "pgqd.ini").write_text(
         "[pgqd]\n"
         f"base_connstr = host=127.0.0.1 port={root.port} user=postgres\n"
@@ -174,7 +198,11 @@ def run(console: Console) -> None:
         sql(src, SCHEMA + FILL)
         sql(dst1, SCHEMA)
         sql(dst2, PARTIAL)
-        _write_configs(workdir, src, dst1, dst2, root_cluster)
+        lake = _lake_available()
+        lakestate = target_cluster.createdb("lakestate") if lake else None
+        if lakestate is not None:
+            sql(lakestate, LAKE_SHAPES)
+        _write_configs(workdir, src, dst1, dst2, lakestate, root_cluster)
 
         demo.step("root, leaf, workers and the ticker")
         demo.pgferry("src_digoal_01.ini", "create-root", "src_digoal_01", src)
@@ -201,15 +229,29 @@ def run(console: Console) -> None:
         demo.pgferry("dst2_digoal_02.ini", "wait-sync")
         demo.pgferry("dst2_digoal_02.ini", "tables")
 
+        if lakestate is not None:
+            demo.step("a lake leaf: the tables kept in Delta Lake tables")
+            console.print(
+                "  lakestate holds the leaf's state and the tables' shape: qq as numeric(20,0),"
+                " online_interval left out (interval has no lake type)"
+            )
+            demo.pgferry("lake_digoal.ini", "create-leaf", "lake_digoal", lakestate,
+                         f"--provider={src}")  # fmt: skip
+            demo.daemon("lake_digoal.ini", "worker")
+            demo.pgferry("lake_digoal.ini", "add-table", *TABLES, "--handler=lake")
+            demo.pgferry("lake_digoal.ini", "wait-sync")
+            demo.pgferry("lake_digoal.ini", "tables")
+        leaves = ["dst1_digoal_01.ini", "dst2_digoal_02.ini"]
+        leaves += ["lake_digoal.ini"] if lake else []
+
         demo.step("a pgbench load of logins and logouts on the source")
         _load(workdir, root_cluster, console)
         demo.pgferry("src_digoal_01.ini", "status")
-        demo.pgferry("dst1_digoal_01.ini", "wait-root")
-        demo.pgferry("dst2_digoal_02.ini", "wait-root")
+        for ini in leaves:
+            demo.pgferry(ini, "wait-root")
 
-        demo.step("compare both sides, each at one tick")
-        out1 = demo.pgferry("dst1_digoal_01.ini", "compare")
-        out2 = demo.pgferry("dst2_digoal_02.ini", "compare")
+        demo.step("compare every copy with the source, each at one tick")
+        outs = [demo.pgferry(ini, "compare") for ini in leaves]
         demo.step("TRUNCATE is replicated too")
         sql(src, "truncate digoal_01.user_session")
         demo.pgferry("dst1_digoal_01.ini", "wait-root")
@@ -218,9 +260,12 @@ def run(console: Console) -> None:
         demo.pgferry("dst1_digoal_01.ini", "members")
 
         demo.step("result", numbered=False)
-        equal = "Results do not match" not in out1 + out2
+        equal = not any("Results do not match" in out for out in outs)
         if equal:
             console.print("[bold green]Every replicated table equals its source.[/]")
+            if lake:
+                console.print(f"[bold green]The lake copy (Delta, {workdir / 'lake'}) equals"
+                              " the source.[/]")  # fmt: skip
         else:
             console.print("[bold red]Some tables differ: see compare above.[/]")
             raise SystemExit(1)
