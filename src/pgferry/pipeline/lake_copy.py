@@ -2,13 +2,14 @@
 commit per table.
 
 :func:`copy_to_lake` runs on the driver, like :func:`pgferry.pipeline.copy.copy_tables`:
-it exports a snapshot on the source, splits each table into heap block ranges
-(:func:`~pgferry.pipeline.copy.plan.block_ranges`) and runs one Spark job whose tasks
-(:func:`load_group`, on the executors) import the snapshot, read their ranges with a
-server-side cursor and write them as Parquet files straight into the lake table's
-directory.  A task returns only the files' names and sizes; the driver then commits each
-table's files in ONE lake commit (Delta add actions, Iceberg ``add_files``), which
-replaces whatever the table held.  Rows never pass through the driver.
+it exports a snapshot on the source, splits each table into heap block ranges (a multiple
+of the task slots, so that the tasks get equal shares) and runs one Spark job whose tasks
+(:func:`.lake_load.load_group`, on the executors) import the snapshot, read their ranges
+and write them as Parquet files straight into the lake table's directory.  A task returns
+only the files' names and sizes; the driver then commits each table's files in ONE lake
+commit (Delta add actions, Iceberg ``add_files``), which replaces whatever the table held.
+Rows never pass through the driver.  Which columns get a Parquet dictionary is decided
+here, from the source's statistics (:func:`dictionary_columns`).
 
 A load that fails or is killed commits nothing: the files it wrote are not part of the
 table (vacuum removes them) and the copy, run again, writes the table anew.  Tables of at
@@ -18,56 +19,35 @@ most :data:`LOCAL_PAGES` pages are loaded by threads of the driver, without Spar
 from __future__ import annotations
 
 import logging
-import os
+import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from psycopg import sql
-
-from pgferry import expressions
 from pgferry.db import connect, describe
 from pgferry.errors import DatabaseError, PgferryError, TableError
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.copy import CopyResult, CopyTask
-from pgferry.pipeline.copy.plan import block_ranges, task_groups
+from pgferry.pipeline.copy.plan import RANGE_BLOCKS, block_ranges, task_groups
 from pgferry.pipeline.copy.task import BlockRange
-from pgferry.pipeline.snapshot import exported_snapshot, open_in_snapshot
+from pgferry.pipeline.lake_load import LakeJob, LakePlan, load_group
+from pgferry.pipeline.snapshot import exported_snapshot
 from pgferry.pipeline.spark_errors import job_error
-from pgferry.pipeline.tables import relation, resolve_table
+from pgferry.pipeline.tables import TableInfo, resolve_table
+
+__all__ = ["LakeJob", "LakePlan", "copy_to_lake", "load_group", "run_groups"]
 
 log = logging.getLogger(__name__)
 
 LOCAL_PAGES = 1000  # as the copy's: smaller loads run on the driver's threads
 DRIVER_SLOTS = 2
-FETCH_ROWS = 20_000  # rows per fetch of a task's cursor
 FILE_ROWS = 1_000_000  # rows per Parquet file at most
-
-
-@dataclass(frozen=True)
-class LakePlan:
-    """What a task needs to load ranges of one table (plain, picklable values)."""
-
-    dest_key: str
-    src_schema: str
-    src_name: str
-    columns: tuple[lake_types.LakeColumn, ...]
-    condition: str | None
-    tid_ranges: bool
-    spec: lake_spec.LakeSpec
-    settings: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class LakeJob:
-    src_connstr: str
-    snapshot_id: str
-    plans: tuple[LakePlan, ...]
-    file_rows: int = FILE_ROWS
+# A column gets a Parquet dictionary when its statistics say that a value repeats this
+# often on average: on unique values Arrow builds a dictionary only to drop it.
+DICTIONARY_REPEATS = 4
 
 
 def copy_to_lake(
@@ -87,6 +67,7 @@ def copy_to_lake(
     with exported_snapshot(src_connstr) as snap:
         with connect(src_connstr, autocommit=True) as conn:
             sources = [resolve_table(conn, t.source_table, describe(src_connstr)) for t in tasks]
+            repeats = [dictionary_columns(conn, src) for src in sources]
         with connect(local_connstr, autocommit=True) as conn:
             shapes = [lake_types.table_columns(conn, t.dest_table) for t in tasks]
         session = None
@@ -94,8 +75,8 @@ def copy_to_lake(
             session = spark() if callable(spark) else spark
         slots = DRIVER_SLOTS if session is None else session.sparkContext.defaultParallelism
         plans, ranges = [], []
-        for plan_no, (task, src, shape, spec) in enumerate(
-            zip(tasks, sources, shapes, specs, strict=True)
+        for plan_no, (task, src, shape, spec, repeated) in enumerate(
+            zip(tasks, sources, shapes, specs, repeats, strict=True)
         ):
             have = set(src.column_names) - set(task.exclude_columns)
             columns = tuple(c for c in shape if c.name in have)
@@ -103,8 +84,9 @@ def copy_to_lake(
                 raise TableError(f"{src.display} and its lake table have no column in common")
             tid = not src.partitioned
             plans.append(LakePlan(task.dest_table, src.schema, src.name, columns,
-                                  task.copy_condition, tid, spec, task.settings))  # fmt: skip
-            for range_no, (lo, hi) in enumerate(block_ranges(src.pages if tid else 0, slots)):
+                                  task.copy_condition, tid, spec, task.settings,
+                                  repeated))  # fmt: skip
+            for range_no, (lo, hi) in enumerate(even_ranges(src.pages if tid else 0, slots)):
                 blocks = (src.pages if hi is None else hi) - (lo or 0)
                 ranges.append(BlockRange(plan_no, range_no, lo, hi, max(1, blocks)))
         if on_totals is not None:
@@ -126,6 +108,32 @@ def copy_to_lake(
         log.info("lake load %s: %d rows in %d files", plan.dest_key, rows, len(files))
     result.seconds = time.monotonic() - started
     return result
+
+
+def even_ranges(pages: int, slots: int) -> list[tuple[int | None, int | None]]:
+    """Block ranges of a table (:func:`~.copy.plan.block_ranges`), a multiple of ``slots``
+    of them when the table is split at all: three ranges on two tasks would leave one
+    task a third of the table to read alone at the end."""
+    per_slot = math.ceil(pages / (RANGE_BLOCKS * max(1, slots)))
+    return block_ranges(pages, max(1, slots) * max(1, per_slot))
+
+
+def dictionary_columns(conn, src: TableInfo) -> tuple[str, ...] | None:
+    """The source's columns whose values repeat at least :data:`DICTIONARY_REPEATS` times
+    on average by its statistics, and those without statistics; None when the table has
+    none (every column then tries a dictionary, Arrow's default)."""
+    rows = conn.execute(
+        "select attname, n_distinct from pg_stats"
+        " where schemaname = %s and tablename = %s and inherited = %s",
+        (src.schema, src.name, src.partitioned),
+    ).fetchall()
+    if not rows or src.est_rows <= 0:
+        return None
+    distinct = {name: n if n >= 0 else -n * src.est_rows for name, n in rows}
+    return tuple(
+        name for name in src.column_names
+        if name not in distinct or distinct[name] * DICTIONARY_REPEATS <= src.est_rows
+    )  # fmt: skip
 
 
 def _run_on_driver(job: LakeJob, groups: list[list[BlockRange]]) -> list[tuple]:
@@ -150,90 +158,3 @@ def run_groups(spark, job: LakeJob, groups, cancelled: threading.Event | None) -
             raise PgferryError("lake load cancelled") from None
         raise DatabaseError(f"lake load failed: {job_error(exc)}") from None
     return [entry for files in done for entry in files]
-
-
-def load_group(job: LakeJob, ranges: list[BlockRange]) -> list[tuple[int, str, int, int]]:
-    """Write each range as Parquet files into its lake table's directory; returns
-    (plan number, path relative to the table, bytes, rows) per file.  The task's body."""
-    conn = open_in_snapshot(job.src_connstr, job.snapshot_id)
-    try:
-        return [entry for rng in ranges for entry in _load_range(job, rng, conn)]
-    finally:
-        conn.close()
-
-
-def _load_range(job: LakeJob, rng: BlockRange, conn) -> list[tuple[int, str, int, int]]:
-    plan = job.plans[rng.plan_no]
-    module = formats.module(plan.spec.format)
-    schema = lake_types.arrow_schema(plan.columns)
-    where: list[sql.Composable] = []
-    if plan.tid_ranges and rng.lo_block is not None:
-        where.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({rng.lo_block},0)")))
-    if plan.tid_ranges and rng.hi_block is not None:
-        where.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({rng.hi_block},0)")))
-    if plan.condition:
-        where.append(expressions.as_sql(plan.condition))
-    query = _select(plan, where, [c.select() for c in plan.columns])
-    for name, value in plan.settings:
-        conn.execute("select set_config(%s, %s, true)", (name, value))
-    directory = module.data_dir(plan.spec)
-    os.makedirs(directory, exist_ok=True)
-    files = _Files(directory, rng, schema, job.file_rows, module.new_file_name)
-    if lake_types.csv_ready(plan.columns):
-        # PostgreSQL's CSV text parsed by Arrow's reader: no Python object per value.
-        text = sql.SQL("copy ({}) to stdout (format csv)").format(
-            _select(plan, where, [lake_types.csv_select(c) for c in plan.columns])
-        )
-        with conn.cursor() as cur, cur.copy(text) as copy:
-            for batch in lake_types.csv_tables(copy, plan.columns, schema):
-                files.write(batch)
-    else:
-        with conn.cursor(name=f"pgferry_lake_{rng.plan_no}_{rng.range_no}") as cur:
-            cur.execute(query)
-            while batch := cur.fetchmany(min(FETCH_ROWS, job.file_rows)):
-                files.write(lake_types.rows_to_arrow(plan.columns, batch, schema))
-    return files.close()
-
-
-def _select(plan: LakePlan, where: list, values: list) -> sql.Composable:
-    query = sql.SQL("select {} from {}").format(
-        sql.SQL(", ").join(values), relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
-    )
-    return sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where)) if where else query
-
-
-class _Files:
-    """Parquet files of one range, a new one every ``file_rows`` rows."""
-
-    def __init__(self, directory, rng: BlockRange, schema, file_rows: int, name) -> None:
-        self.directory, self.rng, self.schema = directory, rng, schema
-        self.file_rows, self.name = file_rows, name
-        self.writer, self.path, self.rows = None, "", 0
-        self.done: list[tuple[int, str, int, int]] = []
-
-    def write(self, table) -> None:
-        import pyarrow.parquet as pq
-
-        while table.num_rows:
-            if self.writer is None:
-                self.path = self.name(self.rng.range_no)
-                self.writer = pq.ParquetWriter(os.path.join(self.directory, self.path),
-                                               self.schema)  # fmt: skip
-            room = self.file_rows - self.rows
-            self.writer.write_table(table.slice(0, room))
-            self.rows += min(room, table.num_rows)
-            table = table.slice(room)
-            if self.rows >= self.file_rows:
-                self._finish()
-
-    def _finish(self) -> None:
-        assert self.writer is not None
-        self.writer.close()
-        size = os.path.getsize(os.path.join(self.directory, self.path))
-        self.done.append((self.rng.plan_no, self.path, size, self.rows))
-        self.writer, self.rows = None, 0
-
-    def close(self) -> list[tuple[int, str, int, int]]:
-        if self.writer is not None:
-            self._finish()
-        return self.done
