@@ -157,3 +157,21 @@ def test_key_changed_resync_and_replay(lake_pair) -> None:
     with pytest.raises(ReplayError, match=r"key is \(id\) but .* made for \(id, v\)"):
         for _ in range(20):
             pair.worker().work()
+
+
+def test_key_recorded_on_an_older_table(lake_pair, lake_dir) -> None:
+    """A lake table made without a recorded key gets it at its owner's next add-table."""
+    import json
+
+    from deltalake import DeltaTable
+
+    pair = _pair(lake_pair)
+    pair.cascade.add("leafnode", "public.t", handler="lake")
+    pair.catch_up()
+    path = str(lake_dir / "public" / "t")
+    marker = json.loads(DeltaTable(path).metadata().description)
+    assert marker.pop("key") == ["id"]
+    DeltaTable(path).alter.set_table_description(json.dumps(marker))  # as made before
+    assert pair.cascade.cli("leafnode", "remove-table", "public.t").code == 0
+    pair.cascade.add("leafnode", "public.t", handler="lake")
+    assert json.loads(DeltaTable(path).metadata().description)["key"] == ["id"]

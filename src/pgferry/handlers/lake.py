@@ -269,13 +269,14 @@ def _check_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
         raise _key_changed(name, spec, key, made)
 
 
-# Per lake table: the key it was made for, as last read (replay reads it once).
+# Per lake table: the key it was made for, as last read (None: not recorded); replay
+# reads it once, and again before refusing.
 _KEYS: dict[str, list[str] | None] = {}
 
 
 def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
-    made = _KEYS.get(spec.location)
-    if made is None or list(made) != list(key):
+    made = _KEYS.get(spec.location, [])
+    if spec.location not in _KEYS or (made is not None and list(made) != list(key)):
         made = _KEYS[spec.location] = module.key_of(spec)  # read again before refusing
     if made is not None and list(made) != list(key):
         raise _key_changed(name, spec, key, made)
