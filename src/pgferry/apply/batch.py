@@ -10,15 +10,18 @@ copy filters that can no longer match cleared, and the batch's tick recorded (th
 and the rows commit together: that is what makes the apply exactly-once).
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
-tables' shapes, the stage tables and the reader connections.
+tables' shapes, the stage tables, the reader connections and the next batch being read
+ahead (:mod:`.prefetch`: its summary and reads replace this batch's when it is this one).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 
 import psycopg
 
@@ -26,6 +29,7 @@ from pgferry.apply import forward, handover, script_replay
 from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import count_removals, count_scripts, plan_segment
+from pgferry.apply.prefetch import Ahead, PlanInputs, Prefetcher
 from pgferry.apply.read import (
     TableShapes,
     read_removals,
@@ -81,6 +85,7 @@ class _Reading:
     seqs: list[str]
     use_spark: bool  # by Spark tasks (the session is up and the batch is large)
     read_ahead: bool  # by reader threads ahead of the apply (else inline)
+    started: bool = False  # its reads were started while the batch before it was applied
 
 
 class Replayer:
@@ -93,6 +98,7 @@ class Replayer:
         self.shapes = TableShapes()
         self.stages = StageTables()
         self._readers: ReaderPool | None = None
+        self.ahead = Prefetcher()  # the next batch, read while this one is applied
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
 
     # --- state kept between batches ------------------------------------------------------
@@ -108,9 +114,35 @@ class Replayer:
         self.stages.reset()
 
     def close_readers(self) -> None:
+        self.ahead.close()
         if self._readers is not None:
             self._readers.close()
             self._readers = None
+
+    def _start_prefetch(
+        self,
+        provider: psycopg.Connection,
+        local: psycopg.Connection,
+        reading: _Reading,
+        consumer: str,
+        routes: dict[str, Route],
+        min_events: int,
+    ) -> None:
+        plan = None  # reads ahead are planned as _apply_segment plans them
+        if not self.spark.ready(start=False):  # else a large batch is read by Spark tasks
+            active = [r for r in routes.values() if r.applies]
+            plan = PlanInputs(
+                self.shapes.source_columns(provider, active),
+                self.shapes.provider_types(provider, active),
+                _major(provider) == _major(local),
+                self.settings.read_range_events,
+                self.settings.read_ahead_events,
+            )
+        self.ahead.start(
+            self.provider_dsn, self.settings.read_ahead, self._reader_pool(),
+            queue=reading.queue, consumer=consumer, after_tick=reading.tick_id,
+            min_events=min_events, routes=routes, seqs=reading.seqs, plan=plan,
+        )  # fmt: skip
 
     def close(self) -> None:
         """The worker disconnects: readers go, the stage tables went with the session."""
@@ -146,6 +178,9 @@ class Replayer:
         routes: dict[str, Route],
         seqs: list[str],
         catchup: handover.CatchUp | None = None,
+        *,
+        ahead: Ahead | None = None,
+        read_next: int | None = None,
     ) -> ApplyStats:
         """Apply ``batch`` and record its tick in one committed local transaction.
 
@@ -153,11 +188,16 @@ class Replayer:
         tables): no script, removal, sequence or forwarding, and the group's position is
         recorded instead of the node's (removals come with the node's own stream, which
         also reads every event of the group's tables).
+        ``ahead``: this batch as read ahead (:mod:`.prefetch`); ``read_next``: read the
+        batch after this one meanwhile, of up to that many events (the worker takes it next).
         """
         try:
-            return self._apply_batch(local, provider, node, batch, routes, seqs, catchup)
+            return self._apply_batch(
+                local, provider, node, batch, routes, seqs, catchup, ahead, read_next
+            )
         except BaseException:
             self.stages.reset()  # stage tables created in the failed transaction are gone
+            self.ahead.drop(reads=True)
             raise
 
     def _apply_batch(
@@ -169,15 +209,34 @@ class Replayer:
         routes: dict[str, Route],
         seqs: list[str],
         catchup: handover.CatchUp | None,
+        ahead: Ahead | None,
+        read_next: int | None,
     ) -> ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         main = catchup is None  # the node's own stream (not a copied group's)
         batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
+        # Read ahead: used only for this very batch (the same event query: the same events).
+        if ahead is not None and not (
+            main
+            and (ahead.prev_tick, ahead.tick) == (batch.prev_tick_id, batch.tick_id)
+            and ahead.batch_sql == batch_sql
+            and ahead.routes == routes
+            and ahead.seqs == seqs
+        ):
+            log.debug("batch %s: what was read ahead is not this batch's", batch.batch_id)
+            ahead = None
+        started = ahead is not None and ahead.reads
+        if main and not started:
+            self.ahead.drop_reads()
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
-        summary = summarize(
-            provider, batch_sql, routes, seqs, Segment(), scripts=main, removals=main
-        )
+        if ahead is not None:
+            log.debug("batch %s: read ahead (its tables too: %s)", batch.batch_id, started)
+            summary = ahead.summary
+        else:
+            summary = summarize(
+                provider, batch_sql, routes, seqs, Segment(), scripts=main, removals=main
+            )
         summary_seconds = time.monotonic() - summary_at
         scripts = read_scripts(provider, batch_sql) if main and count_scripts(summary) else []
         removals = read_removals(provider, batch_sql) if main and count_removals(summary) else []
@@ -192,8 +251,12 @@ class Replayer:
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
         reading = _Reading(
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
-            use_spark, read_ahead,
+            use_spark, read_ahead, started,
         )  # fmt: skip
+        start_next = None  # scripts and removals change what the next batch is read with
+        if read_next and main and not scripts and not removals:
+            start_next = partial(self._start_prefetch, provider, local, reading, consumer,
+                                 routes, read_next)  # fmt: skip
         with local.transaction():
             self.stages.new_transaction()
             # The provider forgets the batch once it is finished: the transaction that
@@ -214,6 +277,7 @@ class Replayer:
                         Segment(after, upto),
                         segment_summary,
                         later_changes([s.sql for s in scripts[number:]], set(routes)),
+                        start_next,
                     )
                 )
                 if script:
@@ -277,6 +341,7 @@ class Replayer:
         segment: Segment,
         summary: list[SummaryRow] | None,
         later: LaterChanges | None = None,
+        start_next: Callable[[], None] | None = None,
     ) -> ApplyStats:
         batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
         if later and later.renamed:  # the provider knows the table by its new name only
@@ -312,7 +377,20 @@ class Replayer:
                 reading.batch_id, self.provider_dsn, self.settings.read_parts
             )
         elif read_ahead and len(plan.tables) > 1:
+            # Reads started ahead are taken when the plan asks for the same queries.
             readers = self._reader_pool()
+            if reading.started and self.ahead.pool is not None:
+                readers = self.ahead.pool
+        if reading.started and readers is not self.ahead.pool:
+            self.ahead.drop_reads()
+        if start_next is not None:
+            if readers is not None and readers is self._readers:
+                # Started here (apply_segment takes them: the same queries), so that the
+                # next batch's reads wait for these.
+                readers.start_ahead(
+                    [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
+                )
+            start_next()  # the next batch is read while this one is applied
         return apply_segment(local, self.stages, plan, batch_sql, segment, queue=reading.queue,
                              provider=provider, readers=readers, tick_id=reading.tick_id,
                              tick_time=reading.tick_time)  # fmt: skip

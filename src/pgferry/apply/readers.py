@@ -11,7 +11,10 @@ A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
 * by Spark tasks, one per part (:mod:`pgferry.apply.spark_session` submits them from the
   same reader threads); each task runs :func:`pgferry.apply.read.read_part` on an executor.
 
-Every read is a COPY in a read-only transaction (:func:`pgferry.apply.read.read_chunks`).
+Reads may be started before the applier asks for them (:meth:`ReaderPool.start_ahead`:
+the next batch's, :mod:`pgferry.apply.prefetch`); the applier's :meth:`ReaderPool.stream`
+of the very same queries takes them over.  Every read is a COPY in a read-only
+transaction (:func:`pgferry.apply.read.read_chunks`).
 :func:`table_parts` hands the parts to the applier in the order their reads become ready,
 the ranges of one table in their own order.  The parts come from the plan; this module
 knows of them only what :class:`Part` says.
@@ -104,6 +107,9 @@ def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
             wakeup.wait(timeout=1.0)
 
 
+# A started read: its streams, the condition that signals a ready one, and its stop.
+_Started = tuple[list[_Stream], threading.Condition, Callable[[], None]]
+
 # Reads one query's COPY data somewhere else than on a pool connection (a Spark task).
 RemoteRead = Callable[[str, bool], Iterable[bytes]]
 
@@ -132,6 +138,9 @@ class ReaderPool:
         self.size = max(1, size)
         self.remote = remote
         self._conns: ConnectionPool | None = None
+        self._running = 0  # reader threads at work, over every stream() call
+        self._ahead: tuple[list[tuple[str, str, bool]], _Started] | None = None
+        self._idle = threading.Condition()
         if remote is None:
             # Made on demand, at most one per reader thread (as many as ``size``).
             self._conns = ConnectionPool(
@@ -166,11 +175,35 @@ class ReaderPool:
                 conn.close()
         self._conns.putconn(conn)
 
-    def stream(
-        self, queries: Sequence[tuple[str, str, bool]]
-    ) -> tuple[list[_Stream], threading.Condition, Callable[[], None]]:
+    def start_ahead(self, queries: Sequence[tuple[str, str, bool]]) -> None:
+        """Start reading ``queries`` now, for a later :meth:`stream` of the very same
+        queries (the next batch's parts, read while this one is applied)."""
+        self.drop_ahead()
+        self._ahead = (list(queries), self._start(queries))
+
+    def has_ahead(self) -> bool:
+        """Reads started ahead that no :meth:`stream` took yet."""
+        return self._ahead is not None
+
+    def drop_ahead(self) -> None:
+        """Stop the reads :meth:`start_ahead` started, if no :meth:`stream` took them."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1][2]()
+
+    def stream(self, queries: Sequence[tuple[str, str, bool]]) -> _Started:
         """Start reading ``(label, query, binary)`` in order; returns their streams, the
-        condition that signals a ready stream, and a function that stops what still runs."""
+        condition that signals a ready stream, and a function that stops what still runs.
+        Reads started ahead for exactly these queries are handed over instead; others
+        started ahead are stopped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead[0] == list(queries):
+                return ahead[1]
+            ahead[1][2]()
+        return self._start(queries)
+
+    def _start(self, queries: Sequence[tuple[str, str, bool]]) -> _Started:
         wakeup = threading.Condition()
         streams = [_Stream(wakeup) for _ in queries]
         order: queue.Queue[int] = queue.Queue()
@@ -210,10 +243,20 @@ class ReaderPool:
                     if conn is not None:
                         self._give(conn, broken=stream.cancelled.is_set())
 
+        def run_counted() -> None:
+            try:
+                run()
+            finally:
+                with self._idle:
+                    self._running -= 1
+                    self._idle.notify_all()
+
         threads = [
-            threading.Thread(target=run, name="pgferry-read", daemon=True)
+            threading.Thread(target=run_counted, name="pgferry-read", daemon=True)
             for _ in range(min(self.size, len(queries)))
         ]
+        with self._idle:
+            self._running += len(threads)
         for t in threads:
             t.start()
 
@@ -228,7 +271,14 @@ class ReaderPool:
 
         return streams, wakeup, stop
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no reader thread of this pool is at work (every query read, or
+        stopped); False when ``timeout`` seconds passed first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout)
+
     def close(self) -> None:
+        self.drop_ahead()
         if self._conns is not None:
             self._conns.close()
             self._conns = None

@@ -253,19 +253,30 @@ class Worker(Service):
         # the main stream at its tick: the worker must stop exactly there.
         min_count = None
         one_tick = request is not None or hold_at is not None
-        if not one_tick:
+        # The next batch is read ahead only where the worker takes batches by their size
+        # alone (prefetch.py chooses its tick the same way).
+        read_next = None
+        if not one_tick and not self.settings.keep_lag and not self.settings.collect_interval:
+            read_next = self.settings.batch_min_events
+        batch_id, ahead = None, None
+        if read_next:
+            batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
+        else:
+            self.replay.ahead.drop()
+        if batch_id is None and not one_tick:
             ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)
             if ticks > 1:
                 min_count = max(1, min(events, self.settings.batch_min_events))
-        batch_id = positions.take_batch(
-            provider,
-            queue,
-            consumer,
-            min_count=min_count,
-            one_tick=one_tick,
-            keep_lag=self.settings.keep_lag,
-            collect_interval=self.settings.collect_interval,
-        )
+        if batch_id is None:
+            batch_id = positions.take_batch(
+                provider,
+                queue,
+                consumer,
+                min_count=min_count,
+                one_tick=one_tick,
+                keep_lag=self.settings.keep_lag,
+                collect_interval=self.settings.collect_interval,
+            )
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
             if self.may_warm_spark and self.settings.warm_spark:
@@ -283,10 +294,13 @@ class Worker(Service):
         if not positions.follows(
             provider, queue, consumer, node.last_tick_id, batch, already_applied=mirror
         ):
+            self.replay.ahead.drop_reads()
             return True
 
         started = time.monotonic()
-        stats = self.replay.apply(local, provider, node, batch, routes, seqs)
+        stats = self.replay.apply(
+            local, provider, node, batch, routes, seqs, ahead=ahead, read_next=read_next
+        )
         if mirror is not None:
             mirror()
         queue_api.finish_batch(provider, batch_id)

@@ -1,0 +1,320 @@
+"""The main stream's next batch, read on the provider while this one is applied.
+
+During a catch-up the provider's part of a batch (its summary, the reads of its tables)
+and the subscriber's apply would run one after the other, each leaving a core idle.  The
+next batch's events are fixed by two ticks that exist already, though: this batch's last
+and the one the worker will choose next.  So while batch N is applied, a thread
+(:class:`Prefetch`) chooses that tick as :func:`.positions.take_batch` would when behind
+(the first tick closing ``batch_min_events`` events, else the last one), builds the event
+query of the tick range (the text ``ferry_queue.batch_event_sql`` writes for an open batch),
+summarises it, and once no read of batch N is left running starts reading its tables on a
+reader pool of its own.
+
+Nothing is opened or finished early.  After batch N is committed and finished, the worker
+opens exactly that tick range with ``next_batch_upto`` (:meth:`Prefetch.take`), and the
+apply (:mod:`.batch`) uses what was read ahead only when the opened batch's event query is
+the same text and the routes and sequences are those it was summarised for; otherwise it
+is dropped and the batch is read as any other.  The batch's position bookkeeping is that
+of every batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from pgferry.apply.batch_sql import Segment, SummaryRow
+from pgferry.apply.plan import count_scripts, plan_segment
+from pgferry.apply.read import APPLICATION_NAME, set_text_format, summarize
+from pgferry.apply.readers import ReaderPool
+from pgferry.apply.routes import Route
+from pgferry.db import connect
+from pgferry.queue import api as queue_api
+
+log = logging.getLogger(__name__)
+
+READS_WAIT = 60.0  # seconds the next batch's reads wait for the current one's at most
+
+# The later ticks of the queue after tick %(prev)s: id and events closed since it.
+_LATER_TICKS = """
+select t.tick_id, t.tick_event_seq - p.tick_event_seq
+  from ferry_queue.queue q
+  join ferry_queue.tick p on p.tick_queue = q.queue_id and p.tick_id = %(prev)s
+  join ferry_queue.tick t on t.tick_queue = q.queue_id and t.tick_id > p.tick_id
+ where q.queue_name = %(queue)s
+ order by t.tick_id
+"""
+
+# The event query of the consumer's batch (prev, next], as ferry_queue.batch_event_sql
+# writes it for an open batch (same text: the apply compares the two).
+_EVENT_SQL = """
+select format(
+        'select ev_id, ev_time, ev_txid::text::bigint as ev_txid, ev_retry, ev_type, ev_data,'
+        ' ev_extra1, ev_extra2, ev_extra3, ev_extra4'
+        ' from ferry_queue.event'
+        ' where ev_part in (%%s)'
+        ' and (ev_owner is null or ev_owner = %%s)'
+        ' and ((ev_txid >= %%L::xid8 and ev_txid < %%L::xid8'
+        ' and pg_visible_in_snapshot(ev_txid, %%L::pg_snapshot))%%s)%%s',
+        (select string_agg((q.queue_id * 10 + n)::text, ',')
+           from generate_series(0, q.queue_ntables - 1) n),
+        s.sub_id,
+        pg_snapshot_xmax(t1.tick_snapshot)::text, pg_snapshot_xmax(t2.tick_snapshot)::text,
+        t2.tick_snapshot::text,
+        case when x.xips is null then ''
+             else format(' or ev_txid = any (%%L::xid8[])', '{' || x.xips || '}') end,
+        '')
+  from ferry_queue.queue q
+  join ferry_queue.subscription s on s.sub_queue = q.queue_id
+  join ferry_queue.tick t1 on t1.tick_queue = q.queue_id and t1.tick_id = %(prev)s
+  join ferry_queue.tick t2 on t2.tick_queue = q.queue_id and t2.tick_id = %(next)s
+ cross join lateral (
+        select string_agg(xi::text, ',' order by xi) as xips
+          from pg_snapshot_xip(t1.tick_snapshot) xi
+         where pg_visible_in_snapshot(xi, t2.tick_snapshot)) x
+ where q.queue_name = %(queue)s and s.sub_consumer = %(consumer)s
+"""
+
+
+def choose_tick(
+    conn: psycopg.Connection, queue: str, prev: int, min_events: int
+) -> tuple[int, int, int] | None:
+    """The tick the worker's next batch after tick ``prev`` ends at, as
+    :func:`.positions.take_batch` chooses it: several ticks behind, the first closing
+    ``min_events`` events (or all there are), else the next one.  (tick, its events,
+    the ``min_count`` that makes ``next_batch_upto`` end there); None: no later tick."""
+    later = conn.execute(_LATER_TICKS, {"prev": prev, "queue": queue}).fetchall()
+    if not later:
+        return None
+    min_count = max(1, min(later[-1][1], min_events)) if len(later) > 1 else 1
+    tick, count = next((t, n) for t, n in later if n >= min_count or t == later[-1][0])
+    return tick, count, min_count
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What planning the next batch's reads needs besides its summary (read on the
+    worker's thread before the prefetch starts: the shapes are cached there)."""
+
+    src_cols: dict[str, frozenset[str] | None]
+    provider_types: dict
+    binary: bool
+    range_events: int
+    read_ahead_events: int  # smaller batches are read inline: no reads ahead
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The next batch as read ahead: its tick range, event query and summary."""
+
+    queue: str
+    consumer: str
+    prev_tick: int
+    tick: int
+    min_count: int
+    batch_sql: str
+    summary: list[SummaryRow]
+    routes: dict[str, Route]
+    seqs: list[str]
+    reads: bool  # its tables' reads were started on the prefetch's pool
+
+
+class Prefetch:
+    """One batch read ahead by a thread; see the module docstring."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        pool: ReaderPool,
+        busy: list[ReaderPool],
+        *,
+        queue: str,
+        consumer: str,
+        after_tick: int,
+        min_events: int,
+        routes: dict[str, Route],
+        seqs: list[str],
+        plan: PlanInputs | None,
+    ) -> None:
+        self._conn, self._pool, self._busy = conn, pool, busy
+        self._args = (queue, consumer, after_tick, min_events, routes, list(seqs), plan)
+        self._cancelled = threading.Event()
+        self.result: Ahead | None = None
+        self._thread = threading.Thread(target=self._run, name="pgferry-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._read(*self._args)
+        except Exception as exc:  # noqa: BLE001 - the batch is then read the usual way
+            log.debug("reading the next batch ahead: %s", exc)
+            self._pool.drop_ahead()
+
+    def _read(
+        self,
+        queue: str,
+        consumer: str,
+        prev: int,
+        min_events: int,
+        routes: dict[str, Route],
+        seqs: list[str],
+        plan_inputs: PlanInputs | None,
+    ) -> Ahead | None:
+        conn = self._conn
+        chosen = choose_tick(conn, queue, prev, min_events)
+        if chosen is None:
+            return None
+        tick, count, min_count = chosen
+        row = conn.execute(
+            _EVENT_SQL, {"prev": prev, "next": tick, "queue": queue, "consumer": consumer}
+        ).fetchone()
+        if row is None or self._cancelled.is_set():
+            return None
+        batch_sql = row[0]
+        summary = summarize(conn, batch_sql, routes, seqs, Segment(), scripts=True, removals=True)
+        reads = False
+        if plan_inputs and count > plan_inputs.read_ahead_events and not count_scripts(summary):
+            plan = plan_segment(
+                summary,
+                routes,
+                seqs,
+                plan_inputs.src_cols,
+                range_events=plan_inputs.range_events,
+                binary=plan_inputs.binary,
+                provider_types=plan_inputs.provider_types,
+            )
+            if len(plan.tables) > 1 and self._wait_reads_done():
+                queries = [(w.table_name, w.query(batch_sql, Segment()), w.binary)
+                           for w in plan.tables]  # fmt: skip
+                self._pool.start_ahead(queries)
+                reads = True
+        return Ahead(
+            queue, consumer, prev, tick, min_count, batch_sql, summary, routes, seqs, reads
+        )
+
+    def _wait_reads_done(self) -> bool:
+        """Until the current batch's reads are all done (they have the provider's CPU
+        first) and what was read ahead for it was taken; False when cancelled, or after
+        READS_WAIT seconds (the batch is then read when it is applied)."""
+        deadline = time.monotonic() + READS_WAIT
+        while not self._cancelled.is_set() and time.monotonic() < deadline:
+            if not self._pool.has_ahead() and all(p.wait_idle(0.05) for p in self._busy):
+                return True
+        return False
+
+    def take(
+        self, provider: psycopg.Connection, queue: str, consumer: str, last_tick: int | None
+    ) -> tuple[int | None, Ahead | None]:
+        """Open the batch read ahead (its id and what was read), once the batch before it
+        is finished; (None, None) when there is none or the consumer is elsewhere."""
+        self._thread.join()
+        ahead = self.result
+        if ahead is None or (ahead.queue, ahead.consumer, ahead.prev_tick) != (
+            queue,
+            consumer,
+            last_tick,
+        ):
+            self.cancel()
+            return None, None
+        # Ticks made since may change the batch the worker would take now: then it takes
+        # that one, the usual way.
+        chosen = choose_tick(provider, queue, ahead.prev_tick, self._args[3])
+        if chosen is None or chosen[0] != ahead.tick:
+            self.cancel()
+            return None, None
+        batch_id = queue_api.next_batch_upto(provider, queue, consumer, ahead.tick, ahead.min_count)
+        if batch_id is None:
+            self.cancel()
+            return None, None
+        return batch_id, ahead
+
+    def cancel(self) -> None:
+        """Stop the thread and the reads it started."""
+        self._cancelled.set()
+        if self._thread.is_alive():
+            with contextlib.suppress(psycopg.Error):
+                self._conn.cancel_safe(timeout=5)
+        self._thread.join()
+        self._pool.drop_ahead()
+
+
+class Prefetcher:
+    """What the replay keeps for reading ahead between batches: a provider connection of
+    its own, a reader pool of its own, and the batch being read ahead."""
+
+    def __init__(self) -> None:
+        self.pool: ReaderPool | None = None
+        self._conn: psycopg.Connection | None = None
+        self._current: Prefetch | None = None
+
+    def start(
+        self,
+        dsn: str,
+        pool_size: int,
+        busy: ReaderPool,
+        *,
+        queue: str,
+        consumer: str,
+        after_tick: int,
+        min_events: int,
+        routes: dict[str, Route],
+        seqs: list[str],
+        plan: PlanInputs | None,
+    ) -> None:
+        """Start reading the batch after tick ``after_tick`` (``busy``: the pool reading
+        the current batch, whose reads go first)."""
+        self.drop()
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(dsn, autocommit=True, application_name=APPLICATION_NAME)
+            set_text_format(self._conn)
+        if self.pool is None:
+            self.pool = ReaderPool(dsn, pool_size)
+        self._current = Prefetch(
+            self._conn,
+            self.pool,
+            [busy, self.pool],
+            queue=queue,
+            consumer=consumer,
+            after_tick=after_tick,
+            min_events=min_events,
+            routes=routes,
+            seqs=seqs,
+            plan=plan,
+        )
+
+    def take(
+        self, provider: psycopg.Connection, queue: str, consumer: str, last_tick: int | None
+    ) -> tuple[int | None, Ahead | None]:
+        """Open the batch read ahead, if any: (its id, what was read), else (None, None)."""
+        current, self._current = self._current, None
+        if current is None:
+            return None, None
+        return current.take(provider, queue, consumer, last_tick)
+
+    def drop(self, *, reads: bool = False) -> None:
+        """Forget the batch being read ahead (the worker will not take it next); with
+        ``reads`` also stop reads started ahead that no batch took."""
+        if self._current is not None:
+            self._current.cancel()
+            self._current = None
+        if reads:
+            self.drop_reads()
+
+    def drop_reads(self) -> None:
+        """Stop reads started ahead that the batch being applied does not use."""
+        if self.pool is not None:
+            self.pool.drop_ahead()
+
+    def close(self) -> None:
+        self.drop()
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
