@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgferry.db import connect
+from pgferry.errors import PgferryError
 from pgferry.lake import delta
 from pgferry.lake import types as lake_types
 from pgferry.lake.spec import LakeSpec
@@ -43,7 +44,10 @@ def _load(dsn: str, lake_dir: Path, table: str, key: list[str]):
 
 def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None:
     """Timestamps travel as UTC text with an offset and ISO dates, even where the database
-    says otherwise; infinite timestamps are NULL; text keeps quotes, commas, newlines."""
+    says otherwise; text keeps quotes, commas, newlines; an infinite timestamp, which has
+    no lake value, stops the load in one line and commits nothing."""
+    from deltalake import DeltaTable
+
     with connect(db_a, autocommit=True) as conn:
         dbname = conn.info.dbname
         conn.execute(f"alter database {dbname} set timezone = 'Asia/Kathmandu'")
@@ -56,7 +60,7 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
             "insert into v values"
             " (1, '2024-06-01 10:00:00.5+05', '2024-06-01 10:00:00.000001', '2024-02-29',"
             "  -12345678901234.000001, e'a,\"b\"\\nc', true),"
-            " (2, 'infinity', '-infinity', '1970-01-01', 0, '', false),"
+            " (2, null, '0001-01-01 00:00', '1970-01-01', 0, '', false),"
             " (3, '1999-12-31 23:59:59.999999+00', null, null, null, null, null)"
         )
     result, table = _load(db_a, lake_dir, "v", ["id"])
@@ -66,10 +70,18 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
         (dt.datetime(2024, 6, 1, 5, 0, 0, 500000, tzinfo=UTC),
          dt.datetime(2024, 6, 1, 10, 0, 0, 1), dt.date(2024, 2, 29),
          Decimal("-12345678901234.000001"), 'a,"b"\nc', True),
-        (None, None, dt.date(1970, 1, 1), Decimal("0.000000"), "", False),
+        (None, dt.datetime(1, 1, 1), dt.date(1970, 1, 1), Decimal("0.000000"), "", False),
         (dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), None, None, None, None,
          None),
     ]  # fmt: skip
+
+    with connect(db_a, autocommit=True) as conn:
+        conn.execute("update v set ts = 'infinity' where id = 2")
+    with pytest.raises(PgferryError) as failed:
+        _load(db_a, lake_dir, "v", ["id"])
+    assert "public.v" in str(failed.value) and "'infinity'" in str(failed.value)
+    assert "\n" not in str(failed.value)
+    assert table.version() == DeltaTable(table.table_uri).version()  # nothing committed
 
 
 def test_dictionary_only_where_values_repeat(db_a: str, lake_dir: Path) -> None:

@@ -42,7 +42,10 @@ __all__ = ["LakeJob", "LakePlan", "copy_to_lake", "load_group", "run_groups"]
 
 log = logging.getLogger(__name__)
 
-LOCAL_PAGES = 1000  # as the copy's: smaller loads run on the driver's threads
+# Smaller loads run on the driver's threads: 1,000,000 rows (10,310 pages) took as long
+# there as on a running local Spark (1.1 s against 1.2 s, BENCHMARKS.md), and a Spark
+# not yet running costs far more to start.  A thread holds a few pieces at a time.
+LOCAL_PAGES = 16_384
 DRIVER_SLOTS = 2
 FILE_ROWS = 1_000_000  # rows per Parquet file at most
 # A column gets a Parquet dictionary when its statistics say that a value repeats this

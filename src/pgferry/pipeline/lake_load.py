@@ -11,8 +11,10 @@ iterator costs a Python generator round per row: twice the CPU of the whole read
 pieces of :data:`PIECE_BYTES`, each parsed by Arrow straight into the lake's types:
 timestamps are the server's ISO text in UTC (``TimeZone`` and ``DateStyle`` set for the
 transaction), parsed with their offset, so no ``to_char`` runs per value and no cast
-follows.  Other tables (``bytea``, arrays) are read row by row through a server-side
-cursor.  A range's rows never all sit in memory: one piece, or one fetch, at a time.
+follows.  A value the lake has no value for (``infinity``, a year BC) stops the load
+with one line naming the table.  Other tables (``bytea``, arrays) are read row by row
+through a server-side cursor.  A range's rows never all sit in memory: one piece, or one
+fetch, at a time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import psycopg
 from psycopg import pq, sql
 
 from pgferry import expressions
+from pgferry.errors import TableError
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
@@ -113,11 +116,11 @@ def _load_range(plan: LakePlan, rng: BlockRange, conn, files: _Files) -> None:
     if lake_types.csv_ready(plan.columns):
         conn.execute(_TEXT_SETTINGS)
         query = sql.SQL("copy ({}) to stdout (format csv)").format(
-            _select(plan, where, [_csv_select(c) for c in plan.columns])
+            _select(plan, where, [c.select() for c in plan.columns])
         )
         # A UTF-8 database's text is valid UTF-8: Arrow need not check it again.
         valid = conn.info.parameter_status("server_encoding") == "UTF8"
-        parse = _CsvParser(plan.columns, schema, check_utf8=not valid)
+        parse = _CsvParser(plan.dest_key, plan.columns, schema, check_utf8=not valid)
         pieces = copy_pieces(conn, query.as_bytes(conn), PIECE_BYTES)
         for piece in read_ahead(pieces, READ_AHEAD) if READ_AHEAD else pieces:
             files.write(parse(piece))
@@ -134,15 +137,6 @@ def _select(plan: LakePlan, where: list, values: list) -> sql.Composable:
         sql.SQL(", ").join(values), relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )
     return sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where)) if where else query
-
-
-def _csv_select(column: lake_types.LakeColumn) -> sql.Composable:
-    """The column as the text Arrow parses into its lake type.  An infinite timestamp is
-    NULL, as the lake has no value for it."""
-    if column.lake_type.startswith("timestamp"):
-        ident = sql.Identifier(column.name)
-        return sql.SQL("case when isfinite({0}) then {0} end as {0}").format(ident)
-    return column.select()
 
 
 def copy_pieces(conn: psycopg.Connection, query: bytes, piece_bytes: int) -> Iterator[bytearray]:
@@ -249,11 +243,12 @@ class _CsvParser:
     """PostgreSQL's CSV text of whole rows as an Arrow table of ``schema``."""
 
     def __init__(
-        self, columns: Sequence[lake_types.LakeColumn], schema, check_utf8: bool = True
-    ) -> None:
+        self, table: str, columns: Sequence[lake_types.LakeColumn], schema,
+        check_utf8: bool = True,
+    ) -> None:  # fmt: skip
         import pyarrow.csv as pcsv
 
-        self.schema = schema
+        self.table, self.schema = table, schema
         # One thread: the load runs a task per core already.
         self.read = pcsv.ReadOptions(column_names=[c.name for c in columns], use_threads=False)
         # Only text can hold a newline (quoted); scanning for it costs the parser.
@@ -270,7 +265,10 @@ class _CsvParser:
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
-        table = pcsv.read_csv(pa.py_buffer(piece), self.read, self.parse, self.convert)
+        try:
+            table = pcsv.read_csv(pa.py_buffer(piece), self.read, self.parse, self.convert)
+        except pa.ArrowInvalid as exc:  # a value without a lake value: infinity, a BC year
+            raise TableError(f"{self.table}: {str(exc).splitlines()[0]}") from None
         return pa.Table.from_arrays(table.columns, schema=self.schema)
 
 
