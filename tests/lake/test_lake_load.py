@@ -30,14 +30,14 @@ def _no_spark():
     raise AssertionError("a small load starts no Spark")
 
 
-def _load(dsn: str, lake_dir: Path, table: str, key: list[str]):
+def _load(dsn: str, lake_dir: Path, table: str, key: list[str], condition: str | None = None):
     from deltalake import DeltaTable
 
     spec = LakeSpec("delta", str(lake_dir), "public", table, f"q:n:public.{table}")
     with connect(dsn) as conn:
         columns = lake_types.table_columns(conn, f"public.{table}")
     delta.prepare(spec, lake_types.arrow_schema(columns), key)
-    task = CopyTask(f"public.{table}", f"public.{table}")
+    task = CopyTask(f"public.{table}", f"public.{table}", copy_condition=condition)
     result = copy_to_lake(_no_spark, dsn, dsn, [task], [spec])
     return result, DeltaTable(spec.location)
 
@@ -82,6 +82,24 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
     assert "public.v" in str(failed.value) and "'infinity'" in str(failed.value)
     assert "\n" not in str(failed.value)
     assert table.version() == DeltaTable(table.table_uri).version()  # nothing committed
+
+
+def test_condition_and_floats_in_the_session_settings(db_a: str, lake_dir: Path) -> None:
+    """A copy condition's literals mean what the database's TimeZone says (the load does
+    not change it); floats read back exactly even where extra_float_digits is 0."""
+    with connect(db_a, autocommit=True) as conn:
+        dbname = conn.info.dbname
+        conn.execute(f"alter database {dbname} set timezone = 'Asia/Kathmandu'")  # +05:45
+        conn.execute(f"alter database {dbname} set extra_float_digits = 0")
+        conn.execute("create table public.c (id int primary key, ts timestamptz, f float8)")
+        conn.execute(
+            "insert into c values (1, '2024-01-01 00:00+00', 0.1::float8 + 0.2::float8),"
+            " (2, '2024-01-01 03:00+00', 1e-310), (3, '2023-12-31 23:00+00', 1)"
+        )
+    # 05:45 in Kathmandu is 00:00 UTC: rows 1 and 2 (in UTC it would be none)
+    _, table = _load(db_a, lake_dir, "c", ["id"], "ts >= '2024-01-01 05:45'")
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["f"]) for r in rows] == [(1, 0.1 + 0.2), (2, 1e-310)]
 
 
 def test_dictionary_only_where_values_repeat(db_a: str, lake_dir: Path) -> None:

@@ -9,12 +9,12 @@ When every column's text parses exactly (:func:`pgferry.lake.types.csv_ready`), 
 travels as ``COPY ... TO STDOUT (format csv)`` read with libpq's own calls (psycopg's COPY
 iterator costs a Python generator round per row: twice the CPU of the whole read) into
 pieces of :data:`PIECE_BYTES`, each parsed by Arrow straight into the lake's types:
-timestamps are the server's ISO text in UTC (``TimeZone`` and ``DateStyle`` set for the
-transaction), parsed with their offset, so no ``to_char`` runs per value and no cast
-follows.  A value the lake has no value for (``infinity``, a year BC) stops the load
-with one line naming the table.  Other tables (``bytea``, arrays) are read row by row
-through a server-side cursor.  A range's rows never all sit in memory: one piece, or one
-fetch, at a time.
+timestamps are the server's ISO text (``DateStyle`` set for the transaction), those
+with a zone selected ``AT TIME ZONE 'UTC'``, so no ``to_char`` runs per value and no
+values are converted after the parse.  A value the lake has no value for (``infinity``,
+a year BC) stops the load with one line naming the table.  Other tables (``bytea``,
+arrays) are read row by row through a server-side cursor.  A range's rows never all sit
+in memory: one piece, or one fetch, at a time.
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ READ_AHEAD = 2
 # Parquet as Delta and Spark write it by default: snappy pages.  A dictionary is tried
 # only for the columns the plan names (see LakePlan.dictionary).
 COMPRESSION = "snappy"
-# The transaction's settings that make the server's text what Arrow parses: timestamps
-# with a zone in UTC ("+00"), ISO dates, UTF-8.
+# The transaction's settings that make the server's text what Arrow parses: ISO dates
+# (the day order, which reads literals in a copy condition, is kept), floats that read
+# back exactly, UTF-8.  TimeZone is left alone: a condition's literals mean what the
+# session's zone says; timestamps with a zone are selected AT TIME ZONE 'UTC'.
 _TEXT_SETTINGS = sql.SQL(
-    "select set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true),"
+    "select set_config('DateStyle', 'ISO', true), set_config('extra_float_digits', '3', true),"
     " set_config('client_encoding', 'UTF8', true)"
 )
 
@@ -116,7 +118,7 @@ def _load_range(plan: LakePlan, rng: BlockRange, conn, files: _Files) -> None:
     if lake_types.csv_ready(plan.columns):
         conn.execute(_TEXT_SETTINGS)
         query = sql.SQL("copy ({}) to stdout (format csv)").format(
-            _select(plan, where, [c.select() for c in plan.columns])
+            _select(plan, where, [_csv_select(c) for c in plan.columns])
         )
         # A UTF-8 database's text is valid UTF-8: Arrow need not check it again.
         valid = conn.info.parameter_status("server_encoding") == "UTF8"
@@ -137,6 +139,14 @@ def _select(plan: LakePlan, where: list, values: list) -> sql.Composable:
         sql.SQL(", ").join(values), relation(plan.src_schema, plan.src_name, not plan.tid_ranges)
     )
     return sql.SQL("{} where {}").format(query, sql.SQL(" and ").join(where)) if where else query
+
+
+def _csv_select(column: lake_types.LakeColumn) -> sql.Composable:
+    """The column as the text Arrow parses: a timestamp with a zone as its UTC time."""
+    if column.lake_type == "timestamptz":
+        ident = sql.Identifier(column.name)
+        return sql.SQL("{0} at time zone 'UTC' as {0}").format(ident)
+    return column.select()
 
 
 def copy_pieces(conn: psycopg.Connection, query: bytes, piece_bytes: int) -> Iterator[bytearray]:
@@ -246,6 +256,7 @@ class _CsvParser:
         self, table: str, columns: Sequence[lake_types.LakeColumn], schema,
         check_utf8: bool = True,
     ) -> None:  # fmt: skip
+        import pyarrow as pa
         import pyarrow.csv as pcsv
 
         self.table, self.schema = table, schema
@@ -255,8 +266,11 @@ class _CsvParser:
         self.parse = pcsv.ParseOptions(
             newlines_in_values=any(c.lake_type == "string" for c in columns)
         )
+        # A timestamp with a zone arrives as its UTC time without an offset.
+        self.utc = {c.name for c in columns if c.lake_type == "timestamptz"}
         self.convert = pcsv.ConvertOptions(
-            column_types={c.name: schema.field(c.name).type for c in columns},
+            column_types={c.name: pa.timestamp("us") if c.name in self.utc
+                          else schema.field(c.name).type for c in columns},
             null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
             true_values=["t"], false_values=["f"], check_utf8=check_utf8,
         )  # fmt: skip
@@ -269,7 +283,11 @@ class _CsvParser:
             table = pcsv.read_csv(pa.py_buffer(piece), self.read, self.parse, self.convert)
         except pa.ArrowInvalid as exc:  # a value without a lake value: infinity, a BC year
             raise TableError(f"{self.table}: {str(exc).splitlines()[0]}") from None
-        return pa.Table.from_arrays(table.columns, schema=self.schema)
+        columns = [
+            column.cast(field.type) if field.name in self.utc else column
+            for column, field in zip(table.columns, self.schema, strict=True)
+        ]  # a cast that only names the zone: the values stay as they are
+        return pa.Table.from_arrays(columns, schema=self.schema)
 
 
 class _Files:
