@@ -29,7 +29,7 @@ from pgferry.apply import forward, handover, script_replay
 from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import count_removals, count_scripts, plan_segment
-from pgferry.apply.prefetch import Ahead, PlanInputs, Prefetcher
+from pgferry.apply.prefetch import Ahead, NextBatch, PlanInputs, Prefetcher
 from pgferry.apply.read import (
     TableShapes,
     read_removals,
@@ -138,11 +138,10 @@ class Replayer:
                 self.settings.read_range_events,
                 self.settings.read_ahead_events,
             )
-        self.ahead.start(
-            self.provider_dsn, self.settings.read_ahead, self._reader_pool(),
-            queue=reading.queue, consumer=consumer, after_tick=reading.tick_id,
-            min_events=min_events, routes=routes, seqs=reading.seqs, plan=plan,
-        )  # fmt: skip
+        want = NextBatch(
+            reading.queue, consumer, reading.tick_id, min_events, routes, list(reading.seqs), plan
+        )
+        self.ahead.start(self.provider_dsn, self.settings.read_ahead, self._reader_pool(), want)
 
     def close(self) -> None:
         """The worker disconnects: readers go, the stage tables went with the session."""

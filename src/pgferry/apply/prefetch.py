@@ -6,7 +6,8 @@ next batch's events are fixed by two ticks that exist already, though: this batc
 and the one the worker will choose next.  So while batch N is applied, a thread
 (:class:`Prefetch`) chooses that tick as :func:`.positions.take_batch` would when behind
 (the first tick closing ``batch_min_events`` events, else the last one), builds the event
-query of the tick range (the text ``ferry_queue.batch_event_sql`` writes for an open batch),
+query of the tick range (``ferry_queue.tick_range_sql``, whose text
+``ferry_queue.batch_event_sql`` gives the batch once open),
 summarises it, and once no read of batch N is left running starts reading its tables on a
 reader pool of its own.
 
@@ -50,33 +51,12 @@ select t.tick_id, t.tick_event_seq - p.tick_event_seq
  order by t.tick_id
 """
 
-# The event query of the consumer's batch (prev, next], as ferry_queue.batch_event_sql
-# writes it for an open batch (same text: the apply compares the two).
+# The event query of the consumer's batch (prev, next]: the text batch_event_sql gives the
+# batch once it is open (both are ferry_queue.tick_range_sql; the apply compares them).
 _EVENT_SQL = """
-select format(
-        'select ev_id, ev_time, ev_txid::text::bigint as ev_txid, ev_retry, ev_type, ev_data,'
-        ' ev_extra1, ev_extra2, ev_extra3, ev_extra4'
-        ' from ferry_queue.event'
-        ' where ev_part in (%%s)'
-        ' and (ev_owner is null or ev_owner = %%s)'
-        ' and ((ev_txid >= %%L::xid8 and ev_txid < %%L::xid8'
-        ' and pg_visible_in_snapshot(ev_txid, %%L::pg_snapshot))%%s)%%s',
-        (select string_agg((q.queue_id * 10 + n)::text, ',')
-           from generate_series(0, q.queue_ntables - 1) n),
-        s.sub_id,
-        pg_snapshot_xmax(t1.tick_snapshot)::text, pg_snapshot_xmax(t2.tick_snapshot)::text,
-        t2.tick_snapshot::text,
-        case when x.xips is null then ''
-             else format(' or ev_txid = any (%%L::xid8[])', '{' || x.xips || '}') end,
-        '')
+select ferry_queue.tick_range_sql(q.queue_id, s.sub_id, %(prev)s, %(next)s, false)
   from ferry_queue.queue q
   join ferry_queue.subscription s on s.sub_queue = q.queue_id
-  join ferry_queue.tick t1 on t1.tick_queue = q.queue_id and t1.tick_id = %(prev)s
-  join ferry_queue.tick t2 on t2.tick_queue = q.queue_id and t2.tick_id = %(next)s
- cross join lateral (
-        select string_agg(xi::text, ',' order by xi) as xips
-          from pg_snapshot_xip(t1.tick_snapshot) xi
-         where pg_visible_in_snapshot(xi, t2.tick_snapshot)) x
  where q.queue_name = %(queue)s and s.sub_consumer = %(consumer)s
 """
 
@@ -109,6 +89,21 @@ class PlanInputs:
 
 
 @dataclass(frozen=True)
+class NextBatch:
+    """What to read ahead: the batch after tick ``after_tick`` of ``consumer`` on
+    ``queue``, cut as the worker cuts it (``min_events``), for these routes and sequences
+    (``plan``: None reads only its summary)."""
+
+    queue: str
+    consumer: str
+    after_tick: int
+    min_events: int
+    routes: dict[str, Route]
+    seqs: list[str]
+    plan: PlanInputs | None
+
+
+@dataclass(frozen=True)
 class Ahead:
     """The next batch as read ahead: its tick range, event query and summary."""
 
@@ -128,21 +123,9 @@ class Prefetch:
     """One batch read ahead by a thread; see the module docstring."""
 
     def __init__(
-        self,
-        conn: psycopg.Connection,
-        pool: ReaderPool,
-        busy: list[ReaderPool],
-        *,
-        queue: str,
-        consumer: str,
-        after_tick: int,
-        min_events: int,
-        routes: dict[str, Route],
-        seqs: list[str],
-        plan: PlanInputs | None,
+        self, conn: psycopg.Connection, pool: ReaderPool, busy: list[ReaderPool], want: NextBatch
     ) -> None:
-        self._conn, self._pool, self._busy = conn, pool, busy
-        self._args = (queue, consumer, after_tick, min_events, routes, list(seqs), plan)
+        self._conn, self._pool, self._busy, self._want = conn, pool, busy, want
         self._cancelled = threading.Event()
         self.result: Ahead | None = None
         self._thread = threading.Thread(target=self._run, name="pgferry-prefetch", daemon=True)
@@ -150,30 +133,23 @@ class Prefetch:
 
     def _run(self) -> None:
         try:
-            self.result = self._read(*self._args)
+            self.result = self._read(self._want)
         except Exception as exc:  # noqa: BLE001 - the batch is then read the usual way
             log.debug("reading the next batch ahead: %s", exc)
             self._pool.drop_ahead()
 
-    def _read(
-        self,
-        queue: str,
-        consumer: str,
-        prev: int,
-        min_events: int,
-        routes: dict[str, Route],
-        seqs: list[str],
-        plan_inputs: PlanInputs | None,
-    ) -> Ahead | None:
+    def _read(self, want: NextBatch) -> Ahead | None:
+        queue, consumer, prev = want.queue, want.consumer, want.after_tick
+        routes, seqs, plan_inputs = want.routes, want.seqs, want.plan
         conn = self._conn
-        chosen = choose_tick(conn, queue, prev, min_events)
+        chosen = choose_tick(conn, queue, prev, want.min_events)
         if chosen is None:
             return None
         tick, count, min_count = chosen
         row = conn.execute(
             _EVENT_SQL, {"prev": prev, "next": tick, "queue": queue, "consumer": consumer}
         ).fetchone()
-        if row is None or self._cancelled.is_set():
+        if row is None or row[0] is None or self._cancelled.is_set():
             return None
         batch_sql = row[0]
         summary = summarize(conn, batch_sql, routes, seqs, Segment(), scripts=True, removals=True)
@@ -223,7 +199,7 @@ class Prefetch:
             return None, None
         # Ticks made since may change the batch the worker would take now: then it takes
         # that one, the usual way.
-        chosen = choose_tick(provider, queue, ahead.prev_tick, self._args[3])
+        chosen = choose_tick(provider, queue, ahead.prev_tick, self._want.min_events)
         if chosen is None or chosen[0] != ahead.tick:
             self.cancel()
             return None, None
@@ -252,40 +228,16 @@ class Prefetcher:
         self._conn: psycopg.Connection | None = None
         self._current: Prefetch | None = None
 
-    def start(
-        self,
-        dsn: str,
-        pool_size: int,
-        busy: ReaderPool,
-        *,
-        queue: str,
-        consumer: str,
-        after_tick: int,
-        min_events: int,
-        routes: dict[str, Route],
-        seqs: list[str],
-        plan: PlanInputs | None,
-    ) -> None:
-        """Start reading the batch after tick ``after_tick`` (``busy``: the pool reading
-        the current batch, whose reads go first)."""
+    def start(self, dsn: str, pool_size: int, busy: ReaderPool, want: NextBatch) -> None:
+        """Start reading ``want`` (``busy``: the pool reading the current batch, whose
+        reads go first)."""
         self.drop()
         if self._conn is None or self._conn.closed:
             self._conn = connect(dsn, autocommit=True, application_name=APPLICATION_NAME)
             set_text_format(self._conn)
         if self.pool is None:
             self.pool = ReaderPool(dsn, pool_size)
-        self._current = Prefetch(
-            self._conn,
-            self.pool,
-            [busy, self.pool],
-            queue=queue,
-            consumer=consumer,
-            after_tick=after_tick,
-            min_events=min_events,
-            routes=routes,
-            seqs=seqs,
-            plan=plan,
-        )
+        self._current = Prefetch(self._conn, self.pool, [busy, self.pool], want)
 
     def take(
         self, provider: psycopg.Connection, queue: str, consumer: str, last_tick: int | None
