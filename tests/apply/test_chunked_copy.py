@@ -5,7 +5,6 @@ A writer changes the table during each copy; every test ends comparing both side
 
 from __future__ import annotations
 
-import random
 import re
 import threading
 
@@ -15,33 +14,11 @@ import pytest
 from pgferry.errors import UsageError
 from pgferry.pipeline.copy import chunked
 from pgferry.registry import entries
-from pgferry.testing.load import Load
+from pgferry.testing.load import KeyChurn
 from tests.fixtures.fix_cli import one_error
 
 ROWS = 3000
 CHUNKS = {"copy_snapshot_max": "0", "copy_chunk_rows": "300", "exception_sleep": "0"}
-
-
-def _writer(dsn: str, seed: int = 1) -> Load:
-    """Inserts, updates, deletes and re-inserts of keys across the whole range."""
-    rng = random.Random(seed)
-
-    def unit(conn: psycopg.Connection, _done: int) -> None:
-        with conn.transaction():
-            for _ in range(5):
-                k, op = rng.randint(1, ROWS + 500), rng.random()
-                if op < 0.4:
-                    conn.execute(
-                        "insert into t (id, v) values (%s, 1)"
-                        " on conflict (id) do update set v = t.v + 1",
-                        (k,),
-                    )
-                elif op < 0.75:
-                    conn.execute("update t set v = v + 10, s = md5(v::text) where id = %s", (k,))
-                else:
-                    conn.execute("delete from t where id = %s", (k,))
-
-    return Load(dsn, unit, every=0, transaction=False)
 
 
 def _tables(pair, keyless: bool = False) -> None:
@@ -53,7 +30,7 @@ def _tables(pair, keyless: bool = False) -> None:
 
 
 def _copy_under_writes(pair, worker_settings: dict | None = None, **opts) -> None:
-    writer = _writer(pair.root_dsn)
+    writer = KeyChurn(pair.root_dsn, ROWS + 500, seed=1)
     writer.start()
     try:
         pair.add_tables("public.t", **opts)
@@ -107,7 +84,7 @@ def test_stopped_mid_chunks_resumes_with_the_rest(make_pair, monkeypatch) -> Non
         return real(job, plan_no, chunk_no, where, src, dst)
 
     monkeypatch.setattr(chunked, "_copy_chunk", failing)
-    writer = _writer(pair.root_dsn, seed=7)
+    writer = KeyChurn(pair.root_dsn, ROWS + 500, seed=7)
     writer.start()
     try:
         pair.add_tables("public.t")
@@ -146,7 +123,7 @@ def test_resync_of_a_chunked_table(make_pair) -> None:
     _tables(pair)
     _copy_under_writes(pair)
     pair.leaf("set session_replication_role = replica; delete from t where id % 7 = 0")
-    writer = _writer(pair.root_dsn, seed=3)
+    writer = KeyChurn(pair.root_dsn, ROWS + 500, seed=3)
     writer.start()
     try:
         assert pair.cascade.cli("leafnode", "resync", "public.t").code == 0

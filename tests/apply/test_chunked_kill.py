@@ -16,7 +16,6 @@ of the other chunks.
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
 import subprocess
@@ -28,7 +27,7 @@ import pytest
 
 from pgferry.polling import wait_until as poll
 from pgferry.testing.cascade import Ticker
-from pgferry.testing.load import Load
+from pgferry.testing.load import KeyChurn
 from pgferry.testing.scenario import wait_until
 
 ROWS = 200_000
@@ -41,27 +40,6 @@ LEAF = {
     "spark_warm": "false",  # the worker process starts no Spark for this
 }
 RECORDS = "select range_no, rows, xmin::text::bigint from ferry_copy.range_done"
-
-
-def _writer(dsn: str) -> Load:
-    """Inserts, updates and deletes of keys across the whole range, and past its end."""
-    rng = random.Random(11)
-
-    def unit(conn: psycopg.Connection, _done: int) -> None:
-        for _ in range(5):
-            k, op = rng.randint(1, ROWS + 2000), rng.random()
-            if op < 0.4:
-                conn.execute(
-                    "insert into t (id, v) values (%s, 1)"
-                    " on conflict (id) do update set v = t.v + 1",
-                    (k,),
-                )
-            elif op < 0.75:
-                conn.execute("update t set v = v + 10, s = md5(v::text) where id = %s", (k,))
-            else:
-                conn.execute("delete from t where id = %s", (k,))
-
-    return Load(dsn, unit, every=0.005)
 
 
 def _start(ini: Path, log: Path) -> subprocess.Popen:
@@ -93,7 +71,7 @@ def test_killed_worker_copies_only_the_remaining_chunks(make_pair, tmp_path: Pat
     pair.cascade.add("rootnode", "public.t")
     ini, log = pair.cascade.paths["leafnode"], tmp_path / "worker.log"
     ticker = Ticker([pair.root_dsn], pair.queue)
-    writer = _writer(pair.root_dsn)
+    writer = KeyChurn(pair.root_dsn, ROWS + 2000, seed=11, every=0.005)
     procs: list[subprocess.Popen] = []
     ticker.start()
     writer.start()

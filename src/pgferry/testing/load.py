@@ -5,11 +5,13 @@ done so far) over and over on the first of its databases that accepts it.  A ref
 broken connection (a node that is no longer root denies writes, a server restarting) moves
 on to the next database, or tries the same one again, and the unit is repeated with the
 same number: the rows an application would have written after a switchover.
-:class:`Inserts` is the load most scenarios want: rows with new ids, one per unit.
+:class:`Inserts` is the load most scenarios want: rows with new ids, one per unit;
+:class:`KeyChurn` inserts, updates and deletes rows of ``t (id, v, s)`` at random keys.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Sequence
 
@@ -93,3 +95,30 @@ class Inserts(Load):
     def next_id(self) -> int:
         """The id the next row gets."""
         return self.first_id + self.done
+
+
+class KeyChurn(Load):
+    """Five random writes per unit (in one transaction) on ``t (id, v, s)``: an insert or
+    increment, an update or a delete of a key in ``1..keys``, so a copy of the table meets
+    rows changed, removed and added again across its whole key range."""
+
+    def __init__(
+        self, dsns: str | Sequence[str], keys: int, *, seed: int = 1, every: float = 0
+    ) -> None:
+        rng = random.Random(seed)
+
+        def unit(conn: psycopg.Connection, _done: int) -> None:
+            for _ in range(5):
+                k, op = rng.randint(1, keys), rng.random()
+                if op < 0.4:
+                    conn.execute(
+                        "insert into t (id, v) values (%s, 1)"
+                        " on conflict (id) do update set v = t.v + 1",
+                        (k,),
+                    )
+                elif op < 0.75:
+                    conn.execute("update t set v = v + 10, s = md5(v::text) where id = %s", (k,))
+                else:
+                    conn.execute("delete from t where id = %s", (k,))
+
+        super().__init__(dsns, unit, every=every)
