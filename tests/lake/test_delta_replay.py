@@ -100,3 +100,28 @@ def test_load_of_text_values(lake_pair, delta_rows) -> None:
     pair.catch_up()
     cols = "id, v, ok, ts, tsn, d, f, j::text, n"
     assert delta_rows("s") == sorted_rows(pair.root(f"select {cols} from s"))
+
+
+@pytest.mark.parametrize("bad", ["ts = 'infinity'", "tsn = '0044-03-15 BC'"])
+def test_replay_refuses_a_timestamp_without_a_lake_value(lake_pair, delta_rows, bad) -> None:
+    """An infinite timestamp or a year BC stops the batch naming the table and the value,
+    as it stops the load; nothing of the batch reaches the lake (no NULL, no year AD)."""
+    from pgferry.errors import PgferryError
+
+    pair = lake_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.w (id int primary key, ts timestamptz, tsn timestamp)")
+    pair.root("insert into w values (1, '2024-01-01 00:00+00', '2024-01-01')")
+    pair.add_tables("public.w", handler="lake")
+    pair.catch_up()
+    before = delta_rows("w")
+    pair.root(f"update w set {bad} where id = 1")
+    pair.root("insert into w values (2, now(), now()::timestamp)")
+    pair.tick()
+    with pytest.raises(PgferryError) as failed:
+        for _ in range(20):
+            pair.worker().work()
+    message = str(failed.value)
+    assert "public.w" in message and "no lake value" in message, message
+    assert "\n" not in message
+    assert delta_rows("w") == before  # the batch wrote nothing

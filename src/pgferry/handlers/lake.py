@@ -187,7 +187,11 @@ def _read_stage(staged: Staged):
             sql.SQL(", ").join(lake_types.csv_select(c) for c in columns), staged.relation
         )
         with conn.cursor() as cur, cur.copy(query) as copy:
-            tables = list(lake_types.csv_tables(copy, every, schema))
+            try:
+                tables = list(lake_types.csv_tables(copy, every, schema))
+            except pa.ArrowInvalid as exc:  # a value without a lake value: infinity, BC
+                first = str(exc).splitlines()[0]
+                raise HandlerError(f"handler lake: {staged.target.table_name}: {first}") from None
         return pa.concat_tables(tables) if tables else schema.empty_table()
     query = sql.SQL("select op::text, {} from {}").format(
         sql.SQL(", ").join(c.select() for c in columns), staged.relation

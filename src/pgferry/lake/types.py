@@ -85,6 +85,7 @@ class LakeColumn:
 _CSV_TYPES = {"int16", "int32", "int64", "float32", "float64", "bool", "string", "date32",
               "timestamp", "timestamptz"}  # fmt: skip
 _US = "YYYY-MM-DD HH24:MI:SS.US"
+NO_LAKE_VALUE = "no lake value: "  # the text csv_select gives a timestamp without one
 
 
 def csv_ready(columns: Sequence[LakeColumn]) -> bool:
@@ -94,12 +95,20 @@ def csv_ready(columns: Sequence[LakeColumn]) -> bool:
 
 def csv_select(column: LakeColumn) -> sql.Composable:
     """The column as the text a CSV reader parses into its lake type: timestamps as UTC
-    (``timestamptz``) or as written, to the microsecond, without an offset."""
+    (``timestamptz``) or as written, to the microsecond, without an offset.  A timestamp
+    the lake has no value for (``infinity``, a year BC) becomes text no reader parses, so
+    the batch fails naming it rather than writing NULL or a year AD."""
     ident = sql.Identifier(column.name)
-    if column.lake_type == "timestamptz":
-        return sql.SQL("to_char({} at time zone 'UTC', {})").format(ident, sql.Literal(_US))
-    if column.lake_type == "timestamp":
-        return sql.SQL("to_char({}, {})").format(ident, sql.Literal(_US))
+    if column.lake_type in ("timestamptz", "timestamp"):
+        value = (
+            sql.SQL("({} at time zone 'UTC')").format(ident)
+            if column.lake_type == "timestamptz"
+            else ident
+        )
+        return sql.SQL(
+            "case when isfinite({v}) and {v} >= '0001-01-01' then to_char({v}, {fmt})"
+            " else {why} || {v}::text end"
+        ).format(v=value, fmt=sql.Literal(_US), why=sql.Literal(NO_LAKE_VALUE))
     return column.select()
 
 
