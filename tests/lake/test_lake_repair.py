@@ -109,3 +109,48 @@ def test_repair_refuses_repair_where(lake_pair) -> None:
     done = pair.cascade.cli("leafnode", "repair", "--repair-where", "id > 1")
     assert done.code != 0
     assert len(done.err.strip().splitlines()) == 1 and "--repair-where" in done.err
+
+
+@pytest.mark.slow
+def test_repair_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
+    """Tables over the driver's limit: Spark finds the differing rows in the source's
+    scratch files and the lake version's files, only those come to the driver, one commit
+    each; a fix over the bound is refused first, nothing written."""
+    from pgferry.pipeline import lake_compare, lake_repair
+
+    monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -2)  # -1: a table not yet analyzed
+    pair = lake_pair()
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v text, n numeric(8,2), ts timestamptz)")
+        side("create table public.k (a int, b text)")
+    pair.root("alter table k replica identity full")
+    pair.root("insert into t select g, 'v' || g, g / 4.0, now() from generate_series(1, 300) g")
+    pair.root("insert into k values (1, 'x'), (1, 'x'), (2, 'y')")
+    pair.add_tables("public.t", "public.k", handler="lake")
+    pair.catch_up()
+    path, kpath = str(lake_dir / "public" / "t"), str(lake_dir / "public" / "k")
+    dt = DeltaTable(path)
+    dt.delete("id = 4")
+    dt.update(updates={"v": "'wrong'"}, predicate="id = 6")
+    twice = DeltaTable(path).to_pyarrow_table().filter(pa.compute.field("id") == 7)
+    write_deltalake(path, twice, mode="append")  # the same row twice: written anew
+    stray = DeltaTable(path).to_pyarrow_table().filter(pa.compute.field("id") == 8)
+    stray = stray.set_column(0, "id", pa.array([1000], pa.int32()))
+    write_deltalake(path, stray, mode="append")
+    DeltaTable(kpath).delete("b = 'y'")
+    write_deltalake(kpath, pa.table({"a": pa.array([1], pa.int32()), "b": ["x"]}), mode="append")
+    versions = DeltaTable(path).version(), DeltaTable(kpath).version()
+    monkeypatch.setattr(lake_repair, "MAX_FIXES", 3)
+    with pair.cascade.running("leafnode"):
+        done = pair.cascade.cli("leafnode", "repair", "--apply")
+    assert done.code != 0, done.out + done.err
+    assert "Traceback" not in done.err and "compared on the driver" not in done.err
+    assert "public.t: 4 rows to fix" in done.err.splitlines()[-1]
+    assert (DeltaTable(path).version(), DeltaTable(kpath).version()) == versions
+    monkeypatch.setattr(lake_repair, "MAX_FIXES", 1_000_000)
+    _check(pair, "public.t", "1 inserts, 2 updates, 1 deletes")  # compare on Spark too
+    assert DeltaTable(path).version() == versions[0] + 1  # one commit per table
+    assert DeltaTable(kpath).version() == versions[1] + 1
+    rows = sorted(r["a"] for r in DeltaTable(kpath).to_pyarrow_table().to_pylist())
+    assert rows == [1, 1, 2]
+    assert not list(lake_dir.glob(".pgferry-compare-*"))  # the scratch folders are gone

@@ -200,7 +200,9 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         # A lake table's fix: one lake commit each, written at the tick.
-        results = lake_sync.repair(point, lakes, args.apply)
+        results = lake_sync.repair(
+            point, lakes, args.apply, lambda: spark or _spark(config, ctx.verbose)
+        )
         if tasks:
             results += repair_tables(
                 spark or (lambda: _spark(config, ctx.verbose)),  # small reads: no Spark

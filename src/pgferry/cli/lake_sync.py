@@ -3,7 +3,8 @@
 :func:`split` takes them out of the compare's or repair's tasks (their local table is only
 the shape), :func:`compare` compares them at the sync point's tick with
 :mod:`pgferry.pipeline.lake_compare`, :func:`repair` finds their differing rows there and
-(``--apply``) writes each table's fix as one lake commit (:mod:`pgferry.pipeline.lake_repair`).
+(``--apply``) writes each table's fix as one lake commit (:mod:`pgferry.pipeline.lake_repair`);
+both use Spark for tables too large for the driver.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def compare(point, tasks: Sequence, spark: Callable[[], object] | None = None) -
     return compare_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, spark)
 
 
-def repair(point, tasks: Sequence, apply: bool) -> list:
-    """The lake tables' differences at the sync point; with ``apply`` one commit each."""
+def repair(point, tasks: Sequence, apply: bool, spark: Callable[[], object] | None = None) -> list:
+    """The lake tables' differences at the sync point; with ``apply`` one commit each.
+    ``spark`` returns the session, called only for tables too large for the driver."""
     from pgferry.pipeline.lake_repair import repair_lake
 
     if not tasks:
         return []
-    return repair_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, apply)
+    return repair_lake(point.provider_dsn, point.src_snapshot, point.tick_id, tasks, apply, spark)

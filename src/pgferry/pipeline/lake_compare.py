@@ -9,19 +9,16 @@ schema, then multisets of rows: the counts, an order-independent checksum (the s
 stable hash per row, as compare's) and the rows only one side has are reported.
 
 Tables of at most :data:`DRIVER_ROWS` rows (the source's estimate) are compared on the
-driver.  Larger ones, on Spark: the load's tasks (:func:`~.lake_copy.load_group`) write the
-source's rows in the snapshot as Parquet files into a scratch folder under the lake, Spark
-reads them and the lake version's own Parquet files (:mod:`pgferry.lake.snapshots`), and
-compares them with one ``exceptAll`` each way: no row passes through the driver.
+driver.  Larger ones, on Spark: the load's tasks write the source's rows in the snapshot
+as Parquet files into a scratch folder under the lake, Spark reads them and the lake
+version's own Parquet files (:mod:`.lake_spark`), and compares them with one
+``exceptAll`` each way: no row passes through the driver.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +78,7 @@ def compare_lake(
 ) -> list[LakeComparison]:
     results = []
     for task in tasks:
-        large = spark is not None and _estimate(src_connstr, task) > DRIVER_ROWS
+        large = spark is not None and estimate(src_connstr, task) > DRIVER_ROWS
         if large:
             assert spark is not None
             results.append(_compare_on_spark(spark(), src_connstr, src_snapshot, tick, task))
@@ -90,39 +87,18 @@ def compare_lake(
     return results
 
 
-def _estimate(connstr: str, task: LakeCompareTask) -> int:
+def estimate(connstr: str, task: LakeCompareTask) -> int:
+    """The source's row estimate (against :data:`DRIVER_ROWS`)."""
     with connect(connstr, autocommit=True) as conn:
         return resolve_table(conn, task.source_table).est_rows
 
 
 def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
-    """The source's rows written as Parquet by Spark tasks, compared with the lake's files
-    by Spark (see the module docstring)."""
-    from pyspark.sql import functions as F
+    """Both sides read by Spark (:func:`.lake_spark.sides`), compared there."""
+    from pgferry.pipeline import lake_spark
 
-    from pgferry.lake import snapshots
-    from pgferry.pipeline.copy.plan import block_ranges, task_groups
-    from pgferry.pipeline.copy.task import BlockRange
-    from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
-
-    scratch = os.path.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
-    where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "")
-    try:
-        with connect(src_connstr, autocommit=True) as conn:
-            src = resolve_table(conn, task.source_table)
-        slots = spark.sparkContext.defaultParallelism
-        pages = 0 if src.partitioned else src.pages
-        ranges = [BlockRange(0, n, lo, hi, 1) for n, (lo, hi) in
-                  enumerate(block_ranges(pages, slots))]  # fmt: skip
-        plan = LakePlan(task.dest_table, task.src_schema, task.src_name, task.columns,
-                        task.condition, not src.partitioned, where)  # fmt: skip
-        job = LakeJob(src_connstr, snapshot, (plan,))
-        run_groups(spark, job, task_groups(ranges, slots, None), None)
+    with lake_spark.sides(spark, src_connstr, snapshot, tick, task) as (source, lake):
         names = [c.name for c in task.columns]
-        source = spark.read.parquet(where.location).select(*names)
-        files = snapshots.data_files(task.spec, tick)
-        types = {f.name: f.dataType for f in source.schema.fields}
-        lake = spark.read.parquet(*files).select(*[F.col(n).cast(types[n]) for n in names])
         only_src, only_dst = source.exceptAll(lake), lake.exceptAll(source)
         result = LakeComparison(task.source_table, task.dest_table)
         result.src_rows, result.src_checksum = _spark_sums(source, names)
@@ -130,8 +106,6 @@ def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
         result.only_src = [tuple(r) for r in only_src.limit(SAMPLE).collect()]
         result.only_dst = [tuple(r) for r in only_dst.limit(SAMPLE).collect()]
         return result
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _spark_sums(df, names: list[str]) -> tuple[int, int]:

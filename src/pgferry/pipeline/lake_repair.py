@@ -13,23 +13,33 @@ on top of that version (:func:`pgferry.lake.delta.repair`, :func:`pgferry.lake.i
 The commit carries the sync tick and keeps the replay version the table recorded, so
 replay's exactly-once bookkeeping does not see it.  A lake table whose newest commit is of
 a later tick (a batch committed in the lake and not yet in PostgreSQL) is refused: the
-fix would be computed against rows that are no longer the table's.  Both sides are read
-on the driver.
+fix would be computed against rows that are no longer the table's.
+
+Tables of at most :data:`~.lake_compare.DRIVER_ROWS` rows (the source's estimate) are read
+and diffed on the driver.  Larger ones on Spark, from the files compare's Spark path reads
+(:mod:`.lake_spark`): joins on the key (keyless: ``exceptAll`` each way) find the rows to
+fix, and only those come to the driver, which writes the same one commit.  A fix of more
+than :data:`MAX_FIXES` rows is refused with ``--apply`` (resync loads such a table anew).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
+from pgferry.pipeline import lake_compare
 from pgferry.pipeline.lake_compare import SAMPLE, LakeCompareTask, read_source
 
 log = logging.getLogger(__name__)
+
+MAX_FIXES = 1_000_000  # rows to fix that may pass through the driver, per table
+HELD = "__pgferry_held"  # Spark: the lake's rows of a key (no table's column)
 
 
 @dataclass
@@ -52,10 +62,15 @@ class _Fix:
 
 
 def repair_lake(
-    src_connstr: str, snapshot: str, tick: int, tasks: Sequence[LakeCompareTask], apply: bool
+    src_connstr: str,
+    snapshot: str,
+    tick: int,
+    tasks: Sequence[LakeCompareTask],
+    apply: bool,
+    spark: Callable[[], Any] | None = None,  # returns the session, called for large tables
 ) -> list[LakeRepair]:
     """The differences of every table first, then (``apply``) one commit per table."""
-    fixes = [_diff(src_connstr, snapshot, tick, task) for task in tasks]
+    fixes = [_diff(src_connstr, snapshot, tick, task, apply, spark) for task in tasks]
     if apply:
         for fix in fixes:
             if fix.upserts.num_rows or fix.gone.num_rows:
@@ -64,7 +79,8 @@ def repair_lake(
     return [fix.result for fix in fixes]
 
 
-def _diff(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask) -> _Fix:
+def _diff(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask, apply: bool,
+          spark: Callable[[], Any] | None) -> _Fix:  # fmt: skip
     spec = task.spec
     module = formats.module(spec.format)
     newest = module.newest_tick(spec)
@@ -79,18 +95,93 @@ def _diff(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask) -> 
         raise lake_spec.LakeError(
             f"repair: {task.dest_table}: key column {missing[0]} is not in the lake table"
         )
+    if spark is not None and lake_compare.estimate(src_connstr, task) > lake_compare.DRIVER_ROWS:
+        fix = _diff_on_spark(spark(), src_connstr, snapshot, tick, task, apply)
+    else:
+        fix = _diff_on_driver(src_connstr, snapshot, tick, task, apply)
+    for what, rows in (("to write", fix.upserts), ("to remove", fix.gone)):
+        for row in rows.slice(0, SAMPLE).to_pylist():
+            log.info("%s: %s: %r", task.dest_table, what, row)
+    return fix
+
+
+def _bounded(task: LakeCompareTask, result: LakeRepair) -> None:
+    """Refuse a fix too large to pass through the driver as one commit."""
+    n = result.inserts + result.updates + result.deletes
+    if n > MAX_FIXES:
+        raise lake_spec.LakeError(
+            f"repair: {task.dest_table}: {n:,} rows to fix, more than {MAX_FIXES:,}:"
+            f" resync {task.source_table} loads the table anew"
+        )
+
+
+def _diff_on_driver(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask,
+                    apply: bool) -> _Fix:  # fmt: skip
+    names = [c.name for c in task.columns]
     schema = lake_types.arrow_schema(task.columns)
     src = read_source(src_connstr, snapshot, task, schema)
-    lake = module.read(spec, tick).select(names).cast(schema)
+    lake = formats.module(task.spec.format).read(task.spec, tick).select(names).cast(schema)
     result = LakeRepair(task.source_table, task.dest_table)
     if task.key:
         upserts, gone = _keyed(src, lake, [names.index(k) for k in task.key], result)
     else:
         upserts, gone = _multiset(src, lake, result)
-    for what, rows in (("to write", upserts), ("to remove", gone)):
-        for row in rows.slice(0, SAMPLE).to_pylist():
-            log.info("%s: %s: %r", task.dest_table, what, row)
+    if apply:
+        _bounded(task, result)
     return _Fix(task, result, upserts, gone)
+
+
+def _diff_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask,
+                   apply: bool) -> _Fix:  # fmt: skip
+    """The differing rows found by Spark on both sides' files (:func:`.lake_spark.sides`):
+    their counts come to the driver, and the rows to write and the keys (keyless: the
+    rows) to clear only with ``apply`` (else the first few, for the log)."""
+    import pyarrow as pa
+
+    from pgferry.pipeline import lake_spark
+
+    schema = lake_types.arrow_schema(task.columns)
+    names = [c.name for c in task.columns]
+    result = LakeRepair(task.source_table, task.dest_table)
+    with lake_spark.sides(spark, src_connstr, snapshot, tick, task) as (source, lake):
+        if task.key:
+            write, gone = _keyed_on_spark(source, lake, list(task.key), result)
+        else:
+            write, gone = source.exceptAll(lake).persist(), lake.exceptAll(source).persist()
+            result.inserts, result.deletes = write.count(), gone.count()
+        try:
+            if apply:
+                _bounded(task, result)  # before a row is collected
+            wanted = [c for c in gone.columns if c != HELD]
+            upserts, cleared = write.select(*names), gone.select(*wanted)
+            if not apply:
+                upserts, cleared = upserts.limit(SAMPLE), cleared.limit(SAMPLE)
+            upserts = upserts.toArrow().cast(schema)
+            cleared = cleared.toArrow().cast(pa.schema([schema.field(c) for c in wanted]))
+        finally:
+            write.unpersist()
+            gone.unpersist()
+    return _Fix(task, result, upserts, cleared)
+
+
+def _keyed_on_spark(source, lake, key: list[str], result: LakeRepair):
+    """(the source's rows to write, the lake's keys to delete), both persisted, with the
+    lake's rows of their key in column :data:`HELD`; ``result`` gets their counts."""
+    from pyspark.sql import functions as F
+
+    held = lake.groupBy(*key).agg(F.count(F.lit(1)).alias(HELD))
+    # A key is right when the lake holds it once, with the source's row.
+    right = source.intersect(lake).select(*key)
+    right = right.join(held.where(F.col(HELD) == 1), key, "left_semi")
+    write = source.join(right, key, "left_anti").join(held, key, "left").persist()
+    gone = held.join(source.select(*key), key, "left_anti").persist()
+    for new, n in write.groupBy(F.col(HELD).isNull()).count().collect():
+        if new:
+            result.inserts = int(n)
+        else:
+            result.updates = int(n)
+    result.deletes = int(gone.agg(F.sum(HELD)).collect()[0][0] or 0)
+    return write, gone
 
 
 def _take(table, positions: list[int]):

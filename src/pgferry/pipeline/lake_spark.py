@@ -1,0 +1,65 @@
+"""Both sides of a large lake table as Spark DataFrames, for compare and repair.
+
+The load's tasks (:func:`~.lake_copy.run_groups`) write the source's rows in the sync
+point's exported snapshot, with the table's row filters, as Parquet files into a scratch
+folder under the lake; Spark reads them, and the Parquet files of the lake version of the
+tick (:mod:`pgferry.lake.snapshots`) cast to the source's types.  No row passes through
+the driver.  The scratch folder is removed when the ``with`` ends, so whatever the caller
+needs of the rows is computed (or collected) inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from pgferry.db import connect
+from pgferry.lake import spec as lake_spec
+from pgferry.pipeline.tables import resolve_table
+
+if TYPE_CHECKING:
+    from pgferry.pipeline.lake_compare import LakeCompareTask
+
+
+@contextmanager
+def sides(
+    spark, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask
+) -> Iterator[tuple[Any, Any]]:
+    """(the source's rows, the lake version's rows): DataFrames of the task's columns, in
+    that order and of the same types."""
+    from pyspark.sql import functions as F
+
+    from pgferry.lake import snapshots
+    from pgferry.pipeline.copy.plan import block_ranges, task_groups
+    from pgferry.pipeline.copy.task import BlockRange
+    from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
+
+    scratch = os.path.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
+    where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "")
+    try:
+        with connect(src_connstr, autocommit=True) as conn:
+            src = resolve_table(conn, task.source_table)
+        slots = spark.sparkContext.defaultParallelism
+        pages = 0 if src.partitioned else src.pages
+        ranges = [BlockRange(0, n, lo, hi, 1) for n, (lo, hi) in
+                  enumerate(block_ranges(pages, slots))]  # fmt: skip
+        plan = LakePlan(task.dest_table, task.src_schema, task.src_name, task.columns,
+                        task.condition, not src.partitioned, where)  # fmt: skip
+        job = LakeJob(src_connstr, snapshot, (plan,))
+        run_groups(spark, job, task_groups(ranges, slots, None), None)
+        names = [c.name for c in task.columns]
+        source = spark.read.parquet(where.location).select(*names)
+        files = snapshots.data_files(task.spec, tick)
+        types = {f.name: f.dataType for f in source.schema.fields}
+        if files:
+            lake = spark.read.parquet(*files)
+            lake = lake.select(*[F.col(n).cast(types[n]).alias(n) for n in names])
+        else:  # an emptied table: Spark reads no list of no files
+            lake = spark.createDataFrame([], source.schema)
+        yield source, lake
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
