@@ -129,7 +129,7 @@ class Replayer:
         min_events: int,
     ) -> None:
         plan = None  # reads ahead are planned as _apply_segment plans them
-        if not self.spark.ready(start=False):  # else a large batch is read by Spark tasks
+        if not self.spark.running():  # else a large batch is read by Spark tasks
             active = [r for r in routes.values() if r.applies]
             plan = PlanInputs(
                 self.shapes.source_columns(provider, active),

@@ -110,6 +110,11 @@ class WorkerSpark:
             self._used_at = time.monotonic()
             return self._session
 
+    def running(self) -> bool:
+        """True when the session runs; unlike :meth:`ready`, asking changes nothing."""
+        session = self._session
+        return session is not None and self._stopping is None and self._usable(session)
+
     def ready(self, start: bool = True) -> bool:
         """True when the session runs.
 
@@ -121,7 +126,7 @@ class WorkerSpark:
         """
         now = time.monotonic()
         session = self._session
-        if session is not None and self._stopping is None and self._usable(session):
+        if self.running():
             return True
         if not start:
             self._wanted_at = now
