@@ -35,6 +35,7 @@ from pgferry.pipeline.copy.plan import RANGE_BLOCKS, block_ranges, task_groups
 from pgferry.pipeline.copy.task import BlockRange
 from pgferry.pipeline.lake_load import LakeJob, LakePlan, load_group
 from pgferry.pipeline.snapshot import exported_snapshot
+from pgferry.pipeline.spark_connect import is_connect_session
 from pgferry.pipeline.spark_errors import job_error
 from pgferry.pipeline.tables import TableInfo, resolve_table
 
@@ -76,6 +77,12 @@ def copy_to_lake(
         session = None
         if sum(s.pages for s in sources) > LOCAL_PAGES:
             session = spark() if callable(spark) else spark
+            if session is not None and is_connect_session(session):
+                # A Spark Connect client runs no Python function of ours on executors
+                # that see the lake: the load's tasks run on this process's threads.
+                log.info("lake load on this process's threads: a Spark Connect session"
+                         " cannot run its tasks")  # fmt: skip
+                session = None
         slots = DRIVER_SLOTS if session is None else session.sparkContext.defaultParallelism
         plans, ranges = [], []
         for plan_no, (task, src, shape, spec, repeated) in enumerate(

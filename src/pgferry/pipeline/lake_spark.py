@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pgferry.db import connect
+from pgferry.errors import TableError
 from pgferry.lake import spec as lake_spec
+from pgferry.pipeline.spark_connect import is_connect_session
 from pgferry.pipeline.tables import resolve_table
 
 if TYPE_CHECKING:
@@ -38,6 +40,11 @@ def sides(
     from pgferry.pipeline.copy.task import BlockRange
     from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
 
+    if is_connect_session(spark):
+        raise TableError(
+            f"{task.source_table}: a lake table this large is compared on a classic Spark"
+            " session (local[*] or spark://), not a Spark Connect one (sc://)"
+        )
     scratch = os.path.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
     where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "")
     try:
