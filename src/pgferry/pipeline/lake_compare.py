@@ -29,8 +29,9 @@ from psycopg import sql
 from pgferry import expressions
 from pgferry.db import connect
 from pgferry.lake import formats
-from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
+from pgferry.pipeline import lake_spark
+from pgferry.pipeline.lake_spark import LakeCompareTask
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation, resolve_table
 
@@ -38,18 +39,6 @@ log = logging.getLogger(__name__)
 
 DRIVER_ROWS = 500_000  # larger tables (the source's estimate) are compared on Spark
 SAMPLE = 5  # differing rows named in the log per side
-
-
-@dataclass(frozen=True)
-class LakeCompareTask:
-    source_table: str  # schema.table on the provider, as the registry writes it
-    src_schema: str
-    src_name: str
-    dest_table: str  # the leaf's shape table (its columns are the lake's)
-    spec: lake_spec.LakeSpec
-    columns: tuple[lake_types.LakeColumn, ...]
-    condition: str | None = None  # on the source only
-    key: tuple[str, ...] = ()  # the table's key (repair: empty for a keyless table)
 
 
 @dataclass
@@ -95,7 +84,6 @@ def estimate(connstr: str, task: LakeCompareTask) -> int:
 
 def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
     """Both sides read by Spark (:func:`.lake_spark.sides`), compared there."""
-    from pgferry.pipeline import lake_spark
 
     with lake_spark.sides(spark, src_connstr, snapshot, tick, task) as (source, lake):
         names = [c.name for c in task.columns]

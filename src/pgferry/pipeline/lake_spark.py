@@ -15,16 +15,29 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from pgferry.db import connect
 from pgferry.errors import TableError
 from pgferry.lake import spec as lake_spec
+from pgferry.lake import types as lake_types
 from pgferry.pipeline.spark_connect import is_connect_session
 from pgferry.pipeline.tables import resolve_table
 
-if TYPE_CHECKING:
-    from pgferry.pipeline.lake_compare import LakeCompareTask
+
+@dataclass(frozen=True)
+class LakeCompareTask:
+    """One lake table to compare or repair with its source."""
+
+    source_table: str  # schema.table on the provider, as the registry writes it
+    src_schema: str
+    src_name: str
+    dest_table: str  # the leaf's shape table (its columns are the lake's)
+    spec: lake_spec.LakeSpec
+    columns: tuple[lake_types.LakeColumn, ...]
+    condition: str | None = None  # on the source only
+    key: tuple[str, ...] = ()  # the table's key (repair: empty for a keyless table)
 
 
 @contextmanager
