@@ -71,7 +71,10 @@ def ident(schema: str, name: str) -> sql.Composed:
 
 
 def primary_key(conn: psycopg.Connection, fq: str) -> list[str]:
-    """Primary-key column names of ``fq`` in key order (empty when there is none)."""
+    """Primary-key column names of ``fq`` in key order (empty when there is none).
+
+    A key that a copy into ``fq`` dropped for its load counts: the copy builds it again when
+    it ends, and until then ``ferry_copy.saved_index`` holds it (pipeline/copy/keys.py)."""
     rows = conn.execute(
         """
         select a.attname
@@ -83,7 +86,29 @@ def primary_key(conn: psycopg.Connection, fq: str) -> list[str]:
         """,
         (fq,),
     ).fetchall()
-    return [r[0] for r in rows]
+    if rows:
+        return [r[0] for r in rows]
+    return _key_dropped_for_a_copy(conn, fq)
+
+
+def _key_dropped_for_a_copy(conn: psycopg.Connection, fq: str) -> list[str]:
+    kept = conn.execute(
+        "select 1 from pg_catalog.pg_attribute where attname = 'key_columns'"
+        " and attrelid = to_regclass('ferry_copy.saved_index')"
+    ).fetchone()
+    if kept is None:  # no copy into this database recorded keys
+        return []
+    row = conn.execute(
+        """
+        select s.key_columns
+          from ferry_copy.saved_index s, pg_catalog.pg_class c
+          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+         where c.oid = %s::regclass and s.constraint_type = 'p'
+           and s.dest_table = format('%%I.%%I', n.nspname, c.relname)
+        """,
+        (fq,),
+    ).fetchone()
+    return list(row[0]) if row else []
 
 
 def unique_key(conn: psycopg.Connection, fq: str) -> tuple[str, list[str]] | None:

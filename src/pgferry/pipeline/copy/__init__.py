@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pgferry.db import connect, describe
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.copy.destination import done_rows, finish_destination, prepare_destination
+from pgferry.pipeline.copy.keys import copied_key
 from pgferry.pipeline.copy.plan import CopyTask, block_ranges, estimates, plan_tables, task_groups
 from pgferry.pipeline.copy.task import BlockRange, CopyJob, copy_group
 from pgferry.pipeline.progress import TableProgress
@@ -94,7 +95,8 @@ def copy_tables(
         slots = DRIVER_SLOTS if session is None else session.sparkContext.defaultParallelism
         plans, ranges = plan_tables(tasks, sources, dests, slots, binary=same_major)
         job = CopyJob(src_connstr, dst_connstr, snap.snapshot_id, copy_id, tuple(plans))
-        prepare_destination(dst_connstr, tasks, dests)
+        keys = [copied_key(s, p) for s, p in zip(sources, plans, strict=True)]
+        prepare_destination(dst_connstr, tasks, dests, keys)
         prepared_at = time.monotonic()
         totals = estimates(tasks, sources)
         if on_totals is not None:

@@ -36,6 +36,7 @@ from pgferry.pipeline.copy.destination import (
     finish_destination,
     prepare_destination,
 )
+from pgferry.pipeline.copy.keys import copied_key
 from pgferry.pipeline.copy.plan import CopyTask, estimates, plan_tables
 from pgferry.pipeline.copy.task import BlockRange, CopyJob, _copy
 from pgferry.pipeline.keyranges import KeyRange, KeySpec, row_estimate, sample_boundaries
@@ -77,7 +78,8 @@ def copy_chunked(
     if resume and all(t.dest_table in planned for t in tasks):
         log.info("copy %s: resuming chunks", ", ".join(t.dest_table for t in tasks))
     else:
-        prepare_destination(dst_connstr, tasks, dests)
+        keys = [copied_key(s, p) for s, p in zip(sources, plans, strict=True)]
+        prepare_destination(dst_connstr, tasks, dests, keys)
         with connect(src_connstr, autocommit=True) as conn:
             planned = {
                 t.dest_table: _split(sample_boundaries(conn, s, spec, chunk_rows))
