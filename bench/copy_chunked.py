@@ -2,7 +2,8 @@
 and pgcopydb, between two throw-away clusters.
 
 The table (``--rows``, default 2,000,000: an int key, an int, a timestamp and 60 bytes of
-text) is copied into an empty table of the same shape, primary key kept, by:
+text) is copied into an empty table of the same shape, with its primary key, by (pgferry's
+copies and pgcopydb drop the key for the load and build it at the end; the pipe keeps it):
 
 * ``psql -c "\\copy t to stdout" | psql -c "\\copy t from stdin"`` (the anchor);
 * ``copy_tables`` (one exported snapshot, block ranges in Spark tasks; Spark's start is
