@@ -213,7 +213,7 @@ class Replayer:
     ) -> ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         main = catchup is None  # the node's own stream (not a copied group's)
-        batch_sql = queue_api.batch_event_sql(provider, batch.batch_id)
+        batch_sql = batch.event_sql or queue_api.batch_event_sql(provider, batch.batch_id)
         # Read ahead: used only for this very batch (the same event query: the same events).
         if ahead is not None and not (
             main
@@ -252,8 +252,10 @@ class Replayer:
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
             use_spark, read_ahead, started,
         )  # fmt: skip
-        start_next = None  # scripts and removals change what the next batch is read with
-        if read_next and main and not scripts and not removals:
+        # The next batch is read meanwhile only after a large one (catching up); scripts
+        # and removals change what it is read with.
+        start_next = None
+        if read_next and main and read_ahead and not scripts and not removals:
             start_next = partial(self._start_prefetch, provider, local, reading, consumer,
                                  routes, read_next)  # fmt: skip
         with local.transaction():
@@ -392,7 +394,7 @@ class Replayer:
             start_next()  # the next batch is read while this one is applied
         return apply_segment(local, self.stages, plan, batch_sql, segment, queue=reading.queue,
                              provider=provider, readers=readers, tick_id=reading.tick_id,
-                             tick_time=reading.tick_time)  # fmt: skip
+                             tick_time=reading.tick_time, small=not read_ahead)  # fmt: skip
 
 
 def _major(conn: psycopg.Connection) -> int:

@@ -77,6 +77,11 @@ class Copies:
     def running_tables(self) -> int:
         return sum(len(r.group.tables) for r in self.runs.values() if r.running())
 
+    def to_look_at(self, tables_settled: bool) -> bool:
+        """Whether :meth:`start_pending` and :meth:`catch_up` have anything to do: a table
+        not ``ok`` (``tables_settled`` is False), a run to reap, or the first clean-up."""
+        return not tables_settled or bool(self.runs) or not self._cleaned
+
     def start_pending(self, local: psycopg.Connection, node: model.NodeInfo, dsn: str) -> int:
         """Start copies of waiting groups, as many as ``parallel_copies`` allows."""
         queue = node.queue_name

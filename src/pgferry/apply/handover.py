@@ -140,6 +140,17 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
     return result
 
 
+def tables_settled(conn: psycopg.Connection, queue: str) -> bool:
+    """Whether every table of the node is ``ok``: no copy to start or catch up (one read,
+    where looking for both is two transactions)."""
+    row = conn.execute(
+        "select not exists (select 1 from ferry.table_info where queue_name = %s and local"
+        " and merge_state is distinct from 'ok')",
+        (queue,),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
     """Copied groups that replay their own consumer's batches."""
     rows = conn.execute(

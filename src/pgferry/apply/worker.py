@@ -27,13 +27,13 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgferry.apply import compare_wait, forward, idle, positions, publish_seqs, sync
+from pgferry.apply import compare_wait, forward, handover, idle, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.stage_apply import ApplyStats, log_batch
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
@@ -176,8 +176,11 @@ class Worker(Service):
         return more
 
     def _whole_loop(self, local: psycopg.Connection) -> bool:
-        with local.transaction():
+        with local.transaction():  # one transaction for every read of the loop
             node = model.require_node(local, self.settings.queue)
+            reads = None
+            if node.node_type != "root" and node.provider_location and not node.paused:
+                reads = self._loop_reads(local, node.queue_name, node.consumer_name)
         # Whom the next idle loops look for on the provider (nobody: nothing to take).
         self._idle.consumer = (
             node.consumer_name
@@ -201,7 +204,18 @@ class Worker(Service):
         if node.paused:
             self._heartbeat(local, node.queue_name, node.consumer_name)
             return False
-        return self._subscriber_step(local, node)
+        assert reads is not None
+        return self._subscriber_step(local, node, *reads)
+
+    def _loop_reads(
+        self, local: psycopg.Connection, queue: str, consumer: str
+    ) -> tuple[dict[str, Route], list[str], sync.Request | None, bool]:
+        """What a subscriber's step reads on the node: its routes, sequences, a pending
+        compare request, and whether every table is ok (no copy to look at)."""
+        routes = self.replay.routes(local, queue)
+        seqs = publish_seqs.local_sequences(local, queue)
+        request = sync.pending_request(local, queue, consumer)
+        return routes, seqs, request, handover.tables_settled(local, queue)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         self.conns.listen_root()  # ticks of its own queue wake an idle root (see sleep)
@@ -213,15 +227,19 @@ class Worker(Service):
             log.debug("published %d sequence values", sent)
         return False
 
-    def _subscriber_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
+    def _subscriber_step(
+        self,
+        local: psycopg.Connection,
+        node: model.NodeInfo,
+        routes: dict[str, Route],
+        seqs: list[str],
+        request: sync.Request | None,
+        tables_settled: bool,
+    ) -> bool:
         assert node.provider_location is not None
         self.conns.set_replica_role(local)
         provider = self.conns.to_provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
-        with local.transaction():
-            routes = self.replay.routes(local, queue)
-            seqs = publish_seqs.local_sequences(local, queue)
-            request = sync.pending_request(local, queue, consumer)
         self._publish_watermark(local, provider, node)
         stop, request = compare_wait.before_batch(
             local, self.holder, request, node.last_tick_id, self.settings.local_dsn, queue,
@@ -230,8 +248,10 @@ class Worker(Service):
         if stop is not None:
             return stop
 
-        self._copies.start_pending(local, node, self.conns.provider_dsn or "")
-        caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
+        caught_up, hold_at = False, None
+        if self._copies.to_look_at(tables_settled):
+            self._copies.start_pending(local, node, self.conns.provider_dsn or "")
+            caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
         if caught_up is None:
             return True  # a group joined the main stream: the routes change
         main = self._main_step(local, provider, node, routes, seqs, request, hold_at)
@@ -251,23 +271,27 @@ class Worker(Service):
         queue, consumer = node.queue_name, node.consumer_name
         # One tick per batch while compare waits for a tick or a copied group waits for
         # the main stream at its tick: the worker must stop exactly there.
-        min_count = None
         one_tick = request is not None or hold_at is not None
-        # The next batch is read ahead only where the worker takes batches by their size
-        # alone (prefetch.py chooses its tick the same way).
-        read_next = None
-        if not one_tick and not self.settings.keep_lag and not self.settings.collect_interval:
-            read_next = self.settings.batch_min_events
-        batch_id, ahead = None, None
+        # Batches taken by their size alone (no delay, no minimum span): the next one is
+        # read ahead (prefetch.py chooses its tick the same way), and what waits and the
+        # batch it makes are one round trip.
+        plain = not one_tick and not self.settings.keep_lag and not self.settings.collect_interval
+        read_next = self.settings.batch_min_events if plain else None
+        batch_id, ahead, waiting = None, None, 0
         if read_next:
             batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
         else:
             self.replay.ahead.drop()
-        if batch_id is None and not one_tick:
-            ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)
-            if ticks > 1:
-                min_count = max(1, min(events, self.settings.batch_min_events))
-        if batch_id is None:
+        if batch_id is None and plain:
+            batch_id, waiting = queue_api.next_batch_sized(
+                provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
+            )
+        elif batch_id is None:
+            min_count = None
+            if not one_tick:
+                ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)
+                if ticks > 1:
+                    min_count = max(1, min(events, self.settings.batch_min_events))
             batch_id = positions.take_batch(
                 provider,
                 queue,
@@ -284,7 +308,7 @@ class Worker(Service):
                 # rather than during a catch-up, where its start would compete for the CPU.
                 self._spark.ready()
             return False
-        batch = queue_api.batch_info(provider, batch_id)
+        batch = queue_api.batch_info(provider, batch_id, event_sql=True)
         mirror = None
         if node.node_type == "branch":  # a branch makes the provider's tick in its queue
 
@@ -309,7 +333,9 @@ class Worker(Service):
         compare_wait.after_batch(
             local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
         )
-        return True
+        # The batch took the only tick waiting: the next comes with its notification (a
+        # loop now would find nothing).
+        return waiting != 1
 
     def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
         """Count a batch applied (main stream or a copied group's) for metrics and tests,
@@ -327,7 +353,7 @@ class Worker(Service):
             self._idle.events_applied()
         for observe in self.batch_observers:
             observe(batch, stats, seconds)
-        _log_batch(batch, stats, seconds, what)
+        log_batch(batch, stats, seconds, what)
 
     def _publish_watermark(
         self, local: psycopg.Connection, provider: psycopg.Connection | None, node: model.NodeInfo
@@ -376,21 +402,3 @@ class Worker(Service):
             with local.transaction():
                 model.heartbeat(local, queue, consumer)
             self._idle.heartbeat_done()
-
-
-def _log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> None:
-    log.debug(
-        "batch %s tick %s%s%s: %d upserts, %d deletes, %d truncates in %.3fs"
-        " (summary %.3fs, apply %.3fs, commit %.3fs)",
-        batch.batch_id,
-        batch.tick_id,
-        what,
-        " (spark)" if stats.spark else "",
-        stats.upserts,
-        stats.deletes,
-        stats.truncates,
-        seconds,
-        stats.summary_seconds,
-        stats.apply_seconds,
-        stats.commit_seconds,
-    )

@@ -10,7 +10,7 @@ tick are in :mod:`pgferry.queue.ticks`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,6 +39,8 @@ class Batch:
     prev_tick_time: datetime | None
     prev_snapshot: str | None
     lag: timedelta | None  # age of the closing tick when the batch was described
+    # Its event query (batch_event_sql, unordered), when read with the description.
+    event_sql: str | None = field(default=None, compare=False, repr=False)
 
 
 # --- installation, queues and consumers --------------------------------------------------
@@ -181,6 +183,30 @@ def next_batch(
     return None if row is None else row[0]
 
 
+def next_batch_sized(
+    conn: psycopg.Connection, queue: str, consumer: str, last_tick: int | None, most: int
+) -> tuple[int | None, int]:
+    """(next batch id, ticks made after ``last_tick``), the batch chosen as
+    :func:`next_batch` with ``min_count`` would be after a look at what waits, in one
+    statement: when more than one tick waits (the consumer is behind), one batch spanning
+    them up to ``most`` events; else the next tick's batch."""
+    row = conn.execute(
+        """
+        select coalesce(
+                 case when p.ticks > 1 then ferry_queue.next_batch_custom(
+                     %(q)s, %(c)s, null, greatest(1, least(p.events, %(most)s))::integer, null)
+                 end,
+                 ferry_queue.next_batch(%(q)s, %(c)s)), p.ticks
+          from (select count(*) - 1 as ticks,
+                       coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0) as events
+                  from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+                 where q.queue_name = %(q)s and t.tick_id >= %(last)s) p
+        """,
+        {"q": queue, "c": consumer, "last": last_tick, "most": most},
+    ).fetchone()
+    return (None, 0) if row is None else (row[0], max(row[1], 0))
+
+
 def next_batch_custom(
     conn: psycopg.Connection,
     queue: str,
@@ -210,15 +236,17 @@ def next_batch_upto(
     return None if row is None else row[0]
 
 
-def batch_info(conn: psycopg.Connection, batch_id: int) -> Batch:
-    """Describe open batch ``batch_id``."""
+def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = False) -> Batch:
+    """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
+    (:func:`batch_event_sql`, in the same round trip)."""
     row = conn.execute(
         """
         select prev_tick_id, tick_id, batch_end, seq_start, seq_end, snapshot,
-               queue_name, consumer_name, batch_start, prev_snapshot, lag
+               queue_name, consumer_name, batch_start, prev_snapshot, lag,
+               case when %s then ferry_queue.batch_event_sql(%s, false) end
           from ferry_queue.get_batch_info(%s)
         """,
-        (batch_id,),
+        (event_sql, batch_id, batch_id),
     ).fetchone()
     assert row is not None
     return Batch(batch_id, *row)
