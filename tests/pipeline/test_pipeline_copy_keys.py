@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from pipeline_sql import fetch, one, run_sql
 
+from pgferry import schema
 from pgferry.errors import DatabaseError
 from pgferry.pipeline.copy import CopyTask, chunked, copy_tables
 from pgferry.polling import wait_until
@@ -103,30 +104,34 @@ def test_a_resume_after_a_kill_builds_the_key(both, tmp_path: Path) -> None:
         " chunked.copy_chunked(sys.argv[1], sys.argv[2], [CopyTask('public.t', 'public.t')],"
         f" copy_id={copy_id!r}, chunk_rows={CHUNK_ROWS}, parallel=1)"
     )
-    log = tmp_path / "copy.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", child, src, dst], stdout=out, stderr=out)
+    with psycopg.connect(dst) as conn:
+        schema.install(conn, ("copy",))
     done = "select count(*) from ferry_copy.range_done"
-    try:
+    log = tmp_path / "copy.log"
+    with psycopg.connect(dst) as hold:
+        # Chunk 3's record, not committed: the copy's one stream, claiming it after
+        # chunks 0 to 2, waits there until the kill.
+        hold.execute(
+            "insert into ferry_copy.range_done (copy_id, dest_table, range_no)"
+            " values (%s, 'public.t', 3)",
+            (copy_id,),
+        )
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-c", child, src, dst], stdout=out, stderr=out)
+        try:
 
-        def recorded() -> bool:
-            assert proc.poll() is None, log.read_text()
-            if one(dst, "select to_regclass('ferry_copy.range_done')") is None:
-                return False
-            return one(dst, done) >= 3
+            def waiting() -> bool:
+                assert proc.poll() is None, log.read_text()
+                return one(dst, done) == 3
 
-        wait_until(recorded, timeout=60, interval=0.005, what="3 chunks recorded")
-        with psycopg.connect(dst) as hold:
-            # A chunk claims its range there first: none can start or commit now.
-            hold.execute("lock table ferry_copy.range_done in share mode")
+            wait_until(waiting, timeout=60, interval=0.01, what="3 chunks recorded")
             os.kill(proc.pid, signal.SIGKILL)
             assert proc.wait(timeout=30) == -signal.SIGKILL
-            recorded_at_kill = hold.execute(done).fetchone()[0]  # type: ignore[index]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert 3 <= recorded_at_kill < ROWS // CHUNK_ROWS
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        hold.rollback()
     assert fetch(dst, KEYS, ("t",)) == []  # the key is not there meanwhile, but recorded
     assert fetch(
         dst, "select index_name, constraint_type, key_columns from ferry_copy.saved_index"

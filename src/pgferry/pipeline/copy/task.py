@@ -8,7 +8,8 @@ stay picklable.  The functions are pickled by reference: the workers import this
 
 A task imports the snapshot on the source and copies its ranges one after another: it streams
 ``COPY (select ...) TO STDOUT`` straight into ``COPY ... FROM STDIN`` on the destination
-(bytes are passed through, never parsed), and in the SAME destination transaction records the
+(bytes are passed through, never parsed; read off libpq by :mod:`.copyout`, a megabyte at a
+time), and in the SAME destination transaction records the
 range in ``ferry_copy.range_done``.  That record is inserted first, so a retried or duplicated
 task either waits for the first one and then skips the range, or redoes a range whose first
 attempt rolled back: rows are never duplicated nor lost.  Rows are loaded with
@@ -28,6 +29,7 @@ from psycopg import sql
 from pgferry import copyio, expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
+from pgferry.pipeline.copy.copyout import copy_out
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation
 
@@ -144,7 +146,7 @@ def _copy(
     # Binary: about a fifth less work for both servers than text (no parsing of numbers,
     # times, addresses) where both sides hold the same built-in types.
     fmt = sql.SQL(" (format binary)" if plan.binary else "")
-    copy_out = sql.SQL("copy ({}) to stdout{}").format(select, fmt)
+    copy_out_sql = sql.SQL("copy ({}) to stdout{}").format(select, fmt)
     copy_in = sql.SQL("copy {} ({}) from stdin{}").format(
         sql.Identifier(plan.dst_schema, plan.dst_name), cols, fmt
     )
@@ -161,12 +163,11 @@ def _copy(
             return 0
         for name, value in plan.settings:  # local to the source's snapshot transaction
             src.execute("select set_config(%s, %s, true)", (name, value))
-        with src.cursor() as scur, dst.cursor() as dcur:
+        with dst.cursor() as dcur:
             # closing(): the reader thread is finished before the COPY ends, even on error.
             with (
-                scur.copy(copy_out) as out,
                 dcur.copy(copy_in) as inp,
-                contextlib.closing(copyio.gather_in_thread(out)) as chunks,
+                contextlib.closing(copyio.gather_in_thread(copy_out(src, copy_out_sql))) as chunks,
             ):
                 for chunk in chunks:
                     inp.write(chunk)

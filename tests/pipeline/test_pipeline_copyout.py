@@ -1,0 +1,43 @@
+"""copy_out: a COPY TO STDOUT read off libpq in chunks, the connection left as psycopg's own
+COPY would leave it: after the data, after an error at the start or midway, after a stop."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgferry.pipeline.copy.copyout import copy_out
+
+ROWS = "copy (select g, md5(g::text) from generate_series(1, {}) g) to stdout"
+
+
+def test_the_data_in_chunks_then_the_transaction_goes_on(db_a: str) -> None:
+    with psycopg.connect(db_a) as conn:
+        conn.execute("select 1")  # a transaction open, as the copy's source has one
+        chunks = list(copy_out(conn, sql.SQL(ROWS.format(100_000)), size=1 << 16))
+        assert len(chunks) > 10 and all(len(c) >= 1 << 16 for c in chunks[:-1])
+        data = b"".join(chunks)
+        with conn.cursor() as cur, cur.copy(ROWS.format(100_000)) as copy:
+            assert data == b"".join(bytes(row) for row in copy)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert conn.execute("select 2").fetchone() == (2,)
+
+
+def test_errors_at_the_start_and_midway(db_a: str) -> None:
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            list(copy_out(conn, sql.SQL("copy nope to stdout")))
+        assert conn.execute("select 1").fetchone() == (1,)
+        midway = "copy (select 1 / (g - 50000) from generate_series(1, 60000) g) to stdout"
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            list(copy_out(conn, sql.SQL(midway), size=1024))
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_a_reader_that_stops_early_leaves_the_connection_usable(db_a: str) -> None:
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        chunks = copy_out(conn, sql.SQL(ROWS.format(2_000_000)), size=1024)
+        next(chunks)
+        chunks.close()  # the COPY is cancelled and what is left of it read
+        assert conn.execute("select 1").fetchone() == (1,)
