@@ -288,14 +288,11 @@ class Replayer:
                     self._route_cache = None
                     self.forget_shapes()
                 after = upto
-            # Removals come after every row of the batch rather than as barriers in ev_id
-            # order.  Nothing is lost: the removal drops the source's capture triggers,
-            # which waits for every writer of the table, so all of its events were
-            # committed first and sit in this batch or an earlier one.  And ev_id order
-            # would mislead: a branch's own removal takes its ev_id from the branch's event
-            # sequence, which only follows the provider's at each mirrored tick, so it can
-            # be lower than forwarded events that came before it.  The batch also stays one
-            # segment (a barrier splits it and costs a summary per segment).
+            # Removals come after every row of the batch, not as barriers in ev_id order:
+            # dropping the source's capture triggers waits for every writer of the table,
+            # so all its events sit in this batch or an earlier one; a branch's own removal
+            # takes its ev_id from the branch's sequence (it can be lower than forwarded
+            # events before it); and the batch stays one segment (one summary).
             stale_consumers = []
             if removals:
                 stale_consumers = removals_.apply_removals(local, node, removals)
@@ -311,7 +308,8 @@ class Replayer:
             else:
                 if node.node_type == "branch":
                     forward.forward_events(local, provider, queue, batch_sql, routes)
-                handover.clear_snapshots(local, queue, batch.tick_snapshot)
+                if any(r.copy_snapshot for r in routes.values()):  # else nothing to clear
+                    handover.clear_snapshots(local, queue, batch.tick_snapshot)
                 model.record_tick(
                     local,
                     queue,

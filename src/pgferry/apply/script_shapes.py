@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pgferry.scripts.translate import ScriptTranslateError, columns_going, table_renames
-
 
 @dataclass
 class LaterChanges:
@@ -25,6 +23,12 @@ class LaterChanges:
 def later_changes(scripts: list[str], tables: set[str]) -> LaterChanges:
     """What ``scripts`` (in queue order) change of ``tables`` (registry names)."""
     out = LaterChanges()
+    if not scripts:
+        return out
+    # Here, not at the top: the SQL parser takes a tenth of a second to import, which
+    # every worker's start would pay for batches that seldom carry a script.
+    from pgferry.scripts.translate import ScriptTranslateError, columns_going, table_renames
+
     final: dict[str, str] = {}
     for script in reversed(scripts):  # the last name is the provider's
         for table, columns in columns_going(script).items():

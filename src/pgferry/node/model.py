@@ -221,12 +221,19 @@ def record_tick(
     against a batch read from a provider the node has left meanwhile (change-provider while
     the batch was in flight): the row is locked and compared, so such a batch never lands.
     """
+    # One statement: the row is locked and read as it was before the update, which the
+    # checks below compare; a refused batch rolls the update back with the rest.
     row = conn.execute(
         """
-        select last_tick_id, provider_node from ferry_node.local_state
-         where queue_name = %s and consumer_name = %s for update
+        update ferry_node.local_state s
+           set last_tick_id = %s, last_tick_time = %s, cur_error = null, error_time = null,
+               last_seen = now()
+          from (select last_tick_id, provider_node from ferry_node.local_state
+                 where queue_name = %s and consumer_name = %s for update) old
+         where s.queue_name = %s and s.consumer_name = %s
+        returning old.last_tick_id, old.provider_node
         """,
-        (queue_name, consumer_name),
+        (tick_id, tick_time, queue_name, consumer_name, queue_name, consumer_name),
     ).fetchone()
     if row is None:
         raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
@@ -240,15 +247,6 @@ def record_tick(
             f"Lost position: local last tick {row[0]} changed while applying "
             f"(expected {expected_prev})"
         )
-    conn.execute(
-        """
-        update ferry_node.local_state
-           set last_tick_id = %s, last_tick_time = %s, cur_error = null, error_time = null,
-               last_seen = now()
-         where queue_name = %s and consumer_name = %s
-        """,
-        (tick_id, tick_time, queue_name, consumer_name),
-    )
 
 
 def add_divergence(
