@@ -1,17 +1,31 @@
 """COPY data in large chunks: the one helper that the copy job and replay read through.
 
-A ``COPY ... TO STDOUT`` yields one message per row; writing each into the destination's
-``COPY FROM STDIN`` costs a call per row.  :func:`gather` collects the messages into chunks
-of about ``CHUNK_BYTES``; :func:`gather_in_thread` does the same in a second thread, so
-reading the source and writing the destination overlap (about 10 % faster for a copy).
+:func:`copy_out` reads a ``COPY ... TO STDOUT`` straight off libpq in chunks of about
+``CHUNK_BYTES``.  psycopg's ``Copy`` hands out one message per row, each through its
+generator-driven wait: about 1.5 µs of the client's CPU per row, 7.4 s for the 5,000,000
+rows of the copy benchmark, on a machine where the two servers need the same cores.  Here
+the rows are taken with ``PQgetCopyData`` in a loop of its own, waiting on the socket only
+when libpq has no complete row buffered: 2.6 s for the same rows (measured, one
+connection, reading only).  The statement runs on a psycopg connection, in whatever
+transaction it has open, and leaves it as psycopg's own COPY would: idle in that
+transaction, or with the error raised.
+
+:func:`gather` collects messages of other sources into such chunks;
+:func:`gather_in_thread` does the same in a second thread, so reading the source and
+writing the destination overlap (about 10 % faster for a copy).
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import select
 import threading
 from collections.abc import Iterable, Iterator
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.errors import error_from_result
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: few calls, little memory per stream
 
@@ -58,3 +72,86 @@ def gather_in_thread(
             with contextlib.suppress(queue.Empty):
                 chunks.get(timeout=0.1)
         thread.join()
+
+
+def copy_out(
+    conn: psycopg.Connection, statement: sql.Composable, size: int = CHUNK_BYTES
+) -> Iterator[bytes]:
+    """The data of ``statement`` (a ``COPY ... TO STDOUT``) in chunks of about ``size``."""
+    pgconn = conn.pgconn
+    encoding = conn.info.encoding
+    pgconn.send_query(statement.as_bytes(conn))
+    poll = select.poll()
+    poll.register(pgconn.socket, select.POLLIN)
+    started = _next_result(pgconn, poll)
+    if started is None or started.status != pq.ExecStatus.COPY_OUT:
+        error = _error(pgconn, started, encoding)
+        while _next_result(pgconn, poll) is not None:  # idle again, the error raised
+            pass
+        raise error
+    done = False
+    try:
+        buf = bytearray()
+        get = pgconn.get_copy_data
+        while True:
+            nbytes, data = get(1)
+            if nbytes > 0:
+                buf += data
+                if len(buf) >= size:
+                    yield bytes(buf)
+                    buf.clear()
+            elif nbytes == 0:  # no whole row buffered: wait for the socket
+                poll.poll()
+                pgconn.consume_input()
+            else:  # -1: the data is over (a server error is in the result read next)
+                break
+        done = True
+        error = None
+        while (result := _next_result(pgconn, poll)) is not None:
+            if result.status != pq.ExecStatus.COMMAND_OK and error is None:
+                error = error_from_result(result, encoding)
+        if error is not None:
+            raise error
+        if buf:
+            yield bytes(buf)
+    finally:
+        if not done:  # stopped before the end: cancel, and read what is left of it
+            with contextlib.suppress(Exception):
+                conn.cancel_safe(timeout=5)
+                _finish(pgconn, poll)
+
+
+def _wait_result(pgconn: pq.abc.PGconn, poll: select.poll) -> None:
+    """Until a result can be read without blocking (the query sent, the answer in)."""
+    while pgconn.flush():  # a non-blocking connection: the socket took part of it
+        select.select([], [pgconn.socket], [])
+    pgconn.consume_input()
+    while pgconn.is_busy():
+        poll.poll()
+        pgconn.consume_input()
+
+
+def _finish(pgconn: pq.abc.PGconn, poll: select.poll) -> None:
+    """Read what a COPY left until the connection is idle again."""
+    while True:
+        nbytes, _ = pgconn.get_copy_data(1)
+        if nbytes == 0:
+            poll.poll()
+            pgconn.consume_input()
+        elif nbytes < 0:
+            break
+    while _next_result(pgconn, poll) is not None:
+        pass
+
+
+def _next_result(pgconn: pq.abc.PGconn, poll: select.poll) -> pq.abc.PGresult | None:
+    _wait_result(pgconn, poll)
+    return pgconn.get_result()
+
+
+def _error(pgconn: pq.abc.PGconn, result: pq.abc.PGresult | None, encoding: str) -> psycopg.Error:
+    if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+        return error_from_result(result, encoding)
+    return psycopg.ProgrammingError(
+        pgconn.get_error_message(encoding) or "the statement is not a COPY TO STDOUT"
+    )

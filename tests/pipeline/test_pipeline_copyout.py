@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgferry.pipeline.copy.copyout import copy_out
+from pgferry.copyio import copy_out
 
 ROWS = "copy (select g, md5(g::text) from generate_series(1, {}) g) to stdout"
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from pgferry import copyio
@@ -117,10 +118,10 @@ def read_only_rows(conn: psycopg.Connection, query: str, *, setting: str = "") -
 
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
-    stmt = "copy (" + query + ") to stdout" + copy_options(binary)
+    stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
     try:
-        with read_only(conn), conn.cursor() as cur, cur.copy(stmt) as src:  # type: ignore[arg-type]
-            yield from copyio.gather(src)
+        with read_only(conn):
+            yield from copyio.copy_out(conn, stmt)
     except psycopg.OperationalError as exc:
         if not conn.broken:
             raise

@@ -8,8 +8,9 @@ stay picklable.  The functions are pickled by reference: the workers import this
 
 A task imports the snapshot on the source and copies its ranges one after another: it streams
 ``COPY (select ...) TO STDOUT`` straight into ``COPY ... FROM STDIN`` on the destination
-(bytes are passed through, never parsed; read off libpq by :mod:`.copyout`, a megabyte at a
-time), and in the SAME destination transaction records the
+(bytes are passed through, never parsed; read off libpq by
+:func:`pgferry.copyio.copy_out`, a megabyte at a time), and in the SAME destination
+transaction records the
 range in ``ferry_copy.range_done``.  That record is inserted first, so a retried or duplicated
 task either waits for the first one and then skips the range, or redoes a range whose first
 attempt rolled back: rows are never duplicated nor lost.  Rows are loaded with
@@ -29,7 +30,6 @@ from psycopg import sql
 from pgferry import copyio, expressions
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
-from pgferry.pipeline.copy.copyout import copy_out
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation
 
@@ -165,10 +165,8 @@ def _copy(
             src.execute("select set_config(%s, %s, true)", (name, value))
         with dst.cursor() as dcur:
             # closing(): the reader thread is finished before the COPY ends, even on error.
-            with (
-                dcur.copy(copy_in) as inp,
-                contextlib.closing(copyio.gather_in_thread(copy_out(src, copy_out_sql))) as chunks,
-            ):
+            read = copyio.gather_in_thread(copyio.copy_out(src, copy_out_sql))
+            with dcur.copy(copy_in) as inp, contextlib.closing(read) as chunks:
                 for chunk in chunks:
                     inp.write(chunk)
             rows = dcur.rowcount
