@@ -116,13 +116,9 @@ def find_root(c: Cascade) -> str:
     raise NodeError("No root found above the local node")
 
 
-def _read_ticker(c: Cascade, root: str) -> ticker_health.TickerReading | None:
-    """The root's ticker; fails with the ticker's line when it counts as stopped."""
-    with c.on(root, autocommit=True) as conn:
-        reading = ticker_health.read(conn, c.queue)
-    if reading is not None and reading.stopped(ticker_health.stopped_after(c.config)):
-        raise NodeError(_capital(reading.line(root)))
-    return reading
+# Seconds a running ticker takes at most to tick events that wait: its idle round
+# (ticker_period, 1 s by default) and the queue's ticker_max_lag, with room to spare.
+TICKER_ROUND = 2.0
 
 
 def _check_far_root(c: Cascade) -> None:
@@ -152,18 +148,27 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
     """The root's tick that takes every event committed there now: its newest tick, or
     while events wait for a tick, the next one (waited for until ``deadline``; None: for
     ever).  Fails, naming the ticker, when it counts as stopped."""
-    first = _read_ticker(c, root)
+    with c.on(root, autocommit=True) as conn:
+        first = ticker_health.read(conn, c.queue)
     if first is None:  # frozen by a switchover, or no queue: its newest tick is final
         return queue_top(c, root)
     if not first.waiting or first.last_tick is None:
         return first.last_tick
     before = first.last_tick
+    # Events that came just now to a queue idle for long look like a stopped ticker
+    # until its next round: it is judged only after that round's time.
+    judged_at = time.monotonic() + TICKER_ROUND
 
     def ticked() -> int | None:
-        now = _read_ticker(c, root)
+        with c.on(root, autocommit=True) as conn:
+            now = ticker_health.read(conn, c.queue)
         if now is None or now.last_tick is None:
             return queue_top(c, root)
-        return now.last_tick if now.last_tick > before else None
+        if now.last_tick > before:
+            return now.last_tick
+        if time.monotonic() >= judged_at and now.stopped(ticker_health.stopped_after(c.config)):
+            raise NodeError(_capital(now.line(root)))
+        return None
 
     log.info("Waiting for root %s to tick %d waiting events", root, first.waiting)
     try:
