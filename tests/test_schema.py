@@ -250,15 +250,22 @@ def test_a_node_install_leaves_out_ferry_copy(db_a: str) -> None:
 # --- ferry_copy -----------------------------------------------------------------------------
 
 
+COPY_FILES = [
+    "copy/tables/001_copy.sql",
+    "copy/tables/110_chunks.sql",
+    "copy/tables/120_saved_keys.sql",
+]
+
+
 def test_copy_installs_alone_and_once(db_a: str) -> None:
     # The copy job calls it on an autocommit connection.
     with connect(db_a, autocommit=True) as conn:
         first = schema.install(conn, ("copy",))
         again = schema.install(conn, ("copy",))
         versions = schema.installed_versions(conn)
-    assert first == ["copy/tables/001_copy.sql", "copy/tables/110_chunks.sql"]
+    assert first == COPY_FILES
     assert again == []
-    assert versions == {"copy": 110}
+    assert versions == {"copy": 120}
     assert pgferry_schemas(db_a) == {"ferry_copy"}
     tables = {
         line.split()[1] for line in catalog(db_a, "ferry_copy") if line.startswith("relation ")
@@ -278,10 +285,7 @@ def test_copy_installs_alone_and_once(db_a: str) -> None:
 def test_copy_and_node_components_share_a_database(db_a: str) -> None:
     with connect(db_a) as conn:
         schema.install(conn, ("ferry",))
-        assert schema.install(conn, ("copy",)) == [
-            "copy/tables/001_copy.sql",
-            "copy/tables/110_chunks.sql",
-        ]
+        assert schema.install(conn, ("copy",)) == COPY_FILES
         assert schema.install(conn, ("ferry", "copy")) == []
         versions = schema.installed_versions(conn)
     expected = {name: schema.latest_version(name) for name in ("queue", "node", "ferry", "copy")}
@@ -301,11 +305,8 @@ def test_unversioned_copy_bookkeeping_upgrades(new_db_a: Callable[[str | None], 
         )
     with connect(old) as conn:
         assert schema.installed_versions(conn) == {}
-        assert schema.install(conn, ("copy",)) == [
-            "copy/tables/001_copy.sql",
-            "copy/tables/110_chunks.sql",
-        ]
-        assert schema.installed_versions(conn) == {"copy": 110}
+        assert schema.install(conn, ("copy",)) == COPY_FILES
+        assert schema.installed_versions(conn) == {"copy": 120}
         assert schema.install(conn, ("copy",)) == []
         kept = conn.execute(
             "select (select count(*) from ferry_copy.range_done),"
