@@ -48,6 +48,9 @@ from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
 
+# A subscriber's loop reads on the node: routes, sequences, compare request, tables all ok.
+LoopReads = tuple[dict[str, Route], list[str], sync.Request | None, bool]
+
 
 class Worker(Service):
     """The node's worker loop; see the module docstring."""
@@ -205,11 +208,9 @@ class Worker(Service):
             self._heartbeat(local, node.queue_name, node.consumer_name)
             return False
         assert reads is not None
-        return self._subscriber_step(local, node, *reads)
+        return self._subscriber_step(local, node, reads)
 
-    def _loop_reads(
-        self, local: psycopg.Connection, queue: str, consumer: str
-    ) -> tuple[dict[str, Route], list[str], sync.Request | None, bool]:
+    def _loop_reads(self, local: psycopg.Connection, queue: str, consumer: str) -> LoopReads:
         """What a subscriber's step reads on the node: its routes, sequences, a pending
         compare request, and whether every table is ok (no copy to look at)."""
         routes = self.replay.routes(local, queue)
@@ -228,15 +229,10 @@ class Worker(Service):
         return False
 
     def _subscriber_step(
-        self,
-        local: psycopg.Connection,
-        node: model.NodeInfo,
-        routes: dict[str, Route],
-        seqs: list[str],
-        request: sync.Request | None,
-        tables_settled: bool,
+        self, local: psycopg.Connection, node: model.NodeInfo, reads: LoopReads
     ) -> bool:
         assert node.provider_location is not None
+        routes, seqs, request, tables_settled = reads
         self.conns.set_replica_role(local)
         provider = self.conns.to_provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
