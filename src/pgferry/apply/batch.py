@@ -392,7 +392,7 @@ class Replayer:
             start_next()  # the next batch is read while this one is applied
         return apply_segment(local, self.stages, plan, batch_sql, segment, queue=reading.queue,
                              provider=provider, readers=readers, tick_id=reading.tick_id,
-                             tick_time=reading.tick_time, small=not read_ahead)  # fmt: skip
+                             tick_time=reading.tick_time)  # fmt: skip
 
 
 def _major(conn: psycopg.Connection) -> int:

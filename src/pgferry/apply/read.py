@@ -84,20 +84,28 @@ def read_only(conn: psycopg.Connection) -> Iterator[None]:
             conn.read_only = None  # for that BEGIN only: the connection is as it was
 
 
-def read_only_rows(conn: psycopg.Connection, query: str, *, setting: str = "") -> list[tuple]:
-    """The rows of ``query`` (after ``setting``, a SET LOCAL statement) in a read-only
+# A replay read is planned for the few events of a batch, and its cost estimate can still
+# pass jit_above_cost (a union of a small batch's tables does): compiling it took 30-60 ms
+# of reads that run in a few.
+NO_JIT = "set local jit = off"
+
+
+def read_only_rows(
+    conn: psycopg.Connection, query: str, *, settings: tuple[str, ...] = ()
+) -> list[tuple]:
+    """The rows of ``query`` (after ``settings``, SET LOCAL statements) in a read-only
     transaction of their own.
 
-    On an idle autocommit connection BEGIN, the setting, the query and COMMIT go as one
+    On an idle autocommit connection BEGIN, the settings, the query and COMMIT go as one
     message (the simple query protocol takes several statements): one round trip where
     they were four.  Otherwise as :func:`read_only` runs them.
     """
     if conn.info.transaction_status != TransactionStatus.IDLE or not conn.autocommit:
         with read_only(conn):
-            if setting:
+            for setting in settings:
                 conn.execute(setting)  # type: ignore[arg-type]
             return conn.execute(query.encode()).fetchall()
-    statements = ["begin transaction read only", setting, query, "commit"]
+    statements = ["begin transaction read only", *settings, query, "commit"]
     text = "; ".join(s for s in statements if s)
     rows: list[tuple] = []
     try:
@@ -171,7 +179,7 @@ def summarize(
         # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
         # sort that the planner's row estimate for a batch (a handful) would choose, and
         # spills to disk.
-        rows = read_only_rows(provider, query, setting="set local enable_sort = off")
+        rows = read_only_rows(provider, query, settings=("set local enable_sort = off", NO_JIT))
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     if grouped:

@@ -25,7 +25,6 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from pgferry.apply import small_parts
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError, copy_options
@@ -118,17 +117,12 @@ class StageTables:
         rolled back together with its rows)."""
         self._loaded.clear()
 
-    @staticmethod
-    def key(route: Route, columns: tuple[str, ...], *, events: bool = False) -> tuple:
-        """Which stage a part loads: tables of one shape share one, events share one."""
-        return ("", (), ()) if events else (route.dest_fq, columns, route.types)
-
     def get(
         self, conn: psycopg.Connection, route: Route, columns: tuple[str, ...], *, events=False
     ) -> sql.Composable:
         if self._conn_id != id(conn):
             self._conn_id, self._names, self._loaded = id(conn), {}, set()
-        key = self.key(route, columns, events=events)
+        key = ("", (), ()) if events else (route.dest_fq, columns, route.types)
         name = self._names.get(key)
         if name is not None and key in self._loaded:
             conn.execute(sql.SQL("truncate pg_temp.{}").format(name))
@@ -177,21 +171,16 @@ def apply_table(
     tick_id: int = 0,
     tick_time: datetime | None = None,
     read_wait: float = 0.0,
-    loaded: tuple[sql.Composable, int] | None = None,
 ) -> ApplyStats:
     """Load one table's rows (COPY data of one or more parts) into its stage and have its
     handler apply them (caller's transaction); ``tick_id``, ``tick_time``: the batch's
-    tick; ``read_wait``: seconds the apply waited for the part's read (for the log);
-    ``loaded``: the stage already holds the rows (:mod:`.small_parts`), and how many."""
+    tick; ``read_wait``: seconds the apply waited for the part's read (for the log)."""
     route = work.route
     try:
         stage_at = time.monotonic()
-        if loaded is not None:
-            stage, staged = loaded
-        else:
-            stage = stages.get(conn, route, work.columns, events=work.events)
-            # One COPY per part: a binary COPY stream has a header and an end marker.
-            staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
+        stage = stages.get(conn, route, work.columns, events=work.events)
+        # One COPY per part: a binary COPY stream has a header and an end marker of its own.
+        staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
         stats = _hand_over(conn, work, stage, staged, tick_id, tick_time, read_wait, stage_at)
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
@@ -282,21 +271,14 @@ def apply_segment(
     readers: ReaderPool | None = None,
     tick_id: int = 0,
     tick_time: datetime | None = None,
-    small: bool = False,
 ) -> ApplyStats:
     """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``.
 
     Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
     for small segments, inline on the worker's own ``provider`` connection
-    (:func:`pgferry.apply.readers.table_parts`); with ``small`` (the batch is small) and
-    no readers, a segment that :mod:`.small_parts` takes is read and staged by it.
+    (:func:`pgferry.apply.readers.table_parts`).
     """
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
-    if small and readers is None and _small_fits(plan.tables):
-        stats.add(_apply_small(conn, stages, plan.tables, batch_sql, segment, provider,
-                               tick_id, tick_time))  # fmt: skip
-        stats.sequences = apply_sequences(conn, queue, plan.sequences)
-        return stats
     try:
         with table_parts(
             plan.tables, batch_sql, segment, provider=provider, readers=readers
@@ -309,41 +291,6 @@ def apply_segment(
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
-    return stats
-
-
-def _small_fits(works: list[TableWork]) -> bool:
-    # Each part needs a stage of its own: parts sharing one (a merged table's sources,
-    # two tables of an events handler) load it one after the other in the usual path.
-    keys = {StageTables.key(w.route, w.columns, events=w.events) for w in works}
-    return len(keys) == len(works) and small_parts.fits(works)
-
-
-def _apply_small(
-    conn: psycopg.Connection,
-    stages: StageTables,
-    works: list[TableWork],
-    batch_sql: str,
-    segment: Segment,
-    provider: psycopg.Connection,
-    tick_id: int,
-    tick_time: datetime | None,
-) -> ApplyStats:
-    """The segment's parts read in one provider query and staged in one message, then
-    handed to their handlers in order (see :mod:`.small_parts`)."""
-    read_at = time.monotonic()
-    try:
-        rows = small_parts.read_parts(provider, works, batch_sql, segment)
-    except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    read_wait = time.monotonic() - read_at
-    staged = [stages.get(conn, w.route, w.columns, events=w.events) for w in works]
-    small_parts.load_stages(conn, staged, rows)
-    stats = ApplyStats()
-    for work, stage, part in zip(works, staged, rows, strict=True):
-        stats.add(apply_table(conn, stages, work, [], tick_id, tick_time, read_wait,
-                              loaded=(stage, len(part))))  # fmt: skip
-        read_wait = 0.0
     return stats
 
 
