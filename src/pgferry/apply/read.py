@@ -84,9 +84,8 @@ def read_only(conn: psycopg.Connection) -> Iterator[None]:
             conn.read_only = None  # for that BEGIN only: the connection is as it was
 
 
-# A replay read is planned for the few events of a batch, and its cost estimate can still
-# pass jit_above_cost (a union of a small batch's tables does): compiling it took 30-60 ms
-# of reads that run in a few.
+# A summary's estimate can pass jit_above_cost while the batch holds a few events: JIT's
+# compilation (tens of milliseconds) would cost more than the query.
 NO_JIT = "set local jit = off"
 
 
