@@ -104,8 +104,7 @@ def read_only_rows(
             for setting in settings:
                 conn.execute(setting)  # type: ignore[arg-type]
             return conn.execute(query.encode()).fetchall()
-    statements = ["begin transaction read only", *settings, query, "commit"]
-    text = "; ".join(s for s in statements if s)
+    text = "; ".join(["begin transaction read only", *settings, query, "commit"])
     rows: list[tuple] = []
     try:
         with conn.cursor() as cur:

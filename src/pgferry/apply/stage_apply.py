@@ -177,11 +177,7 @@ def apply_table(
     tick; ``read_wait``: seconds the apply waited for the part's read (for the log)."""
     route = work.route
     try:
-        stage_at = time.monotonic()
-        stage = stages.get(conn, route, work.columns, events=work.events)
-        # One COPY per part: a binary COPY stream has a header and an end marker of its own.
-        staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
-        stats = _hand_over(conn, work, stage, staged, tick_id, tick_time, read_wait, stage_at)
+        stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time, read_wait)
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
     except PgferryError as exc:
@@ -192,18 +188,20 @@ def apply_table(
     return stats
 
 
-def _hand_over(
+def _apply_rows(
     conn: psycopg.Connection,
+    stages: StageTables,
     work: TableWork,
-    stage: sql.Composable,
-    staged: int,
+    parts: Iterable[Iterable[bytes]],
     tick_id: int,
     tick_time: datetime | None,
     read_wait: float,
-    stage_at: float,
 ) -> ApplyStats:
-    """Have the table's handler apply its ``staged`` rows."""
     route, cols = work.route, work.columns
+    stage_at = time.monotonic()
+    stage = stages.get(conn, route, cols, events=work.events)
+    # One COPY per part: a binary COPY stream has a header and an end marker of its own.
+    staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
     handler_at = time.monotonic()
     stats = ApplyStats()
     if staged:
