@@ -121,13 +121,17 @@ def find_root(c: Cascade) -> str:
 TICKER_ROUND = 2.0
 
 
+def _ticker(c: Cascade, root: str) -> ticker_health.TickerReading | None:
+    with c.on(root, autocommit=True) as conn:
+        return ticker_health.read(conn, c.queue)
+
+
 def _check_far_root(c: Cascade) -> None:
     """Fail, naming the ticker, when the root (not the node waited on) counts as stopped;
     a root that cannot be reached is not this wait's business."""
     try:
         root = find_root(c)
-        with c.on(root, autocommit=True) as conn:
-            reading = ticker_health.read(conn, c.queue)
+        reading = _ticker(c, root)
     except (PgferryError, psycopg.Error) as exc:
         log.debug("root's ticker not looked at: %s", exc)
         return
@@ -148,8 +152,7 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
     """The root's tick that takes every event committed there now: its newest tick, or
     while events wait for a tick, the next one (waited for until ``deadline``; None: for
     ever).  Fails, naming the ticker, when it counts as stopped."""
-    with c.on(root, autocommit=True) as conn:
-        first = ticker_health.read(conn, c.queue)
+    first = _ticker(c, root)
     if first is None:  # frozen by a switchover, or no queue: its newest tick is final
         return queue_top(c, root)
     if not first.waiting or first.last_tick is None:
@@ -160,8 +163,7 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
     judged_at = time.monotonic() + TICKER_ROUND
 
     def ticked() -> int | None:
-        with c.on(root, autocommit=True) as conn:
-            now = ticker_health.read(conn, c.queue)
+        now = _ticker(c, root)
         if now is None or now.last_tick is None:
             return queue_top(c, root)
         if now.last_tick > before:
