@@ -84,7 +84,6 @@ def estimate(connstr: str, task: LakeCompareTask) -> int:
 
 def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
     """Both sides read by Spark (:func:`.lake_spark.sides`), compared there."""
-
     with lake_spark.sides(spark, src_connstr, snapshot, tick, task) as (source, lake):
         names = [c.name for c in task.columns]
         only_src, only_dst = source.exceptAll(lake), lake.exceptAll(source)
