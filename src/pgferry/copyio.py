@@ -75,19 +75,34 @@ def gather_in_thread(
 
 
 def copy_out(
-    conn: psycopg.Connection, statement: sql.Composable, size: int = CHUNK_BYTES
+    conn: psycopg.Connection,
+    statement: sql.Composable,
+    size: int = CHUNK_BYTES,
+    *,
+    read_only: bool = False,
 ) -> Iterator[bytes]:
-    """The data of ``statement`` (a ``COPY ... TO STDOUT``) in chunks of about ``size``."""
+    """The data of ``statement`` (a ``COPY ... TO STDOUT``) in chunks of about ``size``.
+
+    ``read_only`` (an idle autocommit connection): the COPY runs in a read-only
+    transaction of its own, opened and committed in the same message as the statement
+    (the simple query protocol takes several), one round trip where they were three.
+    """
     pgconn = conn.pgconn
     encoding = conn.info.encoding
-    pgconn.send_query(statement.as_bytes(conn))
+    text = statement.as_bytes(conn)
+    if read_only:
+        text = b"begin transaction read only; " + text + b"; commit"
+    pgconn.send_query(text)
     poll = select.poll()
     poll.register(pgconn.socket, select.POLLIN)
     started = _next_result(pgconn, poll)
+    while read_only and started is not None and started.status == pq.ExecStatus.COMMAND_OK:
+        started = _next_result(pgconn, poll)  # the BEGIN's
     if started is None or started.status != pq.ExecStatus.COPY_OUT:
         error = _error(pgconn, started, encoding)
         while _next_result(pgconn, poll) is not None:  # idle again, the error raised
             pass
+        _roll_back(pgconn, poll)
         raise error
     done = False
     try:
@@ -111,6 +126,7 @@ def copy_out(
             if result.status != pq.ExecStatus.COMMAND_OK and error is None:
                 error = error_from_result(result, encoding)
         if error is not None:
+            _roll_back(pgconn, poll)
             raise error
         if buf:
             yield bytes(buf)
@@ -119,6 +135,17 @@ def copy_out(
             with contextlib.suppress(Exception):
                 conn.cancel_safe(timeout=5)
                 _finish(pgconn, poll)
+                if read_only:
+                    _roll_back(pgconn, poll)
+
+
+def _roll_back(pgconn: pq.abc.PGconn, poll: select.poll) -> None:
+    """A failed statement of the message skipped its COMMIT: end the aborted transaction
+    it left open (psycopg did not open it and would not)."""
+    if pgconn.transaction_status == pq.TransactionStatus.INERROR:
+        pgconn.send_query(b"rollback")
+        while _next_result(pgconn, poll) is not None:
+            pass
 
 
 def _wait_result(pgconn: pq.abc.PGconn, poll: select.poll) -> None:

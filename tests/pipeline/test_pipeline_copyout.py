@@ -41,3 +41,36 @@ def test_a_reader_that_stops_early_leaves_the_connection_usable(db_a: str) -> No
         next(chunks)
         chunks.close()  # the COPY is cancelled and what is left of it read
         assert conn.execute("select 1").fetchone() == (1,)
+
+
+IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def test_read_only_in_one_message_leaves_the_connection_idle(db_a: str) -> None:
+    """BEGIN READ ONLY, the COPY and COMMIT sent together: the same data, the connection
+    idle after the data, an error (at the start, midway, a write refused) or a stop."""
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        conn.execute("create table if not exists copyout_w (v int)")
+        conn.execute(
+            "create or replace function copyout_write() returns int language sql"
+            " as 'insert into copyout_w values (1) returning v'"
+        )
+        plain = b"".join(copy_out(conn, sql.SQL(ROWS.format(5_000))))
+        wrapped = b"".join(copy_out(conn, sql.SQL(ROWS.format(5_000)), read_only=True))
+        assert wrapped == plain and conn.info.transaction_status == IDLE
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            list(copy_out(conn, sql.SQL("copy nope to stdout"), read_only=True))
+        assert conn.info.transaction_status == IDLE
+        midway = "copy (select 1 / (g - 50000) from generate_series(1, 60000) g) to stdout"
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            list(copy_out(conn, sql.SQL(midway), size=1024, read_only=True))
+        assert conn.info.transaction_status == IDLE
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            list(copy_out(conn, sql.SQL("copy (select copyout_write()) to stdout"), read_only=True))
+        assert conn.info.transaction_status == IDLE
+        assert conn.execute("select count(*) from copyout_w").fetchone() == (0,)
+        chunks = copy_out(conn, sql.SQL(ROWS.format(2_000_000)), size=1024, read_only=True)
+        next(chunks)
+        chunks.close()
+        assert conn.info.transaction_status == IDLE
+        assert conn.execute("select 1").fetchone() == (1,)

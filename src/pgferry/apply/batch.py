@@ -148,16 +148,21 @@ class Replayer:
         self.close_readers()
         self.stages.reset()
 
-    def routes(self, local: psycopg.Connection, queue: str) -> dict[str, Route]:
-        """The registry, re-read only when it changed or is older than ROUTES_MAX_AGE."""
-        signature = registry_signature(local, queue)
+    def routes(
+        self, local: psycopg.Connection, queue: str, signature: str | None = None
+    ) -> dict[str, Route]:
+        """The registry, re-read only when it changed or is older than ROUTES_MAX_AGE
+        (``signature``: its :func:`registry_signature`, when read already)."""
+        if signature is None:
+            signature = registry_signature(local, queue)
         cached = self._route_cache
         if (
             cached is None
             or cached[0] != signature
             or time.monotonic() - cached[1] > ROUTES_MAX_AGE
         ):
-            cached = (signature, time.monotonic(), load_routes(local, queue))
+            with local.transaction():  # a savepoint inside the caller's transaction
+                cached = (signature, time.monotonic(), load_routes(local, queue))
             self._route_cache = cached
             self.forget_shapes()
         return cached[2]
@@ -259,10 +264,7 @@ class Replayer:
             start_next = partial(self._start_prefetch, provider, local, reading, consumer,
                                  routes, read_next)  # fmt: skip
         with local.transaction():
-            self.stages.new_transaction()
-            # The provider forgets the batch once it is finished: the transaction that
-            # records it must be on disk first, whatever the server's default.
-            local.execute("set local synchronous_commit = on")
+            self.stages.new_transaction()  # committed durably: see WorkerConnections
             staged_at = time.monotonic()
             stats = ApplyStats()
             after = None

@@ -78,6 +78,11 @@ class WorkerConnections:
             self.close()
         if self.local is None or self.local.closed:
             conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
+            # The provider forgets a batch once it is finished: the transaction recording
+            # it must be on disk first, whatever the server's default.  Set once for the
+            # session rather than in every batch's transaction (a round trip each).
+            conn.execute("set synchronous_commit = on")
+            conn.commit()
             self.local = conn
             self._connected_at = time.monotonic()
         return self.local

@@ -140,14 +140,17 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
     return result
 
 
+# Whether every table of the node is ``ok`` (parameter: the queue name).
+SETTLED_SQL = (
+    "select not exists (select 1 from ferry.table_info where queue_name = %s and local"
+    " and merge_state is distinct from 'ok')"
+)
+
+
 def tables_settled(conn: psycopg.Connection, queue: str) -> bool:
     """Whether every table of the node is ``ok``: no copy to start or catch up (one read,
     where looking for both is two transactions)."""
-    row = conn.execute(
-        "select not exists (select 1 from ferry.table_info where queue_name = %s and local"
-        " and merge_state is distinct from 'ok')",
-        (queue,),
-    ).fetchone()
+    row = conn.execute(SETTLED_SQL, (queue,)).fetchone()
     return bool(row and row[0])
 
 

@@ -15,12 +15,14 @@ import psycopg
 
 from pgferry.node import seqops
 
+# The node's replicated sequences (parameter: the queue name).
+SEQUENCES_SQL = (
+    "select seq_name from ferry.seq_info where queue_name = %s and local order by seq_name"
+)
+
 
 def local_sequences(conn: psycopg.Connection, queue: str) -> list[str]:
-    rows = conn.execute(
-        "select seq_name from ferry.seq_info where queue_name = %s and local order by seq_name",
-        (queue,),
-    ).fetchall()
+    rows = conn.execute(SEQUENCES_SQL, (queue,)).fetchall()
     return [r[0] for r in rows]
 
 

@@ -126,8 +126,12 @@ def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> I
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
     try:
-        with read_only(conn):
-            yield from copyio.copy_out(conn, stmt)
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            # BEGIN READ ONLY, the COPY and COMMIT in one message (one round trip).
+            yield from copyio.copy_out(conn, stmt, read_only=True)
+        else:
+            with read_only(conn):
+                yield from copyio.copy_out(conn, stmt)
     except psycopg.OperationalError as exc:
         if not conn.broken:
             raise

@@ -274,10 +274,8 @@ def split_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
-def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
-    """Changes whenever the local registry or a destination's columns change (one query)."""
-    row = conn.execute(
-        """
+# What registry_signature reads (parameter: the queue name).
+SIGNATURE_SQL = """
         select md5(coalesce(string_agg(concat_ws('|', t.table_name, t.merge_state,
                    t.dest_table, t.copy_condition, t.copy_snapshot::text, t.skip_truncate,
                    t.table_attrs::text,
@@ -287,7 +285,10 @@ def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
                    ',' order by t.table_name), ''))
           from ferry.table_info t
          where t.queue_name = %s and t.local
-        """,
-        (queue_name,),
-    ).fetchone()
+        """
+
+
+def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
+    """Changes whenever the local registry or a destination's columns change (one query)."""
+    row = conn.execute(SIGNATURE_SQL, (queue_name,)).fetchone()
     return row[0] if row else ""

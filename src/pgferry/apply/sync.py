@@ -65,16 +65,27 @@ class SyncPoint:
 # --- worker side -------------------------------------------------------------------------
 
 
-def pending_request(conn: psycopg.Connection, queue: str, consumer: str) -> Request | None:
-    row = conn.execute(
-        """
-        select tick_id, state, pause, now() - requested_at > make_interval(secs => %s)
+# The requests filed for a queue's consumers (parameters: CHOOSE_LIMIT, the queue name):
+# consumer name, then the fields of Request.
+REQUESTS_SQL = """
+        select consumer_name, tick_id, state, pause,
+               now() - requested_at > make_interval(secs => %s)
           from ferry.sync_request
-         where queue_name = %s and consumer_name = %s
-        """,
-        (CHOOSE_LIMIT, queue, consumer),
-    ).fetchone()
-    return None if row is None else Request(row[0], row[1], row[2], bool(row[3]))
+         where queue_name = %s
+        """
+
+
+def request_of(rows: list[tuple], consumer: str) -> Request | None:
+    """``consumer``'s request among rows of :data:`REQUESTS_SQL`."""
+    for name, tick_id, state, pause, overdue in rows:
+        if name == consumer:
+            return Request(tick_id, state, pause, bool(overdue))
+    return None
+
+
+def pending_request(conn: psycopg.Connection, queue: str, consumer: str) -> Request | None:
+    rows = conn.execute(REQUESTS_SQL + " and consumer_name = %s", (CHOOSE_LIMIT, queue, consumer))
+    return request_of(rows.fetchall(), consumer)
 
 
 def drop_request(conn: psycopg.Connection, queue: str, consumer: str) -> None:

@@ -27,10 +27,11 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgferry.apply import compare_wait, forward, handover, idle, positions, publish_seqs, sync
+from pgferry.apply import compare_wait, forward, idle, loop_reads, positions, publish_seqs, sync
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
+from pgferry.apply.loop_reads import LoopReads
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, log_batch
@@ -47,9 +48,6 @@ from pgferry.queue.api import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
-
-# A subscriber's loop reads on the node: routes, sequences, compare request, tables all ok.
-LoopReads = tuple[dict[str, Route], list[str], sync.Request | None, bool]
 
 
 class Worker(Service):
@@ -89,6 +87,7 @@ class Worker(Service):
         self._use_settings()
         self._loop_at = 0.0  # when the last loop started (a root's pace)
         self._orphan_logged = False
+        self._node_seen_on: psycopg.Connection | None = None  # require_node passed there
         self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
         # What metrics and tests read: counts since start, and callbacks per applied batch.
         self.batches_applied = 0
@@ -179,11 +178,11 @@ class Worker(Service):
         return more
 
     def _whole_loop(self, local: psycopg.Connection) -> bool:
-        with local.transaction():  # one transaction for every read of the loop
-            node = model.require_node(local, self.settings.queue)
-            reads = None
-            if node.node_type != "root" and node.provider_location and not node.paused:
-                reads = self._loop_reads(local, node.queue_name, node.consumer_name)
+        if local is not self._node_seen_on:  # is the schema there: once per connection
+            with local.transaction():
+                model.require_node(local, self.settings.queue)
+            self._node_seen_on = local
+        node, reads = loop_reads.read_loop(local, self.settings.queue)
         # Whom the next idle loops look for on the provider (nobody: nothing to take).
         self._idle.consumer = (
             node.consumer_name
@@ -207,16 +206,7 @@ class Worker(Service):
         if node.paused:
             self._heartbeat(local, node.queue_name, node.consumer_name)
             return False
-        assert reads is not None
         return self._subscriber_step(local, node, reads)
-
-    def _loop_reads(self, local: psycopg.Connection, queue: str, consumer: str) -> LoopReads:
-        """What a subscriber's step reads on the node: its routes, sequences, a pending
-        compare request, and whether every table is ok (no copy to look at)."""
-        routes = self.replay.routes(local, queue)
-        seqs = publish_seqs.local_sequences(local, queue)
-        request = sync.pending_request(local, queue, consumer)
-        return routes, seqs, request, handover.tables_settled(local, queue)
 
     def _root_step(self, local: psycopg.Connection, node: model.NodeInfo) -> bool:
         self.conns.listen_root()  # ticks of its own queue wake an idle root (see sleep)
@@ -232,7 +222,8 @@ class Worker(Service):
         self, local: psycopg.Connection, node: model.NodeInfo, reads: LoopReads
     ) -> bool:
         assert node.provider_location is not None
-        routes, seqs, request, tables_settled = reads
+        routes = self.replay.routes(local, node.queue_name, reads.signature)
+        seqs, request = reads.seqs, reads.request
         self.conns.set_replica_role(local)
         provider = self.conns.to_provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
@@ -245,7 +236,7 @@ class Worker(Service):
             return stop
 
         caught_up, hold_at = False, None
-        if self._copies.to_look_at(tables_settled):
+        if self._copies.to_look_at(reads.tables_settled):
             self._copies.start_pending(local, node, self.conns.provider_dsn or "")
             caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
         if caught_up is None:

@@ -90,12 +90,8 @@ def is_installed(conn: psycopg.Connection) -> bool:
     return bool(row and row[0])
 
 
-def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
-    """The local node for ``queue``, or None when this database is not a node of it."""
-    if not is_installed(conn):
-        return None
-    row = conn.execute(
-        """
+# The node row of a queue (parameter: the queue name), the fields of NodeInfo in order.
+NODE_SQL = """
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
                s.provider_node, p.node_location, l.node_location,
                coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
@@ -108,16 +104,25 @@ def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
           left join ferry_node.node_location l
                  on l.queue_name = n.queue_name and l.node_name = n.node_name
          where n.queue_name = %s
-        """,
-        (queue,),
-    ).fetchone()
+        """
+
+
+def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
+    """The local node for ``queue``, or None when this database is not a node of it."""
+    if not is_installed(conn):
+        return None
+    row = conn.execute(NODE_SQL, (queue,)).fetchone()
     return None if row is None else NodeInfo(*row)
+
+
+def node_missing(queue: str) -> NodeError:
+    return NodeError(f"Node not initialized for queue: {queue} (run create-root/branch/leaf)")
 
 
 def require_node(conn: psycopg.Connection, queue: str) -> NodeInfo:
     node = load_node(conn, queue)
     if node is None:
-        raise NodeError(f"Node not initialized for queue: {queue} (run create-root/branch/leaf)")
+        raise node_missing(queue)
     return node
 
 
