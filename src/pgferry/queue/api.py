@@ -290,6 +290,23 @@ def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
     conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
 
 
+def finish_batch_and_tick(conn: psycopg.Connection, batch_id: int, queue: str) -> int | None:
+    """:func:`finish_batch`, then ``queue``'s tick if one is due (``ticker_step``: its
+    consumer has just finished, so events waiting are due at once); the new tick's id.
+
+    One message and one transaction on an autocommit connection: a queue that refuses the
+    tick (ticked from outside, paused) raises, and the batch is then not finished either.
+    """
+    text = sql.SQL(
+        "select ferry_queue.finish_batch({}); select tick_id from ferry_queue.ticker_step({})"
+    ).format(sql.Literal(batch_id), sql.Literal(queue))
+    with conn.cursor() as cur:
+        cur.execute(text, prepare=False)
+        cur.nextset()  # the tick's row
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
 def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
     """The batch's queued scripts (EXECUTE events) in order: barriers for replay.
 
