@@ -103,6 +103,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-rows", type=int)
     p.add_argument("--no-load", action="store_true", help="probes only, without the seed load")
     p.add_argument("--keep", action="store_true", help="keep clusters and logs")
+    p.add_argument(
+        "--pgferry-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more setting of pgferry's leaf worker ini (repeatable)",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     env = os.environ
@@ -496,7 +503,10 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
         if name == "native":
             system = Native(pair)
         else:
-            system = Trigger(RIGS[name](pair, workdir, with_seqs=True, verbose=name == "pgferry"))
+            rig = RIGS[name](pair, workdir, with_seqs=True, verbose=name == "pgferry")
+            if name == "pgferry":
+                rig.leaf_settings = dict(kv.split("=", 1) for kv in args.pgferry_setting)
+            system = Trigger(rig)
         t0 = time.monotonic()
         result["attach"] = system.attach()
         result["attach"]["seconds"] = round(time.monotonic() - t0, 1)
