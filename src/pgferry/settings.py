@@ -93,6 +93,12 @@ TICKER_SETTINGS: list[Setting] = [
     ("pidfile", "", "pid file, needed by -d / -s / -r / -k"),
     ("ticker_period", "1", "seconds between ticker runs while no event waits"),
     ("ticker_busy_period", "0.005", "seconds between ticker runs while events wait"),
+    (
+        "ticker_recent_period",
+        "0.05",
+        "seconds between ticker runs for ticker_recent_time after events were last seen",
+    ),
+    ("ticker_recent_time", "10", "seconds after the last events during which runs are that often"),
     ("maint_period", "120", "seconds between maintenance runs (rotation)"),
     ("retry_period", "30", "seconds between moving due retry events back"),
     ("check_period", "60", "seconds between looking for new databases"),

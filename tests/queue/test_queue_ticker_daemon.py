@@ -365,11 +365,18 @@ def test_active_ticker_ticks_soon_for_a_waiting_consumer(
 
 def test_active_ticker_backs_off_when_idle(pg_a: LocalCluster, tmp_path: Path) -> None:
     # Busy rounds (every 5 ms) last one ticker_period after events were seen; then one
-    # round a ticker_period.  Counted, not timed: a slow machine only makes fewer rounds.
+    # round a ticker_period (the recent rounds turned off here; see the test below).
+    # Counted, not timed: a slow machine only makes fewer rounds.
     name = f"backoff_{os.getpid()}"
     db = _cadence_db(pg_a, name, "1 hour")
     stop = _run_ticker(
-        tmp_path, pg_a, name, ticker_period="0.5", maint_period="60", retry_period="60"
+        tmp_path,
+        pg_a,
+        name,
+        ticker_period="0.5",
+        ticker_recent_time="0",
+        maint_period="60",
+        retry_period="60",
     )
     try:
         mark = last_tick(db)
@@ -386,5 +393,42 @@ def test_active_ticker_backs_off_when_idle(pg_a: LocalCluster, tmp_path: Path) -
         idle = _commits(pg_a, name) - start
         assert idle <= 8, (busy, idle)
         assert busy > idle, (busy, idle)
+    finally:
+        stop()
+
+
+@pytest.mark.timing
+def test_a_write_after_a_pause_gets_its_tick_within_the_recent_period(
+    pg_a: LocalCluster, tmp_path: Path
+) -> None:
+    # ticker_period 2 s: after the busy rounds end, a write waits up to 2 s for the next
+    # round, unless the recent rounds (every 50 ms for 20 s after the last events) come.
+    name = f"recent_{os.getpid()}"
+    db = _cadence_db(pg_a, name, "1 hour")
+    query(db, "select ferry_queue.register_consumer('q', 'c')")
+    stop = _run_ticker(
+        tmp_path, pg_a, name, ticker_period="2", ticker_recent_period="0.05",
+        ticker_recent_time="20", maint_period="60", retry_period="60",
+    )  # fmt: skip
+    try:
+        newest = "select max(tick_id) from ferry_queue.tick"
+        delays = []
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            mark = conn.execute(newest).fetchone()
+            conn.execute("select ferry_queue.force_tick('q')")  # active from now
+            wait_for(lambda: conn.execute(newest).fetchone() != mark, what="the forced tick")
+            for _ in range(3):
+                while take_batch(conn, "q", "c") is not None:
+                    pass
+                time.sleep(2.5)  # past the busy rounds (one ticker_period after events)
+                mark = conn.execute(newest).fetchone()
+                conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+                start = time.monotonic()
+                while conn.execute(newest).fetchone() == mark:
+                    assert time.monotonic() - start < 5, "no tick"
+                delays.append(time.monotonic() - start)
+        delays.sort()
+        assert delays[1] < 0.5, delays  # the median: a recent round, not the 2 s one
     finally:
         stop()

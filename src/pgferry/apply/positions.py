@@ -11,7 +11,6 @@ and :func:`reposition` is ``worker --rewind`` / ``--reset``.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -27,31 +26,6 @@ from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.api import Batch
 
 log = logging.getLogger(__name__)
-
-# Provider connections whose queue refused a tick from the worker (finish_and_tick).
-_NO_TICKS: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-
-
-def finish_and_tick(provider: psycopg.Connection, batch_id: int, queue: str, tick: bool) -> bool:
-    """Finish the batch on the provider; with ``tick`` (it took the only tick waiting),
-    also make the queue's next tick when events wait for one.  Whether a tick was made.
-
-    The ticker would make that tick within its busy period anyway; made here, in the
-    finish's round trip, the worker takes the next batch at once instead of waiting for
-    the ticker's round and its notification.  A queue that does not tick itself (a
-    branch's mirrors its provider's ticks) or a paused ticker refuses: that connection
-    only finishes batches from then on.
-    """
-    if tick and provider not in _NO_TICKS:
-        try:
-            return queue_api.finish_batch_and_tick(provider, batch_id, queue) is not None
-        except psycopg.Error as exc:
-            if provider.broken:
-                raise
-            _NO_TICKS.add(provider)
-            log.debug("queue %s: no ticks from the worker (%s)", queue, exc)
-    queue_api.finish_batch(provider, batch_id)
-    return False
 
 
 def take_batch(

@@ -314,15 +314,18 @@ class Worker(Service):
         )
         if mirror is not None:
             mirror()
-        # The batch took the only tick waiting: the next tick is made now if events wait
-        # (then the loop goes on), else it comes with its notification.
-        ticked = positions.finish_and_tick(provider, batch_id, queue, tick=waiting == 1)
+        if waiting == 1:
+            # The batch took the only tick waiting: the ticker, woken with the finish, ticks
+            # at once if events wait, and the tick's notification starts the next loop.
+            queue_api.finish_batch_and_wake(provider, batch_id)
+        else:
+            queue_api.finish_batch(provider, batch_id)
         self.count_applied(batch, stats, started, "")
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
         compare_wait.after_batch(
             local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
         )
-        return waiting != 1 or ticked
+        return waiting != 1
 
     def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
         """Count a batch applied (main stream or a copied group's) for metrics and tests,

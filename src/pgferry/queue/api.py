@@ -22,6 +22,9 @@ from psycopg.types.json import Jsonb
 from pgferry.errors import QueueError
 from pgferry.events import EVENT_COLUMN_NAMES, EXECUTE_EVENT
 
+# The ticker daemon listens here (force_tick notifies it too): a notification runs its round.
+TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -290,21 +293,19 @@ def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
     conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
 
 
-def finish_batch_and_tick(conn: psycopg.Connection, batch_id: int, queue: str) -> int | None:
-    """:func:`finish_batch`, then ``queue``'s tick if one is due (``ticker_step``: its
-    consumer has just finished, so events waiting are due at once); the new tick's id.
+def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int) -> None:
+    """:func:`finish_batch`, and a notification that wakes the ticker at once (its channel,
+    as ``force_tick`` sends, without forcing a tick), in one message.
 
-    One message and one transaction on an autocommit connection: a queue that refuses the
-    tick (ticked from outside, paused) raises, and the batch is then not finished either.
+    A consumer that has just finished its batch waits for the next tick, so events waiting
+    make that tick due (``tick_due``); the ticker's next round would find it within its busy
+    period, woken it finds it now.  The tick stays the ticker's to make: a stopped ticker
+    still shows as events waiting with no tick (``node/ticker_health.py``).
     """
-    text = sql.SQL(
-        "select ferry_queue.finish_batch({}); select tick_id from ferry_queue.ticker_step({})"
-    ).format(sql.Literal(batch_id), sql.Literal(queue))
-    with conn.cursor() as cur:
-        cur.execute(text, prepare=False)
-        cur.nextset()  # the tick's row
-        row = cur.fetchone()
-    return None if row is None else row[0]
+    text = sql.SQL("select ferry_queue.finish_batch({}); select pg_notify({}, '')").format(
+        sql.Literal(batch_id), sql.Literal(TICKER_WAKE_CHANNEL)
+    )
+    conn.execute(text, prepare=False)
 
 
 def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:

@@ -4,7 +4,10 @@ One :class:`TickerService` watches a whole PostgreSQL cluster.  It lists the dat
 through a connection it holds, else ``initial_database`` (or takes ``database_list``), and
 for each one that has the ``ferry_queue`` schema it calls ``ferry_queue.ticker_round()``
 every ``ticker_period``, or every ``ticker_busy_period`` while events wait for a tick and
-for a ``ticker_period`` after (so an event gets its tick within about that time).  It runs
+for a ``ticker_period`` after (so an event gets its tick within about that time), then
+every ``ticker_recent_period`` until ``ticker_recent_time`` has passed since events were
+last seen (a writer that pauses for a few seconds gets its tick within that, not within a
+``ticker_period``).  It runs
 the maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks)
 every ``maint_period`` and moves due retry events back every ``retry_period``.
 ``force_tick`` wakes it at once (a notification).  Between its timers it blocks on its
@@ -28,6 +31,7 @@ from pgferry.config import Config
 from pgferry.daemon import Service
 from pgferry.db import connect, error_text, run_prepared
 from pgferry.errors import ConfigError
+from pgferry.queue.api import TICKER_WAKE_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +41,9 @@ APPLICATION_NAME = "pgferry ticker"
 ERROR_RETRY_DELAY = 10.0
 # A retry/maint function returning non-zero is called again; this bounds one round.
 MAX_REPEATS = 1000
-# force_tick notifies this channel (ferry_queue.force_tick): the ticker runs at once.
-WAKE_CHANNEL = "ferry_queue_ticker"
+# force_tick (ferry_queue.force_tick) and a worker that finished its batch notify this
+# channel: the ticker runs its round at once.
+WAKE_CHANNEL = TICKER_WAKE_CHANNEL
 # The round, prepared once per connection and run through libpq (run_prepared).
 ROUND_STATEMENT = b"ferry_ticker_round"
 
@@ -52,6 +57,8 @@ class TickerSettings:
     database_list: list[str] = field(default_factory=list)
     ticker_period: float = 1.0
     ticker_busy_period: float = 0.005
+    ticker_recent_period: float = 0.05
+    ticker_recent_time: float = 10.0
     maint_period: float = 120.0
     retry_period: float = 30.0
     check_period: float = 60.0
@@ -66,6 +73,8 @@ class TickerSettings:
             database_list=config.getlist("database_list"),
             ticker_period=config.getfloat("ticker_period", 1.0),
             ticker_busy_period=config.getfloat("ticker_busy_period", 0.005),
+            ticker_recent_period=config.getfloat("ticker_recent_period", 0.05),
+            ticker_recent_time=config.getfloat("ticker_recent_time", 10.0),
             maint_period=config.getfloat("maint_period", 120.0),
             retry_period=config.getfloat("retry_period", 30.0),
             check_period=config.getfloat("check_period", 60.0),
@@ -75,12 +84,15 @@ class TickerSettings:
         for name in (
             "ticker_period",
             "ticker_busy_period",
+            "ticker_recent_period",
             "maint_period",
             "retry_period",
             "check_period",
         ):
             if getattr(settings, name) <= 0:
                 raise ConfigError(f"{config.path}: setting '{name}' must be positive")
+        if settings.ticker_recent_time < 0:
+            raise ConfigError(f"{config.path}: setting 'ticker_recent_time' must not be negative")
         try:
             params = conninfo.conninfo_to_dict(settings.base_connstr)
         except psycopg.ProgrammingError as exc:
@@ -105,6 +117,7 @@ class DatabaseState:
     next_maint: float = 0.0
     next_retry: float = 0.0
     busy_until: float = 0.0  # rounds come every ticker_busy_period until then
+    recent_until: float = 0.0  # then every ticker_recent_period until this
     # The schema has ticker_round() (queue version 10): rounds say whether events wait.
     has_round: bool = False
     notified: bool = False  # a force_tick notification came with a psycopg statement
@@ -265,12 +278,19 @@ class TickerService(Service):
                 db.ticks_made += ticks
                 # While events wait, and for a ticker_period after, look again soon: their
                 # tick is due within max_lag, and more events tend to follow.
+                settings = self.settings
                 if waiting:
-                    db.busy_until = now + self.settings.ticker_period
-                busy = now < db.busy_until
-                db.next_tick = now + (
-                    self.settings.ticker_busy_period if busy else self.settings.ticker_period
-                )
+                    db.busy_until = now + settings.ticker_period
+                    db.recent_until = now + settings.ticker_recent_time
+                if now < db.busy_until:
+                    period = settings.ticker_busy_period
+                elif now < db.recent_until:
+                    # A quiet spell after writes: look more often than an idle queue is
+                    # looked at, so that the next write waits less than a ticker_period.
+                    period = min(settings.ticker_recent_period, settings.ticker_period)
+                else:
+                    period = settings.ticker_period
+                db.next_tick = now + period
             if now >= db.next_maint:
                 operations = self._maint(db.conn)
                 self.stats["maint"] += operations
