@@ -6,6 +6,7 @@ Every script writes its JSON under :data:`RESULTS_DIR` (:func:`write_results`) w
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -54,3 +55,19 @@ def write_results(doc: dict, name: str, started: dt.datetime, out: Path | None) 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
     return out
+
+
+def add_pgferry_setting(parser: argparse.ArgumentParser) -> None:
+    """``--pgferry-setting KEY=VALUE`` (repeatable): one more setting of pgferry's leaf ini."""
+    parser.add_argument(
+        "--pgferry-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more setting of pgferry's leaf worker ini (repeatable)",
+    )
+
+
+def pgferry_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--pgferry-setting`` values as ini keys and values."""
+    return dict(kv.split("=", 1) for kv in args.pgferry_setting)

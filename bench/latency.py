@@ -49,7 +49,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from bench.common import machine, write_results
+from bench.common import add_pgferry_setting, machine, pgferry_settings, write_results
 from bench.idle_cost import Side, measure_idle
 from bench.repl_env import (
     SCHEMA,
@@ -103,13 +103,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-rows", type=int)
     p.add_argument("--no-load", action="store_true", help="probes only, without the seed load")
     p.add_argument("--keep", action="store_true", help="keep clusters and logs")
-    p.add_argument(
-        "--pgferry-setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="one more setting of pgferry's leaf worker ini (repeatable)",
-    )
+    add_pgferry_setting(p)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     env = os.environ
@@ -505,7 +499,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
         else:
             rig = RIGS[name](pair, workdir, with_seqs=True, verbose=name == "pgferry")
             if name == "pgferry":
-                rig.leaf_settings = dict(kv.split("=", 1) for kv in args.pgferry_setting)
+                rig.leaf_settings = pgferry_settings(args)
             system = Trigger(rig)
         t0 = time.monotonic()
         result["attach"] = system.attach()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import machine, one_line, write_results
+from bench.common import add_pgferry_setting, machine, one_line, pgferry_settings, write_results
 from bench.repl_env import BenchError, compare_sides, load_seed, make_pair
 from bench.repl_native import run_native
 from bench.repl_phases import Durations, catch_up, copy_tables, steady_lag
@@ -72,13 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="run pgferry's leaf worker with -v (a log line per batch, Spark start time)",
     )
-    p.add_argument(
-        "--pgferry-setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="one more setting of pgferry's leaf worker ini (repeatable)",
-    )
+    add_pgferry_setting(p)
     p.add_argument("--keep", action="store_true", help="keep clusters and logs for inspection")
     p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
     args = p.parse_args(argv)
@@ -109,7 +103,7 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
         result["seed_rows"] = load_seed(pair, args.base_rows, args.log_rows)
         rig = RIGS[name](pair, workdir, with_seqs=not args.no_seqs, verbose=args.pgferry_verbose)
         if name == "pgferry":
-            rig.leaf_settings = dict(kv.split("=", 1) for kv in args.pgferry_setting)
+            rig.leaf_settings = pgferry_settings(args)
         t0 = time.monotonic()
         rig.setup()
         result["setup_s"] = round(time.monotonic() - t0, 2)

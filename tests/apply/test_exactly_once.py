@@ -18,6 +18,9 @@ alter table public.t enable always trigger count_applied;
 """
 
 
+FINISHES = ("finish_batch", "finish_batch_and_wake")
+
+
 def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     pair.root("create table public.t (id int primary key, v int)")
     pair.leaf("create table public.t (id int primary key, v int)")
@@ -33,8 +36,10 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     def crash(conn, batch_id):
         raise Crash("killed before finish_batch")
 
-    real_finish = queue_api.finish_batch
-    monkeypatch.setattr(queue_api, "finish_batch", crash)
+    # Both ways a worker finishes a batch (with or without waking the ticker).
+    real = {name: getattr(queue_api, name) for name in FINISHES}
+    for name in FINISHES:
+        monkeypatch.setattr(queue_api, name, crash)
     worker = pair.worker()
     with pytest.raises(Crash):
         worker.work()
@@ -42,7 +47,8 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     assert pair.last_tick() == tick  # the apply committed
     assert pair.leaf("select n from applied") == [(10,)]
 
-    monkeypatch.setattr(queue_api, "finish_batch", real_finish)
+    for name in FINISHES:
+        monkeypatch.setattr(queue_api, name, real[name])
     restarted = pair.worker()
     assert restarted.work() is True  # same batch again: finished, not applied
     assert pair.leaf("select n from applied") == [(10,)]

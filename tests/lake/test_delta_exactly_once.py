@@ -85,11 +85,15 @@ def test_kill_around_the_lake_commit(lake_pair, lake_dir, delta_rows, monkeypatc
     def no_finish(conn, batch_id):
         raise Killed("before finish_batch")
 
-    real_finish = queue_api.finish_batch
-    monkeypatch.setattr(queue_api, "finish_batch", no_finish)
+    # Both ways a worker finishes a batch (with or without waking the ticker).
+    finishes = ("finish_batch", "finish_batch_and_wake")
+    real_finish = {name: getattr(queue_api, name) for name in finishes}
+    for name in finishes:
+        monkeypatch.setattr(queue_api, name, no_finish)
     with pytest.raises(Killed):
         worker.work()
-    monkeypatch.setattr(queue_api, "finish_batch", real_finish)
+    for name in finishes:
+        monkeypatch.setattr(queue_api, name, real_finish[name])
     worker = _restart(pair)
     pair.catch_up(worker)
     assert _commits(lake_dir, "t").count(tick) == 1
