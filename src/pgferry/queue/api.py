@@ -294,14 +294,9 @@ def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
 
 
 def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int) -> None:
-    """:func:`finish_batch`, and a notification that wakes the ticker at once (its channel,
-    as ``force_tick`` sends, without forcing a tick), in one message.
-
-    A consumer that has just finished its batch waits for the next tick, so events waiting
-    make that tick due (``tick_due``); the ticker's next round would find it within its busy
-    period, woken it finds it now.  The tick stays the ticker's to make: a stopped ticker
-    still shows as events waiting with no tick (``node/ticker_health.py``).
-    """
+    """:func:`finish_batch` and, in the same message, a notification that runs the ticker's
+    round at once: the consumer now waits, so events waiting make a tick due (``tick_due``).
+    The tick stays the ticker's (a stopped one still shows: ``node/ticker_health.py``)."""
     text = sql.SQL("select ferry_queue.finish_batch({}); select pg_notify({}, '')").format(
         sql.Literal(batch_id), sql.Literal(TICKER_WAKE_CHANNEL)
     )
