@@ -147,13 +147,6 @@ SETTLED_SQL = (
 )
 
 
-def tables_settled(conn: psycopg.Connection, queue: str) -> bool:
-    """Whether every table of the node is ``ok``: no copy to start or catch up (one read,
-    where looking for both is two transactions)."""
-    row = conn.execute(SETTLED_SQL, (queue,)).fetchone()
-    return bool(row and row[0])
-
-
 def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
     """Copied groups that replay their own consumer's batches."""
     rows = conn.execute(

@@ -21,11 +21,6 @@ SEQUENCES_SQL = (
 )
 
 
-def local_sequences(conn: psycopg.Connection, queue: str) -> list[str]:
-    rows = conn.execute(SEQUENCES_SQL, (queue,)).fetchall()
-    return [r[0] for r in rows]
-
-
 def publish(conn: psycopg.Connection, queue: str, buffer: int = seqops.DEFAULT_SEQ_BUFFER) -> int:
     """Queue the sequences that are due (see the module docstring); returns how many.
     ``buffer`` is the node's ``seq_buffer`` (:func:`pgferry.node.seqops.seq_buffer`).

@@ -84,6 +84,11 @@ def read_only(conn: psycopg.Connection) -> Iterator[None]:
             conn.read_only = None  # for that BEGIN only: the connection is as it was
 
 
+def _idle_autocommit(conn: psycopg.Connection) -> bool:
+    """Whether a read can open and commit its own transaction in the statement's message."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
 # A summary's estimate can pass jit_above_cost while the batch holds a few events: JIT's
 # compilation (tens of milliseconds) would cost more than the query.
 NO_JIT = "set local jit = off"
@@ -99,7 +104,7 @@ def read_only_rows(
     message (the simple query protocol takes several statements): one round trip where
     they were four.  Otherwise as :func:`read_only` runs them.
     """
-    if conn.info.transaction_status != TransactionStatus.IDLE or not conn.autocommit:
+    if not _idle_autocommit(conn):
         with read_only(conn):
             for setting in settings:
                 conn.execute(setting)  # type: ignore[arg-type]
@@ -126,7 +131,7 @@ def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> I
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
     try:
-        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        if _idle_autocommit(conn):
             # BEGIN READ ONLY, the COPY and COMMIT in one message (one round trip).
             yield from copyio.copy_out(conn, stmt, read_only=True)
         else:

@@ -83,11 +83,6 @@ def request_of(rows: list[tuple], consumer: str) -> Request | None:
     return None
 
 
-def pending_request(conn: psycopg.Connection, queue: str, consumer: str) -> Request | None:
-    rows = conn.execute(REQUESTS_SQL + " and consumer_name = %s", (CHOOSE_LIMIT, queue, consumer))
-    return request_of(rows.fetchall(), consumer)
-
-
 def drop_request(conn: psycopg.Connection, queue: str, consumer: str) -> None:
     """Forget a request whose command is gone (killed before it chose its tick)."""
     conn.execute(
