@@ -22,6 +22,7 @@ import queue
 import select
 import threading
 from collections.abc import Iterable, Iterator
+from typing import NoReturn
 
 import psycopg
 from psycopg import pq, sql
@@ -87,56 +88,126 @@ def copy_out(
     transaction of its own, opened and committed in the same message as the statement
     (the simple query protocol takes several), one round trip where they were three.
     """
-    pgconn = conn.pgconn
-    encoding = conn.info.encoding
-    text = statement.as_bytes(conn)
-    if read_only:
-        text = b"begin transaction read only; " + text + b"; commit"
-    pgconn.send_query(text)
-    poll = select.poll()
-    poll.register(pgconn.socket, select.POLLIN)
-    started = _next_result(pgconn, poll)
-    while read_only and started is not None and started.status == pq.ExecStatus.COMMAND_OK:
-        started = _next_result(pgconn, poll)  # the BEGIN's
-    if started is None or started.status != pq.ExecStatus.COPY_OUT:
-        error = _error(pgconn, started, encoding)
-        while _next_result(pgconn, poll) is not None:  # idle again, the error raised
-            pass
-        _roll_back(pgconn, poll)
-        raise error
-    done = False
+    streams = copy_out_many(conn, [statement], size, read_only=read_only)
     try:
-        buf = bytearray()
-        get = pgconn.get_copy_data
-        while True:
-            nbytes, data = get(1)
-            if nbytes > 0:
-                buf += data
-                if len(buf) >= size:
-                    yield bytes(buf)
-                    buf.clear()
-            elif nbytes == 0:  # no whole row buffered: wait for the socket
-                poll.poll()
-                pgconn.consume_input()
-            else:  # -1: the data is over (a server error is in the result read next)
-                break
-        done = True
-        error = None
-        while (result := _next_result(pgconn, poll)) is not None:
-            if result.status != pq.ExecStatus.COMMAND_OK and error is None:
-                error = error_from_result(result, encoding)
-        if error is not None:
-            _roll_back(pgconn, poll)
-            raise error
-        if buf:
-            yield bytes(buf)
+        for chunks in streams:
+            yield from chunks
     finally:
-        if not done:  # stopped before the end: cancel, and read what is left of it
+        streams.close()
+
+
+def copy_out_many(
+    conn: psycopg.Connection,
+    statements: list[sql.Composable],
+    size: int = CHUNK_BYTES,
+    *,
+    read_only: bool = False,
+) -> Iterator[Iterator[bytes]]:
+    """The data of each of ``statements`` (``COPY ... TO STDOUT``), all sent in one message:
+    per statement, in order, an iterator of chunks of about ``size``.
+
+    The server runs the statements back to back while the first one's data is taken: one
+    round trip for them all.  A statement's chunks are read before the next statement's
+    are handed out (what is left unread of them is skipped).  ``read_only``: as
+    :func:`copy_out`, one read-only transaction around them all.  An error stops the rest
+    and is raised where it is met; the connection is left as :func:`copy_out` leaves it.
+    """
+    pgconn = conn.pgconn
+    texts = [statement.as_bytes(conn) for statement in statements]
+    if read_only:
+        texts = [b"begin transaction read only", *texts, b"commit"]
+    pgconn.send_query(b"; ".join(texts))
+    reading = _Reading(pgconn, conn.info.encoding, read_only)
+    try:
+        for _ in statements:
+            reading.start_copy()
+            yield reading.chunks(size)
+            reading.skip_rest()
+        reading.end()
+    finally:
+        if not reading.idle:  # stopped before the end: cancel, and read what is left
             with contextlib.suppress(Exception):
                 conn.cancel_safe(timeout=5)
-                _finish(pgconn, poll)
+                _finish(pgconn, reading.poll)
                 if read_only:
-                    _roll_back(pgconn, poll)
+                    _roll_back(pgconn, reading.poll)
+
+
+class _Reading:
+    """The results of one message of COPY statements, taken in order off libpq."""
+
+    def __init__(self, pgconn: pq.abc.PGconn, encoding: str, read_only: bool) -> None:
+        self.pgconn, self.encoding, self.read_only = pgconn, encoding, read_only
+        self.poll = select.poll()
+        self.poll.register(pgconn.socket, select.POLLIN)
+        self.idle = False  # every result of the message read
+        self.copying = False  # a statement's data is being read
+
+    def start_copy(self) -> None:
+        """Up to the next statement's COPY data (past the results of BEGIN and of the
+        statement before)."""
+        started = _next_result(self.pgconn, self.poll)
+        while started is not None and started.status == pq.ExecStatus.COMMAND_OK:
+            started = _next_result(self.pgconn, self.poll)
+        if started is None or started.status != pq.ExecStatus.COPY_OUT:
+            self._fail(_error(self.pgconn, started, self.encoding))
+        self.copying = True
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """The current statement's data; raises its error, if it ends with one, before the
+        last chunk."""
+        buf = bytearray()
+        for data in self._messages():
+            buf += data
+            if len(buf) >= size:
+                yield bytes(buf)
+                buf.clear()
+        self._statement_result()
+        if buf:
+            yield bytes(buf)
+
+    def skip_rest(self) -> None:
+        if self.copying:
+            for _ in self._messages():
+                pass
+            self._statement_result()
+
+    def end(self) -> None:
+        """The results after the last statement's (COMMIT's): an error is raised."""
+        error = None
+        while (result := _next_result(self.pgconn, self.poll)) is not None:
+            if result.status != pq.ExecStatus.COMMAND_OK and error is None:
+                error = error_from_result(result, self.encoding)
+        self.idle = True
+        if error is not None:
+            self._fail(error)
+
+    def _messages(self) -> Iterator[bytes | memoryview]:
+        get = self.pgconn.get_copy_data
+        while self.copying:
+            nbytes, data = get(1)
+            if nbytes > 0:
+                yield data
+            elif nbytes == 0:  # no whole row buffered: wait for the socket
+                self.poll.poll()
+                self.pgconn.consume_input()
+            else:  # -1: the data is over (a server error is in the result read next)
+                self.copying = False
+
+    def _statement_result(self) -> None:
+        result = _next_result(self.pgconn, self.poll)
+        if result is not None and result.status != pq.ExecStatus.COMMAND_OK:
+            self._fail(error_from_result(result, self.encoding))
+
+    def _fail(self, error: psycopg.Error) -> NoReturn:
+        """Read the message's remaining results (the server skipped the rest), end the
+        aborted transaction the message opened, and raise ``error``."""
+        self.copying = False
+        while _next_result(self.pgconn, self.poll) is not None:
+            pass
+        _roll_back(self.pgconn, self.poll)
+        self.idle = True
+        raise error
 
 
 def _roll_back(pgconn: pq.abc.PGconn, poll: select.poll) -> None:

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgferry.copyio import copy_out
+from pgferry.copyio import copy_out, copy_out_many
 
 ROWS = "copy (select g, md5(g::text) from generate_series(1, {}) g) to stdout"
 
@@ -72,5 +72,31 @@ def test_read_only_in_one_message_leaves_the_connection_idle(db_a: str) -> None:
         chunks = copy_out(conn, sql.SQL(ROWS.format(2_000_000)), size=1024, read_only=True)
         next(chunks)
         chunks.close()
+        assert conn.info.transaction_status == IDLE
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_many_copies_in_one_message(db_a: str) -> None:
+    """Each statement's data in order, as copy_out reads it alone; an error in a later
+    statement is raised where it is met; unread data is skipped; a stop leaves it idle."""
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        statements = [sql.SQL(ROWS.format(n)) for n in (3, 50_000, 0, 7)]
+        alone = [b"".join(copy_out(conn, s, read_only=True)) for s in statements]
+        together = [b"".join(c) for c in copy_out_many(conn, statements, 1024, read_only=True)]
+        assert together == alone and conn.info.transaction_status == IDLE
+        # Only the first chunk of each taken: the rest is skipped.
+        firsts = [next(iter(c), b"") for c in copy_out_many(conn, statements, 1024, read_only=True)]
+        assert [f[:20] for f in firsts[:2]] == [a[:20] for a in alone[:2]]
+        assert conn.info.transaction_status == IDLE
+        failing = [statements[0], sql.SQL("copy nope to stdout"), statements[1]]
+        streams = copy_out_many(conn, failing, read_only=True)
+        assert b"".join(next(streams)) == alone[0]
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            next(streams)
+        assert conn.info.transaction_status == IDLE
+        streams = copy_out_many(conn, statements, 1024, read_only=True)
+        next(iter(next(streams)))
+        next(streams)
+        streams.close()  # stopped midway: cancelled, left idle
         assert conn.info.transaction_status == IDLE
         assert conn.execute("select 1").fetchone() == (1,)

@@ -130,19 +130,54 @@ def read_only_rows(
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
-    try:
+    with _provider_named(conn):
         if _idle_autocommit(conn):
             # BEGIN READ ONLY, the COPY and COMMIT in one message (one round trip).
             yield from copyio.copy_out(conn, stmt, read_only=True)
         else:
             with read_only(conn):
                 yield from copyio.copy_out(conn, stmt)
+
+
+def read_many(
+    conn: psycopg.Connection, queries: list[tuple[str, bool]]
+) -> Iterator[Iterable[bytes]]:
+    """The COPY data of each of ``queries`` (query, binary), in order: on an idle
+    autocommit connection all sent in one message, one round trip for them all
+    (:func:`pgferry.copyio.copy_out_many`); else one read after the other.  Each one's data
+    is read before the next is taken."""
+    if not _idle_autocommit(conn):
+        for query, binary in queries:
+            yield read_chunks(conn, query, binary)
+        return
+    stmts: list[sql.Composable] = [
+        sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
+        for query, binary in queries
+    ]
+    streams = copyio.copy_out_many(conn, stmts, read_only=True)
+    try:
+        with _provider_named(conn):
+            for chunks in streams:
+                yield _provider_named_chunks(conn, chunks)
+    finally:
+        streams.close()
+
+
+@contextmanager
+def _provider_named(conn: psycopg.Connection) -> Iterator[None]:
+    try:
+        yield
     except psycopg.OperationalError as exc:
         if not conn.broken:
             raise
         # The provider went away mid-read (a stalled network: db.NETWORK_DEFAULTS): say
         # which one, the applying side only knows its own table.
         raise DatabaseError(f"provider {describe(conn.info.dsn)}: {error_text(exc)}") from None
+
+
+def _provider_named_chunks(conn: psycopg.Connection, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    with _provider_named(conn):
+        yield from chunks
 
 
 def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes]:

@@ -4,7 +4,8 @@ A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
 :class:`~pgferry.apply.plan.TableWork`) is read in one of three ways:
 
 * inline, on the worker's own provider connection, while the part is loaded (small
-  segments: a thread costs more than it saves);
+  segments: a thread costs more than it saves), every part's COPY sent in one message
+  (:func:`pgferry.apply.read.read_many`: one round trip for all of them);
 * by reader threads of a :class:`ReaderPool`, each on a provider connection of a
   :class:`psycopg_pool.ConnectionPool` kept between batches, ahead of the apply: while the
   subscriber applies one table, the next ones are being read;
@@ -34,7 +35,13 @@ from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgferry.apply.batch_sql import Segment
-from pgferry.apply.read import APPLICATION_NAME, ReplayError, read_chunks, set_text_format
+from pgferry.apply.read import (
+    APPLICATION_NAME,
+    ReplayError,
+    read_chunks,
+    read_many,
+    set_text_format,
+)
 from pgferry.db import NETWORK_DEFAULTS, connect, describe, error_text
 from pgferry.errors import DatabaseError
 
@@ -316,7 +323,12 @@ def table_parts(
     still running when the block exits are stopped.
     """
     if readers is None or not works:
-        yield ((w, read_chunks(provider, w.query(batch_sql, segment), w.binary)) for w in works)
+        # The parts' reads in one message: one round trip for all of a small batch's tables.
+        streams = read_many(provider, [(w.query(batch_sql, segment), w.binary) for w in works])
+        try:
+            yield _in_order(works, streams)
+        finally:
+            streams.close()
         return
     streams, wakeup, stop = readers.stream(
         [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
@@ -325,6 +337,14 @@ def table_parts(
         yield _ready_first(list(zip(works, streams, strict=True)), wakeup)
     finally:
         stop()
+
+
+def _in_order(
+    works: list[P], streams: Iterator[Iterable[bytes]]
+) -> Iterator[tuple[P, Iterable[bytes]]]:
+    for work in works:
+        yield work, next(streams)
+    next(streams, None)  # the end of the reads' message (its COMMIT)
 
 
 def _ready_first(

@@ -264,15 +264,16 @@ class Worker(Service):
         # batch it makes are one round trip.
         plain = not one_tick and not self.settings.keep_lag and not self.settings.collect_interval
         read_next = self.settings.batch_min_events if plain else None
-        batch_id, ahead, waiting = None, None, 0
+        batch_id, ahead, waiting, batch = None, None, 0, None
         if read_next:
             batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
         else:
             self.replay.ahead.drop()
         if batch_id is None and plain:
-            batch_id, waiting = queue_api.next_batch_sized(
+            batch, waiting = queue_api.next_batch_sized(
                 provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
             )
+            batch_id = batch.batch_id if batch else None
         elif batch_id is None:
             min_count = None
             if not one_tick:
@@ -295,7 +296,8 @@ class Worker(Service):
                 # rather than during a catch-up, where its start would compete for the CPU.
                 self._spark.ready()
             return False
-        batch = queue_api.batch_info(provider, batch_id, event_sql=True)
+        if batch is None:
+            batch = queue_api.batch_info(provider, batch_id, event_sql=True)
         mirror = None
         if node.node_type == "branch":  # a branch makes the provider's tick in its queue
 

@@ -188,26 +188,55 @@ def next_batch(
 
 def next_batch_sized(
     conn: psycopg.Connection, queue: str, consumer: str, last_tick: int | None, most: int
-) -> tuple[int | None, int]:
-    """(next batch id, ticks made after ``last_tick``), the batch chosen as
-    :func:`next_batch` with ``min_count`` would be after a look at what waits, in one
-    statement: when more than one tick waits (the consumer is behind), one batch spanning
-    them up to ``most`` events; else the next tick's batch."""
-    row = conn.execute(
+) -> tuple[Batch | None, int]:
+    """(next batch with its event query, ticks made after ``last_tick``), the batch chosen
+    as :func:`next_batch` with ``min_count`` would be after a look at what waits: when more
+    than one tick waits (the consumer is behind), one batch spanning them up to ``most``
+    events; else the next tick's batch.
+
+    One message of two statements (one round trip): the second describes the batch the
+    first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
+    first statement it would not see the batch that statement opens).
+    """
+    params = {
+        "q": sql.Literal(queue),
+        "c": sql.Literal(consumer),
+        "last": sql.Literal(last_tick),
+        "most": sql.Literal(most),
+    }
+    take = sql.SQL(
         """
         select coalesce(
                  case when p.ticks > 1 then ferry_queue.next_batch_custom(
-                     %(q)s, %(c)s, null, greatest(1, least(p.events, %(most)s))::integer, null)
+                     {q}, {c}, null, greatest(1, least(p.events, {most}))::integer, null)
                  end,
-                 ferry_queue.next_batch(%(q)s, %(c)s)), p.ticks
+                 ferry_queue.next_batch({q}, {c})), p.ticks
           from (select count(*) - 1 as ticks,
                        coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0) as events
                   from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-                 where q.queue_name = %(q)s and t.tick_id >= %(last)s) p
-        """,
-        {"q": queue, "c": consumer, "last": last_tick, "most": most},
-    ).fetchone()
-    return (None, 0) if row is None else (row[0], max(row[1], 0))
+                 where q.queue_name = {q} and t.tick_id >= {last}::bigint) p
+        """
+    ).format(**params)
+    describe = sql.SQL(
+        """
+        select s.sub_batch, i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end,
+               i.snapshot, i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot,
+               i.lag, ferry_queue.batch_event_sql(s.sub_batch, false)
+          from ferry_queue.subscription s
+          join ferry_queue.queue q on q.queue_id = s.sub_queue
+         cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
+         where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
+        """
+    ).format(**params)
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("{}; {}").format(take, describe), prepare=False)
+        taken = cur.fetchone()
+        cur.nextset()
+        info = cur.fetchone()
+    if taken is None or taken[0] is None:
+        return None, max(taken[1], 0) if taken else 0
+    assert info is not None and info[0] == taken[0]
+    return Batch(*info), max(taken[1], 0)
 
 
 def next_batch_custom(
