@@ -24,6 +24,7 @@ disappears on the subscriber.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -295,11 +296,26 @@ def table_query(
     ``columns`` are destination columns (the key included), decoded with ``types`` (one per
     column: the destination's, or text where the provider lacks the type).
     """
+    head, tail = _table_query_around(route, tuple(columns), tuple(types), segment, barrier)
+    return head + batch_sql + tail
+
+
+@functools.lru_cache(maxsize=512)
+def _table_query_around(
+    route: Route,
+    columns: tuple[str, ...],
+    types: tuple[str, ...],
+    segment: Segment,
+    barrier: int | None,
+) -> tuple[str, str]:
+    # The text before and after the batch's event query, composed once per table shape:
+    # a small batch's tables are read every few milliseconds, and composing costs more
+    # client CPU than the read itself.
     coldef = sql.SQL(", ").join(
         sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
         for c, t in zip(columns, types, strict=True)
     )
-    pk = [sql.SQL("r.{}").format(sql.Identifier(c)) for c in route.pk]
+    pk = sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in route.pk)
     if route.image_condition:
         upsert: sql.Composable = _cond_expr(route)
     else:
@@ -316,24 +332,20 @@ def table_query(
         else sql.SQL("r.{}").format(sql.Identifier(c))
         for c, t in zip(columns, types, strict=True)
     ]
-    query = sql.SQL(
+    head = sql.SQL(
         """
         select distinct on ({pk})
                (case when e.ev_type like 'D:%' then 'D' else {upsert} end)::"char", {cols}
-          from ({batch}) e
+          from ("""
+    ).format(pk=pk, upsert=upsert, cols=sql.SQL(", ").join(values))
+    tail = sql.SQL(
+        """) e
           cross join lateral json_to_record(e.ev_data::json) as r({coldef})
          where {where}
          order by {pk}, e.ev_id desc
         """
-    ).format(
-        pk=sql.SQL(", ").join(pk),
-        upsert=upsert,
-        cols=sql.SQL(", ").join(values),
-        batch=sql.SQL(batch_sql),
-        coldef=coldef,
-        where=sql.SQL(" and ").join(where),
-    )
-    return query.as_string(None)
+    ).format(coldef=coldef, where=sql.SQL(" and ").join(where), pk=pk)
+    return head.as_string(None), tail.as_string(None)
 
 
 def table_events(
