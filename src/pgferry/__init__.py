@@ -5,7 +5,7 @@ Rooms, from the bottom up (imports only point downwards; docs/architecture.md is
 - base modules  ``config``, ``settings``, ``db``, ``errors``, ``log``, ``daemon``, ``schema``,
                 ``expressions``, ``copyio``, ``polling``
 - ``sql/``       versioned SQL schema files installed into each database
-- ``queue/``     the queue's Python API (``api.py``), a consumer, the ticker daemon
+- ``queue/``     the queue's Python API (``api.py``, ``batches.py``), a consumer, the ticker daemon
 - ``registry/``  what a node replicates: table and sequence entries, names, catalog reads
 - ``node/``      cascade nodes: set-up, capture, table commands, takeover, watermarks, status
 - ``pipeline/``  Spark jobs that move or inspect table data (copy, compare, repair)

@@ -15,7 +15,7 @@ import time
 import psycopg
 import pytest
 
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 
 ROWS = 200_000  # b's copy takes seconds on Spark local[2]: long enough to act during it
 DDL = "create table public.{} (id int primary key, v int, note text)"
@@ -98,7 +98,7 @@ def test_copy_beside_replay(pair, monkeypatch, kill: str) -> None:
         pair.tick()
         if _state(pair) == "catching-up":
             # The worker dies after a catch-up batch committed here, before its finish.
-            real_finish = queue_api.finish_batch
+            real_finish = queue_batches.finish_batch
 
             def crash(conn, batch_id):
                 if conn.execute(
@@ -109,10 +109,10 @@ def test_copy_beside_replay(pair, monkeypatch, kill: str) -> None:
                     raise RuntimeError("killed before the group's finish_batch")
                 real_finish(conn, batch_id)
 
-            monkeypatch.setattr(queue_api, "finish_batch", crash)
+            monkeypatch.setattr(queue_batches, "finish_batch", crash)
             with pytest.raises(RuntimeError, match="killed"):
                 _run_until(pair, worker, lambda: False)
-            monkeypatch.setattr(queue_api, "finish_batch", real_finish)
+            monkeypatch.setattr(queue_batches, "finish_batch", real_finish)
             worker = pair.worker()
 
     _changes(pair.root_dsn, rng, 30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 
 COUNTER = """
 create table applied (n bigint);
@@ -37,9 +37,9 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
         raise Crash("killed before finish_batch")
 
     # Both ways a worker finishes a batch (with or without waking the ticker).
-    real = {name: getattr(queue_api, name) for name in FINISHES}
+    real = {name: getattr(queue_batches, name) for name in FINISHES}
     for name in FINISHES:
-        monkeypatch.setattr(queue_api, name, crash)
+        monkeypatch.setattr(queue_batches, name, crash)
     worker = pair.worker()
     with pytest.raises(Crash):
         worker.work()
@@ -48,7 +48,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     assert pair.leaf("select n from applied") == [(10,)]
 
     for name in FINISHES:
-        monkeypatch.setattr(queue_api, name, real[name])
+        monkeypatch.setattr(queue_batches, name, real[name])
     restarted = pair.worker()
     assert restarted.work() is True  # same batch again: finished, not applied
     assert pair.leaf("select n from applied") == [(10,)]

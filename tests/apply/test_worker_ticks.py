@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.queue.api import TICKER_WAKE_CHANNEL
+from pgferry.queue.batches import TICKER_WAKE_CHANNEL
 from pgferry.testing.cascade import sql_rows
 
 DDL = "create table public.t (id int primary key, v text)"

@@ -12,7 +12,7 @@ import pytest
 from conftest import sorted_rows
 
 from pgferry.lake import delta
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 
 
 class Killed(Exception):
@@ -87,13 +87,13 @@ def test_kill_around_the_lake_commit(lake_pair, lake_dir, delta_rows, monkeypatc
 
     # Both ways a worker finishes a batch (with or without waking the ticker).
     finishes = ("finish_batch", "finish_batch_and_wake")
-    real_finish = {name: getattr(queue_api, name) for name in finishes}
+    real_finish = {name: getattr(queue_batches, name) for name in finishes}
     for name in finishes:
-        monkeypatch.setattr(queue_api, name, no_finish)
+        monkeypatch.setattr(queue_batches, name, no_finish)
     with pytest.raises(Killed):
         worker.work()
     for name in finishes:
-        monkeypatch.setattr(queue_api, name, real_finish[name])
+        monkeypatch.setattr(queue_batches, name, real_finish[name])
     worker = _restart(pair)
     pair.catch_up(worker)
     assert _commits(lake_dir, "t").count(tick) == 1

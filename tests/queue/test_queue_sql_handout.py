@@ -13,6 +13,7 @@ from queue_helpers import Scalar, tick
 
 from pgferry import schema
 from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 from pgferry.queue import ticks as queue_ticks
 
 
@@ -74,8 +75,8 @@ def test_batch_event_sql_with_and_without_order(qconn: psycopg.Connection, scala
     assert "order by" not in unordered and ordered == unordered + " order by ev_id"
     rows = qconn.execute(unordered.encode()).fetchall()
     assert sorted(r[5] for r in rows) == [str(i) for i in range(5)]
-    assert queue_api.batch_event_sql(qconn, batch, ordered=True) == ordered  # type: ignore[arg-type]
-    assert queue_api.batch_event_sql(qconn, batch) == unordered  # type: ignore[arg-type]
+    assert queue_batches.batch_event_sql(qconn, batch, ordered=True) == ordered  # type: ignore[arg-type]
+    assert queue_batches.batch_event_sql(qconn, batch) == unordered  # type: ignore[arg-type]
 
 
 def test_forward_events_keeps_ids_in_the_current_table(

@@ -43,8 +43,8 @@ from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
 from pgferry.config import Config
 from pgferry.node import model
-from pgferry.queue import api as queue_api
-from pgferry.queue.api import Batch
+from pgferry.queue import batches as queue_batches
+from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ class Replayer:
     ) -> ApplyStats:
         queue, consumer = node.queue_name, node.consumer_name
         main = catchup is None  # the node's own stream (not a copied group's)
-        batch_sql = batch.event_sql or queue_api.batch_event_sql(provider, batch.batch_id)
+        batch_sql = batch.event_sql or queue_batches.batch_event_sql(provider, batch.batch_id)
         # Read ahead: used only for this very batch (the same event query: the same events).
         if ahead is not None and not (
             main

@@ -19,7 +19,7 @@ A row image that fails its table's condition becomes ``D``: a row that left the 
 disappears on the subscriber.
 
 ``batch_sql`` is the batch's event query as the queue hands it out, without ordering
-(:func:`pgferry.queue.api.batch_event_sql`): these queries group and sort on their own.
+(:func:`pgferry.queue.batches.batch_event_sql`): these queries group and sort on their own.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import logging
 import psycopg
 
 from pgferry.apply import sync
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 
 log = logging.getLogger(__name__)
 

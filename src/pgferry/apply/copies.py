@@ -39,8 +39,8 @@ from pgferry.config import Config
 from pgferry.db import connect
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node import copynode, model
-from pgferry.queue import api as queue_api
-from pgferry.queue.api import Batch
+from pgferry.queue import batches as queue_batches
+from pgferry.queue.batches import Batch
 from pgferry.registry import copystate
 
 log = logging.getLogger(__name__)
@@ -260,12 +260,12 @@ class Copies:
         queue, consumer = node.queue_name, group.consumer
         # Large batches, but never past the main stream's tick: the group meets it there.
         assert node.last_tick_id is not None
-        batch_id = queue_api.next_batch_upto(
+        batch_id = queue_batches.next_batch_upto(
             provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
         )
         if batch_id is None:
             return None
-        batch = queue_api.batch_info(provider, batch_id)
+        batch = queue_batches.batch_info(provider, batch_id)
         if not positions.follows(provider, queue, consumer, group.tick, batch):
             return group.tick if batch.tick_id == group.tick else None
         # The group's tables only, applied like the main stream applies 'ok' tables.
@@ -276,7 +276,7 @@ class Copies:
         }
         started = time.monotonic()
         stats = replayer.apply(local, provider, node, batch, own, [], catchup=group)
-        queue_api.finish_batch(provider, batch_id)
+        queue_batches.finish_batch(provider, batch_id)
         if group.filtered:
             with local.transaction():
                 handover.pass_snapshot(local, queue, group, batch.tick_snapshot)

@@ -23,7 +23,7 @@ from pgferry.apply.routes import Route, split_name
 from pgferry.handlers import Event
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 
 
 def forward_events(

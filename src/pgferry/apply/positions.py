@@ -22,8 +22,9 @@ from pgferry.errors import NodeError, QueueError
 from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
 from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 from pgferry.queue import ticks as queue_ticks
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +47,20 @@ def take_batch(
     """
     if collect_interval and not one_tick:
         # pgq_batch_collect_interval: each batch spans at least that much time.
-        return queue_api.next_batch_custom(
+        return queue_batches.next_batch_custom(
             provider, queue, consumer, min_lag=keep_lag, min_interval=collect_interval
         )
     if keep_lag:
         # pgq_keep_lag: a delayed replica takes only batches at least that old.
         batch_id = None
         if min_count:  # behind: one large batch, when that many events wait
-            batch_id = queue_api.next_batch_custom(
+            batch_id = queue_batches.next_batch_custom(
                 provider, queue, consumer, min_lag=keep_lag, min_count=min_count
             )
         if batch_id is None:
-            batch_id = queue_api.next_batch_custom(provider, queue, consumer, min_lag=keep_lag)
+            batch_id = queue_batches.next_batch_custom(provider, queue, consumer, min_lag=keep_lag)
         return batch_id
-    return queue_api.next_batch(provider, queue, consumer, min_count=min_count)
+    return queue_batches.next_batch(provider, queue, consumer, min_count=min_count)
 
 
 def follows(
@@ -83,7 +84,7 @@ def follows(
         log.info("Batch %s (tick %s) already applied, finishing it", batch.batch_id, batch.tick_id)
         if already_applied is not None:
             already_applied()
-        queue_api.finish_batch(provider, batch.batch_id)
+        queue_batches.finish_batch(provider, batch.batch_id)
         return False
     if recorded is not None and recorded != batch.prev_tick_id:
         previous = rewind_provider(provider, queue, consumer, recorded)

@@ -35,7 +35,7 @@ from pgferry.apply.read import APPLICATION_NAME, set_text_format, summarize
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route
 from pgferry.db import connect
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,9 @@ class Prefetch:
         if chosen is None or chosen[0] != ahead.tick:
             self.cancel()
             return None, None
-        batch_id = queue_api.next_batch_upto(provider, queue, consumer, ahead.tick, ahead.min_count)
+        batch_id = queue_batches.next_batch_upto(
+            provider, queue, consumer, ahead.tick, ahead.min_count
+        )
         if batch_id is None:
             self.cancel()
             return None, None

@@ -36,7 +36,7 @@ from pgferry.apply.routes import Route
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.events import REMOVAL_EVENTS
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
 TEXT_FORMAT = (
@@ -252,12 +252,12 @@ class RemovalEvent:
 
 def read_scripts(provider: psycopg.Connection, batch_sql: str) -> list[ScriptEvent]:
     """The batch's queued scripts in ev_id order."""
-    return [ScriptEvent(*row) for row in queue_api.scripts(provider, batch_sql)]
+    return [ScriptEvent(*row) for row in queue_batches.scripts(provider, batch_sql)]
 
 
 def read_removals(provider: psycopg.Connection, batch_sql: str) -> list[RemovalEvent]:
     """The batch's removals of tables and sequences in ev_id order."""
-    rows = queue_api.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
+    rows = queue_batches.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
     return [RemovalEvent(*row) for row in rows]
 
 

@@ -20,7 +20,7 @@ from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.node import model
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from pgferry.errors import PgferryError
 from pgferry.events import EVENT_COLUMNS
 from pgferry.handlers import Staged
 from pgferry.node import model
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)

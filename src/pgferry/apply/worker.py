@@ -42,9 +42,9 @@ from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError
 from pgferry.handlers import registry as handler_registry
 from pgferry.node import model, ticker_health, watermarks
-from pgferry.queue import api as queue_api
+from pgferry.queue import batches as queue_batches
 from pgferry.queue import ticks as queue_ticks
-from pgferry.queue.api import Batch
+from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class Worker(Service):
         else:
             self.replay.ahead.drop()
         if batch_id is None and plain:
-            batch, waiting = queue_api.next_batch_sized(
+            batch, waiting = queue_batches.next_batch_sized(
                 provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
             )
             batch_id = batch.batch_id if batch else None
@@ -297,7 +297,7 @@ class Worker(Service):
                 self._spark.ready()
             return False
         if batch is None:
-            batch = queue_api.batch_info(provider, batch_id, event_sql=True)
+            batch = queue_batches.batch_info(provider, batch_id, event_sql=True)
         mirror = None
         if node.node_type == "branch":  # a branch makes the provider's tick in its queue
 
@@ -319,9 +319,9 @@ class Worker(Service):
         if waiting == 1:
             # The batch took the only tick waiting: the ticker, woken with the finish, ticks
             # at once if events wait, and the tick's notification starts the next loop.
-            queue_api.finish_batch_and_wake(provider, batch_id)
+            queue_batches.finish_batch_and_wake(provider, batch_id)
         else:
-            queue_api.finish_batch(provider, batch_id)
+            queue_batches.finish_batch(provider, batch_id)
         self.count_applied(batch, stats, started, "")
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
         compare_wait.after_batch(

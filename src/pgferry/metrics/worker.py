@@ -29,7 +29,7 @@ from pgferry.metrics.server import scrape_connection
 if TYPE_CHECKING:
     from pgferry.apply.stage_apply import ApplyStats
     from pgferry.apply.worker import Worker
-    from pgferry.queue.api import Batch
+    from pgferry.queue.batches import Batch
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ A consumer registers on a queue and then loops: take the next batch (the events 
 two ticks), process its events, finish the batch.  Everything queue-side happens on one
 connection that the consumer owns; see :class:`Consumer` for what is committed when.  The
 replication worker does not use it: it reads a batch as SQL run on the provider (replay
-queries) and calls :mod:`pgferry.queue.api` itself.  Both describe an open batch with
-:class:`pgferry.queue.api.Batch`; :class:`BatchReader` adds the events and retries.
+queries) and calls :mod:`pgferry.queue.batches` itself.  Both describe an open batch
+with :class:`pgferry.queue.batches.Batch`; :class:`BatchReader` adds the events and retries.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from psycopg import sql
 from pgferry.db import error_text
 from pgferry.errors import QueueError
 from pgferry.queue import api as queue_api
-from pgferry.queue.api import Batch
+from pgferry.queue import batches as queue_batches
+from pgferry.queue.batches import Batch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,7 +74,7 @@ class BatchReader:
         conn = self.consumer.conn
         cursor_name = f"ferry_batch_{self.batch_id}"
         size = self.consumer.fetch_size
-        rows = queue_api.open_batch_cursor(conn, self.batch_id, cursor_name, size, extra_where)
+        rows = queue_batches.open_batch_cursor(conn, self.batch_id, cursor_name, size, extra_where)
         try:
             while True:
                 for row in rows:
@@ -96,7 +97,7 @@ class BatchReader:
 
     def event_sql(self) -> str:
         """A SELECT any connection can run to read this batch in ``ev_id`` order."""
-        return queue_api.batch_event_sql(self.consumer.conn, self.batch_id, ordered=True)
+        return queue_batches.batch_event_sql(self.consumer.conn, self.batch_id, ordered=True)
 
     def _collect_tagged(self) -> None:
         if self._current is not None and self._current.retry_seconds is not None:
@@ -108,7 +109,7 @@ class BatchReader:
         self._collect_tagged()
         for event in self._retried:
             assert event.retry_seconds is not None
-            queue_api.event_retry(
+            queue_batches.event_retry(
                 self.consumer.conn, self.batch_id, event.ev_id, event.retry_seconds
             )
         count = len(self._retried)
@@ -183,22 +184,22 @@ class Consumer:
         finishing a batch simply repeats it.
         """
         if self.min_count is None and self.min_interval is None and self.min_lag is None:
-            batch_id = self._call(queue_api.next_batch, min_count=None)
+            batch_id = self._call(queue_batches.next_batch, min_count=None)
         else:
             batch_id = self._call(
-                queue_api.next_batch_custom,
+                queue_batches.next_batch_custom,
                 min_lag=self.min_lag,
                 min_count=self.min_count,
                 min_interval=self.min_interval,
             )
         if batch_id is None:
             return None
-        return BatchReader(self, queue_api.batch_info(self.conn, batch_id))
+        return BatchReader(self, queue_batches.batch_info(self.conn, batch_id))
 
     def finish_batch(self, batch: BatchReader) -> None:
         """Record retries and finish ``batch`` in the current transaction (no commit)."""
         batch.retry_tagged()
-        queue_api.finish_batch(self.conn, batch.batch_id)
+        queue_batches.finish_batch(self.conn, batch.batch_id)
 
     def process_batch(self, handler: Callable[[BatchReader], None]) -> Batch | None:
         """Take one batch, call ``handler(batch)``, finish it and commit.

@@ -31,7 +31,7 @@ from pgferry.config import Config
 from pgferry.daemon import Service
 from pgferry.db import connect, error_text, run_prepared
 from pgferry.errors import ConfigError
-from pgferry.queue.api import TICKER_WAKE_CHANNEL
+from pgferry.queue.batches import TICKER_WAKE_CHANNEL
 
 log = logging.getLogger(__name__)
 

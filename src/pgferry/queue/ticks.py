@@ -6,7 +6,8 @@ branch's copied ticks, reading where a queue stands (newest tick, a tick's time,
 what a consumer has pending), the holds that keep ticks and their events for a reader that
 is not a consumer (:func:`set_hold`, :func:`tick_usable`) and :func:`cut_after`, and the
 worker's idle wait for the next tick (:func:`batch_waiting`, :func:`wait_for_tick`).
-Consumers, batches, events and capture are in :mod:`pgferry.queue.api`.
+Queues, consumers, events and capture are in :mod:`pgferry.queue.api`; a consumer's
+batches in :mod:`pgferry.queue.batches`.
 """
 
 from __future__ import annotations

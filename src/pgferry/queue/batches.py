@@ -1,0 +1,236 @@
+"""A consumer's batches on the queue: taking, describing, reading and finishing them.
+
+Named functions over the batch part of ``ferry_queue``'s SQL API: taking the next batch
+(plain, sized to what waits, custom, up to a tick), describing it (:class:`Batch`, the one
+description of an open batch, with its event query), reading its events (a cursor, the
+queued scripts, rare event types), retrying an event and finishing the batch, with or
+without waking the ticker.  Queues, consumers, events and capture are in
+:mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import psycopg
+from psycopg import sql
+
+from pgferry.events import EXECUTE_EVENT
+
+# The ticker daemon listens here (force_tick notifies it too): a notification runs its round.
+TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """An open batch: the events of one consumer between two ticks (prev_tick_id, tick_id]."""
+
+    batch_id: int
+    prev_tick_id: int | None
+    tick_id: int
+    tick_time: datetime | None
+    prev_event_seq: int | None
+    event_seq: int | None
+    tick_snapshot: str | None  # snapshot of the closing tick (text form)
+    queue_name: str
+    consumer_name: str
+    prev_tick_time: datetime | None
+    prev_snapshot: str | None
+    lag: timedelta | None  # age of the closing tick when the batch was described
+    # Its event query (batch_event_sql, unordered), when read with the description.
+    event_sql: str | None = field(default=None, compare=False, repr=False)
+
+
+def next_batch(
+    conn: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    *,
+    min_count: int | None,
+) -> int | None:
+    """Next batch id; with ``min_count`` one batch spanning ticks up to that many events.
+
+    A consumer that is behind takes one large batch: a batch costs a fixed price (a Spark
+    job, a transaction), and events of one key collapse within it.
+    """
+    if min_count:
+        row = conn.execute(
+            "select ferry_queue.next_batch_custom(%s, %s, null, %s, null)",
+            (queue, consumer, min_count),
+        ).fetchone()
+        if row and row[0] is not None:
+            return row[0]
+    row = conn.execute("select ferry_queue.next_batch(%s, %s)", (queue, consumer)).fetchone()
+    return None if row is None else row[0]
+
+
+def next_batch_sized(
+    conn: psycopg.Connection, queue: str, consumer: str, last_tick: int | None, most: int
+) -> tuple[Batch | None, int]:
+    """(next batch with its event query, ticks made after ``last_tick``), the batch chosen
+    as :func:`next_batch` with ``min_count`` would be after a look at what waits: when more
+    than one tick waits (the consumer is behind), one batch spanning them up to ``most``
+    events; else the next tick's batch.
+
+    One message of two statements (one round trip): the second describes the batch the
+    first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
+    first statement it would not see the batch that statement opens).
+    """
+    params = {
+        "q": sql.Literal(queue),
+        "c": sql.Literal(consumer),
+        "last": sql.Literal(last_tick),
+        "most": sql.Literal(most),
+    }
+    take = sql.SQL(
+        """
+        select coalesce(
+                 case when p.ticks > 1 then ferry_queue.next_batch_custom(
+                     {q}, {c}, null, greatest(1, least(p.events, {most}))::integer, null)
+                 end,
+                 ferry_queue.next_batch({q}, {c})), p.ticks
+          from (select count(*) - 1 as ticks,
+                       coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0) as events
+                  from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+                 where q.queue_name = {q} and t.tick_id >= {last}::bigint) p
+        """
+    ).format(**params)
+    describe = sql.SQL(
+        """
+        select s.sub_batch, i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end,
+               i.snapshot, i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot,
+               i.lag, ferry_queue.batch_event_sql(s.sub_batch, false)
+          from ferry_queue.subscription s
+          join ferry_queue.queue q on q.queue_id = s.sub_queue
+         cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
+         where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
+        """
+    ).format(**params)
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("{}; {}").format(take, describe), prepare=False)
+        taken = cur.fetchone()
+        cur.nextset()
+        info = cur.fetchone()
+    if taken is None or taken[0] is None:
+        return None, max(taken[1], 0) if taken else 0
+    assert info is not None and info[0] == taken[0]
+    return Batch(*info), max(taken[1], 0)
+
+
+def next_batch_custom(
+    conn: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    *,
+    min_lag: timedelta | None = None,
+    min_count: int | None = None,
+    min_interval: timedelta | None = None,
+) -> int | None:
+    """Next batch id, only once it is big enough: its closing tick at least ``min_lag``
+    old, and ``min_count`` events or ``min_interval`` long (None when no batch is)."""
+    row = conn.execute(
+        "select ferry_queue.next_batch_custom(%s, %s, %s, %s, %s)",
+        (queue, consumer, min_lag, min_count, min_interval),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def next_batch_upto(
+    conn: psycopg.Connection, queue: str, consumer: str, upto: int, min_count: int
+) -> int | None:
+    """Next batch of ``consumer`` ending at the first tick that closes ``min_count`` events
+    or at tick ``upto``, never later (None when no tick after its position is <= upto)."""
+    row = conn.execute(
+        "select ferry_queue.next_batch_upto(%s, %s, %s, %s)", (queue, consumer, upto, min_count)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = False) -> Batch:
+    """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
+    (:func:`batch_event_sql`, in the same round trip)."""
+    row = conn.execute(
+        """
+        select prev_tick_id, tick_id, batch_end, seq_start, seq_end, snapshot,
+               queue_name, consumer_name, batch_start, prev_snapshot, lag,
+               case when %s then ferry_queue.batch_event_sql(%s, false) end
+          from ferry_queue.get_batch_info(%s)
+        """,
+        (event_sql, batch_id, batch_id),
+    ).fetchone()
+    assert row is not None
+    return Batch(batch_id, *row)
+
+
+def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:
+    """A SELECT of the batch's events that any connection can run unchanged.
+
+    Unordered unless ``ordered``: replay wraps it in its own grouping and sorting, where an
+    inner sort of the whole batch would be wasted work.
+    """
+    row = conn.execute("select ferry_queue.batch_event_sql(%s, %s)", (batch_id, ordered)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def open_batch_cursor(
+    conn: psycopg.Connection,
+    batch_id: int,
+    cursor_name: str,
+    first_rows: int,
+    extra_where: str | None = None,
+) -> list[tuple]:
+    """Open cursor ``cursor_name`` over the batch's events in ``ev_id`` order (filtered by
+    the SQL condition ``extra_where``) and return its first ``first_rows`` rows; FETCH
+    reads on in the same transaction.  Rows: ev_id, ev_time, ev_txid, ev_retry, ev_type,
+    ev_data, ev_extra1 .. ev_extra4."""
+    return conn.execute(
+        "select * from ferry_queue.get_batch_cursor(%s, %s, %s, %s)",
+        (batch_id, cursor_name, first_rows, extra_where),
+    ).fetchall()
+
+
+def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: int) -> None:
+    """Deliver event ``ev_id`` of the batch again, to its consumer only, ``seconds`` later."""
+    conn.execute("select ferry_queue.event_retry(%s, %s, %s)", (batch_id, ev_id, seconds))
+
+
+def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
+    """Close the batch: its consumer's next batch starts at its closing tick."""
+    conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
+
+
+def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int) -> None:
+    """:func:`finish_batch` and, in the same message, a notification that runs the ticker's
+    round at once: the consumer now waits, so events waiting make a tick due (``tick_due``).
+    The tick stays the ticker's (a stopped one still shows: ``node/ticker_health.py``)."""
+    text = sql.SQL("select ferry_queue.finish_batch({}); select pg_notify({}, '')").format(
+        sql.Literal(batch_id), sql.Literal(TICKER_WAKE_CHANNEL)
+    )
+    conn.execute(text, prepare=False)
+
+
+def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
+    """The batch's queued scripts (EXECUTE events) in order: barriers for replay.
+
+    Rows: (ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4).
+    """
+    query = sql.SQL(
+        "select ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4 from ({}) e"
+        " where e.ev_type = {} order by e.ev_id"
+    ).format(sql.SQL(batch_sql), sql.Literal(EXECUTE_EVENT))
+    return conn.execute(query).fetchall()
+
+
+def events_of_types(
+    conn: psycopg.Connection, batch_sql: str, types: Sequence[str]
+) -> list[tuple[int, str, str | None, str | None]]:
+    """The batch's events of the given ``types`` in ev_id order, as rows
+    ``(ev_id, ev_type, ev_extra1, ev_extra2)`` (rare events, read only when present)."""
+    query = sql.SQL(
+        "select ev_id, ev_type, ev_extra1, ev_extra2 from ({}) e"
+        " where e.ev_type = any({}) order by e.ev_id"
+    ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
+    return conn.execute(query).fetchall()
