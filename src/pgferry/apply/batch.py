@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 
@@ -41,7 +41,7 @@ from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
-from pgferry.config import Config
+from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node import model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
@@ -50,27 +50,6 @@ from pgferry.scripts import skip
 log = logging.getLogger(__name__)
 
 ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
-
-
-@dataclass(frozen=True)
-class ReplaySettings:
-    local_max_events: int  # batches estimated at most this big are replayed without Spark
-    read_parts: int  # Spark tasks reading a replayed batch at once
-    read_ahead: int  # provider connections reading tables ahead of the apply
-    read_ahead_events: int  # smaller batches are read inline (a thread costs more)
-    read_range_events: int  # larger tables are read in ev_id ranges of about this size
-
-    @classmethod
-    def from_config(cls, config: Config) -> ReplaySettings:
-        return cls(
-            # On 2 cores a Spark job cost 0.25-1.2 s for batches of 5-8k events that the
-            # driver's readers applied in 0.05-0.1 s: Spark takes the large batches only.
-            local_max_events=config.getint("replay_local_events", 50000),
-            read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
-            read_ahead=config.getint("replay_read_ahead", 2),
-            read_ahead_events=config.getint("replay_read_ahead_events", 2000),
-            read_range_events=config.getint("replay_read_range_events", 50000),
-        )
 
 
 @dataclass(frozen=True)
@@ -345,19 +324,13 @@ class Replayer:
         start_next: Callable[[], None] | None = None,
     ) -> ApplyStats:
         batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
-        if later and later.renamed:  # the provider knows the table by its new name only
-            routes = {
-                t: replace(r, source_type=later.renamed[t])
-                if t in later.renamed else r
-                for t, r in routes.items()
-            }  # fmt: skip
+        # The provider's catalog already shows what scripts later in the batch change.
+        if later is not None:
+            routes = later.provider_routes(routes)
         active = [r for r in routes.values() if r.applies]
         src_cols = self.shapes.source_columns(provider, active)
-        if later and later.going:  # the provider's columns are today's: a later script
-            src_cols = {  # took some away that these rows still carry
-                t: (c | later.going.get(t, set())) if c is not None else None
-                for t, c in src_cols.items()
-            }
+        if later is not None:
+            src_cols = later.columns_carried(src_cols)
         read_ahead = reading.read_ahead or use_spark
         if summary is None:
             summary = summarize(provider, batch_sql, routes, seqs, segment)
