@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgferry.apply.stage_apply import ApplyStats, record_divergence
+from pgferry.handlers import upsert
 from pgferry.node import model, status
 
 TABLE = "create table public.t (id int primary key, v text)"
@@ -133,3 +134,35 @@ def test_totals_add_up_and_status_shows_them(pair) -> None:
     item = status.StatusReport(pair.queue, node.node_name, [st]).to_json()["nodes"][0]
     assert (item["diverged_rows"], item["diverged_deletes"]) == (3, 2)
     assert item["diverged_since"] == st.diverged_since.isoformat()
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["plain", "partitioned"])
+def test_a_large_batch_of_updates_counts_rows_missing_here(pair, partitioned: bool) -> None:
+    """A batch of at least BULK_UPDATE_ROWS updates of a table (no insert, no delete) is
+    applied with an UPDATE and an insert of the keys it did not find: every missing key
+    comes back and is counted, exactly, on a plain or a partitioned destination."""
+    rows = upsert.BULK_UPDATE_ROWS + 500
+    pair.root(TABLE)
+    pair.root(f"insert into t select g, 'v' || g from generate_series(1, {rows}) g")
+    if partitioned:
+        pair.leaf("create table public.t (id int primary key, v text) partition by range (id)")
+        pair.leaf("create table public.t_low partition of public.t for values from (0) to (700)")
+        pair.leaf("create table public.t_high partition of public.t for values from (700) to (1e6)")
+    else:
+        pair.leaf(TABLE)
+    pair.add_tables("public.t")
+    worker = pair.catch_up()
+    seen = _observe(worker)
+    pair.leaf("set session_replication_role = replica; delete from t where id in (5, 699, 1200)")
+    pair.root("update t set v = v || ' changed'")  # every row, in one batch
+    pair.catch_up(worker)
+    pair.same("t")
+    total = _total(seen)
+    assert (total.upserts, total.recreated, total.missing_deletes) == (rows, 3, 0)
+    assert total.diverged == {"public.t": (3, 0)}
+    # In step again: nothing counted.
+    seen.clear()
+    pair.root("update t set v = v || ' again'")
+    pair.catch_up(worker)
+    pair.same("t")
+    assert (_total(seen).recreated, _total(seen).upserts) == (0, rows)
