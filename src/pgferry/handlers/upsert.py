@@ -94,7 +94,7 @@ def _apply_counted(
     elif staged >= BULK_UPDATE_ROWS and len(cols) > len(target.pk):
         # No delete events, and (counted only when no event was an insert) no 'I' rows:
         # every staged row is a 'U' of a key the subscriber should have.
-        _update_then_insert(conn, target, cols, stage, staged, applied)
+        applied.upserts, applied.recreated = _update_then_insert(conn, target, cols, stage, staged)
         return
     else:
         # As above, a few rows: only the count before the upsert is read.
@@ -125,11 +125,10 @@ def _update_then_insert(
     target: Target,
     cols: tuple[str, ...],
     stage: sql.Composable,
-    staged: int,
-    applied: Applied,
-) -> None:
-    """A stage of updates only: UPDATE the keys found, then insert those it did not find
-    (missing here: counted as re-created, exactly)."""
+    rows: int,
+) -> tuple[int, int]:
+    """A stage of ``rows`` updates only: UPDATE the keys found, then insert those it did
+    not find (missing here: re-created, counted exactly).  (Rows written, re-created.)"""
     pk = [sql.Identifier(c) for c in target.pk]
     rest = [sql.Identifier(c) for c in cols if c not in target.pk]
     match = sql.SQL("({}) = ({})").format(
@@ -142,9 +141,9 @@ def _update_then_insert(
         stage=stage,
         match=match,
     )
-    applied.upserts = conn.execute(update).rowcount
-    if applied.upserts >= staged:
-        return
+    updated = conn.execute(update).rowcount
+    if updated >= rows:
+        return updated, 0
     missing = sql.SQL(
         "(select s.op, {cols} from {stage} as s"
         " where not exists (select from {dest} as t where {match}))"
@@ -157,8 +156,7 @@ def _update_then_insert(
     # The upsert of those rows: a key inserted here meanwhile (a write behind replication's
     # back, between the two statements) is updated, not a unique violation.
     inserted = conn.execute(upsert(target, cols, missing)).rowcount
-    applied.upserts += inserted
-    applied.recreated = inserted
+    return updated + inserted, inserted
 
 
 def _inserted_so_far(target: Target) -> sql.Composable:
