@@ -117,7 +117,7 @@ def copy_out_many(
     if read_only:
         texts = [b"begin transaction read only", *texts, b"commit"]
     pgconn.send_query(b"; ".join(texts))
-    reading = _Reading(pgconn, conn.info.encoding, read_only)
+    reading = _Reading(pgconn, conn.info.encoding, read_only, len(statements))
     try:
         for _ in statements:
             reading.start_copy()
@@ -125,23 +125,22 @@ def copy_out_many(
             reading.skip_rest()
         reading.end()
     finally:
-        if not reading.idle:  # stopped before the end: cancel, and read what is left
-            with contextlib.suppress(Exception):
-                conn.cancel_safe(timeout=5)
-                _finish(pgconn, reading.poll)
-                if read_only:
-                    _roll_back(pgconn, reading.poll)
+        if not reading.idle:  # stopped before the end
+            reading.abandon(conn)
 
 
 class _Reading:
     """The results of one message of COPY statements, taken in order off libpq."""
 
-    def __init__(self, pgconn: pq.abc.PGconn, encoding: str, read_only: bool) -> None:
+    def __init__(
+        self, pgconn: pq.abc.PGconn, encoding: str, read_only: bool, statements: int
+    ) -> None:
         self.pgconn, self.encoding, self.read_only = pgconn, encoding, read_only
         self.poll = select.poll()
         self.poll.register(pgconn.socket, select.POLLIN)
         self.idle = False  # every result of the message read
         self.copying = False  # a statement's data is being read
+        self.left = statements  # statements whose data has not been read to its end
 
     def start_copy(self) -> None:
         """Up to the next statement's COPY data (past the results of BEGIN and of the
@@ -172,8 +171,27 @@ class _Reading:
                 pass
             self._statement_result()
 
+    def abandon(self, conn: psycopg.Connection) -> None:
+        """The reader stopped before the end: cancel what may still run, read what is left
+        of the message, and end the transaction it opened (``read_only``)."""
+        with contextlib.suppress(Exception):
+            if self.copying or self.left:  # else only the COMMIT's result is left
+                conn.cancel_safe(timeout=5)
+            while True:
+                for _ in self._messages():
+                    pass
+                result = _next_result(self.pgconn, self.poll)
+                if result is None:
+                    break
+                self.copying = result.status == pq.ExecStatus.COPY_OUT
+            if self.read_only:
+                _roll_back(self.pgconn, self.poll)
+        self.idle = True
+
     def end(self) -> None:
         """The results after the last statement's (COMMIT's): an error is raised."""
+        if self.idle:
+            return
         error = None
         while (result := _next_result(self.pgconn, self.poll)) is not None:
             if result.status != pq.ExecStatus.COMMAND_OK and error is None:
@@ -198,6 +216,11 @@ class _Reading:
         result = _next_result(self.pgconn, self.poll)
         if result is not None and result.status != pq.ExecStatus.COMMAND_OK:
             self._fail(error_from_result(result, self.encoding))
+        self.left -= 1
+        if not self.left:
+            # The last statement's data is read: the COMMIT's result too, at once, so that
+            # a reader done with the data leaves the connection idle, asking for no more.
+            self.end()
 
     def _fail(self, error: psycopg.Error) -> NoReturn:
         """Read the message's remaining results (the server skipped the rest), end the
@@ -227,19 +250,6 @@ def _wait_result(pgconn: pq.abc.PGconn, poll: select.poll) -> None:
     while pgconn.is_busy():
         poll.poll()
         pgconn.consume_input()
-
-
-def _finish(pgconn: pq.abc.PGconn, poll: select.poll) -> None:
-    """Read what a COPY left until the connection is idle again."""
-    while True:
-        nbytes, _ = pgconn.get_copy_data(1)
-        if nbytes == 0:
-            poll.poll()
-            pgconn.consume_input()
-        elif nbytes < 0:
-            break
-    while _next_result(pgconn, poll) is not None:
-        pass
 
 
 def _next_result(pgconn: pq.abc.PGconn, poll: select.poll) -> pq.abc.PGresult | None:

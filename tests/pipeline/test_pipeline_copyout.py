@@ -100,3 +100,10 @@ def test_many_copies_in_one_message(db_a: str) -> None:
         streams.close()  # stopped midway: cancelled, left idle
         assert conn.info.transaction_status == IDLE
         assert conn.execute("select 1").fetchone() == (1,)
+        # Every statement's data read, then no more asked for (the reader's own work
+        # failed): the COMMIT's result came with the last data, nothing is left pending.
+        streams = copy_out_many(conn, statements[:2], read_only=True)
+        assert [b"".join(next(streams)) for _ in range(2)] == alone[:2]
+        assert conn.pgconn.transaction_status == IDLE
+        streams.close()
+        assert conn.execute("select 1").fetchone() == (1,)
