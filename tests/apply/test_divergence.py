@@ -14,7 +14,6 @@ import psycopg
 import pytest
 
 from pgferry.apply.stage_apply import ApplyStats, record_divergence
-from pgferry.handlers import upsert
 from pgferry.node import model, status
 
 TABLE = "create table public.t (id int primary key, v text)"
@@ -138,10 +137,11 @@ def test_totals_add_up_and_status_shows_them(pair) -> None:
 
 @pytest.mark.parametrize("partitioned", [False, True], ids=["plain", "partitioned"])
 def test_a_large_batch_of_updates_counts_rows_missing_here(pair, partitioned: bool) -> None:
-    """A batch of at least BULK_UPDATE_ROWS updates of a table (no insert, no delete) is
-    applied with an UPDATE and an insert of the keys it did not find: every missing key
-    comes back and is counted, exactly, on a plain or a partitioned destination."""
-    rows = upsert.BULK_UPDATE_ROWS + 500
+    """A batch of updates only of a table (no insert, no delete), large enough for a hash
+    join, is applied with an UPDATE and an insert of the keys it did not find: every
+    missing key comes back and is counted, exactly, on a plain or a partitioned
+    destination."""
+    rows = 1500
     pair.root(TABLE)
     pair.root(f"insert into t select g, 'v' || g from generate_series(1, {rows}) g")
     if partitioned:
