@@ -127,12 +127,8 @@ def _update_then_insert(
 ) -> tuple[int, int]:
     """A stage of ``rows`` updates only: UPDATE the keys found, then insert those it did
     not find (missing here: re-created, counted exactly).  (Rows written, re-created.)"""
-    pk = [sql.Identifier(c) for c in target.pk]
     rest = [sql.Identifier(c) for c in cols if c not in target.pk]
-    match = sql.SQL("({}) = ({})").format(
-        sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in pk),
-        sql.SQL(", ").join(sql.SQL("s.{}").format(c) for c in pk),
-    )
+    match = _same_key(target)
     update = sql.SQL("update {dest} as t set {sets} from {stage} as s where {match}").format(
         dest=target.dest,
         sets=sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(c) for c in rest),
@@ -170,15 +166,17 @@ def _inserted_so_far(target: Target) -> sql.Composable:
 
 def delete(target: Target, stage: sql.Composable) -> sql.Composable:
     """DELETE of the stage's deleted keys from the destination."""
+    return sql.SQL("delete from {dest} as t using {stage} as s where {deletes} and {match}").format(
+        dest=target.dest, stage=stage, deletes=DELETES, match=_same_key(target)
+    )
+
+
+def _same_key(target: Target) -> sql.Composable:
+    """``(t.pk...) = (s.pk...)``: a destination row ``t`` and a stage row ``s`` of one key."""
     pk = [sql.Identifier(c) for c in target.pk]
-    return sql.SQL(
-        "delete from {dest} as t using {stage} as s where {deletes} and ({tpk}) = ({spk})"
-    ).format(
-        dest=target.dest,
-        stage=stage,
-        deletes=DELETES,
-        tpk=sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in pk),
-        spk=sql.SQL(", ").join(sql.SQL("s.{}").format(c) for c in pk),
+    return sql.SQL("({}) = ({})").format(
+        sql.SQL(", ").join(sql.SQL("t.{}").format(c) for c in pk),
+        sql.SQL(", ").join(sql.SQL("s.{}").format(c) for c in pk),
     )
 
 

@@ -23,6 +23,13 @@ from pgferry.events import EXECUTE_EVENT
 TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
 
 
+# get_batch_info's columns (as ``i``) in the order of Batch's fields after batch_id.
+_INFO_COLUMNS = sql.SQL(
+    "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
+    " i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot, i.lag"
+)
+
+
 @dataclass(frozen=True)
 class Batch:
     """An open batch: the events of one consumer between two ticks (prev_tick_id, tick_id]."""
@@ -99,15 +106,13 @@ def next_batch_sized(
     ).format(**params)
     describe = sql.SQL(
         """
-        select s.sub_batch, i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end,
-               i.snapshot, i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot,
-               i.lag, ferry_queue.batch_event_sql(s.sub_batch, false)
+        select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false)
           from ferry_queue.subscription s
           join ferry_queue.queue q on q.queue_id = s.sub_queue
          cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
-    ).format(**params)
+    ).format(info=_INFO_COLUMNS, **params)
     with conn.cursor() as cur:
         cur.execute(sql.SQL("{}; {}").format(take, describe), prepare=False)
         taken = cur.fetchone()
@@ -151,15 +156,11 @@ def next_batch_upto(
 def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = False) -> Batch:
     """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
     (:func:`batch_event_sql`, in the same round trip)."""
-    row = conn.execute(
-        """
-        select prev_tick_id, tick_id, batch_end, seq_start, seq_end, snapshot,
-               queue_name, consumer_name, batch_start, prev_snapshot, lag,
-               case when %s then ferry_queue.batch_event_sql(%s, false) end
-          from ferry_queue.get_batch_info(%s)
-        """,
-        (event_sql, batch_id, batch_id),
-    ).fetchone()
+    query = sql.SQL(
+        "select {info}, case when %s then ferry_queue.batch_event_sql(%s, false) end"
+        " from ferry_queue.get_batch_info(%s) as i"
+    ).format(info=_INFO_COLUMNS)
+    row = conn.execute(query, (event_sql, batch_id, batch_id)).fetchone()
     assert row is not None
     return Batch(batch_id, *row)
 
