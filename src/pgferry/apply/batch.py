@@ -39,6 +39,7 @@ from pgferry.apply.read import (
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.script_shapes import LaterChanges, later_changes
+from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
 from pgferry.apply.worker_settings import ReplaySettings
@@ -65,6 +66,8 @@ class _Reading:
     use_spark: bool  # by Spark tasks (the session is up and the batch is large)
     read_ahead: bool  # by reader threads ahead of the apply (else inline)
     started: bool = False  # its reads were started while the batch before it was applied
+    apart: bool = False  # some tables may go to the second connection (second_apply.py)
+    consumer: str = ""
 
 
 class Replayer:
@@ -77,6 +80,7 @@ class Replayer:
         self.shapes = TableShapes()
         self.stages = StageTables()
         self._readers: ReaderPool | None = None
+        self.second = SecondApply()  # a large batch's second connection to the node
         self.ahead = Prefetcher()  # the next batch, read while this one is applied
         self._route_cache: tuple[str, float, dict[str, Route]] | None = None
 
@@ -122,10 +126,15 @@ class Replayer:
         )
         self.ahead.start(self.provider_dsn, self.settings.read_ahead, self._reader_pool(), want)
 
+    def use_node(self, dsn: str) -> None:
+        """A new connection to the node: the second one follows it."""
+        self.second.use_node(dsn)
+
     def close(self) -> None:
         """The worker disconnects: readers go, the stage tables went with the session."""
         self.close_readers()
         self.stages.reset()
+        self.second.close()
 
     def routes(
         self, local: psycopg.Connection, queue: str, signature: str | None = None
@@ -232,9 +241,12 @@ class Replayer:
         # catch-up needs.  The session comes up once caught up, or for an initial copy.
         use_spark = applies and not scripts and big and self.spark.ready(start=False)
         read_ahead = estimate is None or estimate > self.settings.read_ahead_events
+        second_events = self.settings.second_events
+        apart = (main and not scripts and not removals and not use_spark and second_events > 0
+                 and (estimate is None or estimate > second_events))  # fmt: skip
         reading = _Reading(
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
-            use_spark, read_ahead, started,
+            use_spark, read_ahead, started, apart and self.second.available(local), consumer,
         )  # fmt: skip
         # The next batch is read meanwhile only after a large one (catching up); scripts
         # and removals change what it is read with.
@@ -245,7 +257,9 @@ class Replayer:
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections
             staged_at = time.monotonic()
-            stats = ApplyStats()
+            stats, done = ApplyStats(), frozenset[str]()
+            if main:  # tables applied by a second transaction before a failure or stop
+                done, stats = self.second.already_applied(local, queue, consumer, batch.tick_id)
             after = None
             for number, script in enumerate([*scripts, None]):
                 upto = script.ev_id if script else None
@@ -260,6 +274,7 @@ class Replayer:
                         segment_summary,
                         later_changes([s.sql for s in scripts[number:]], set(routes)),
                         start_next,
+                        done,
                     )
                 )
                 if script:
@@ -300,10 +315,14 @@ class Replayer:
                     batch.prev_tick_id,
                     node.provider_node,
                 )
+                if self.second.maybe_left:
+                    self.second.forget(local, queue, consumer)
             if scripts:  # only a script can leave a failed event behind
                 skip.clear_failure(local, queue, consumer)
             commit_at = time.monotonic()
         stats.commit_seconds = time.monotonic() - commit_at
+        if main:
+            self.second.maybe_left = False
         # After the commit: a consumer dropped before it would be missing if it rolled back.
         # One left by a crash here is dropped when the next worker starts its copies.
         for consumer_name in stale_consumers:
@@ -322,6 +341,7 @@ class Replayer:
         summary: list[SummaryRow] | None,
         later: LaterChanges | None = None,
         start_next: Callable[[], None] | None = None,
+        done: frozenset[str] = frozenset(),
     ) -> ApplyStats:
         batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
         # The provider's catalog already shows what scripts later in the batch change.
@@ -345,6 +365,7 @@ class Replayer:
             binary=_major(provider) == _major(local),
             provider_types=self.shapes.provider_types(provider, active),
         )
+        plan.tables = [w for w in plan.tables if w.table_name not in done]
         readers = None
         if use_spark and plan.tables:
             readers = self.spark.readers(
@@ -365,9 +386,15 @@ class Replayer:
                     [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
                 )
             start_next()  # the next batch is read while this one is applied
-        return apply_segment(local, self.stages, plan, batch_sql, segment, queue=reading.queue,
-                             provider=provider, readers=readers, tick_id=reading.tick_id,
-                             tick_time=reading.tick_time)  # fmt: skip
+        apart = frozenset[str]()
+        if reading.apart and isinstance(readers, ReaderPool):
+            apart = share_out(plan.tables, self.second.eligible(local, active))
+        at = {"queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time}
+        if apart and isinstance(readers, ReaderPool):
+            return apply_segment_apart(local, self.stages, plan, batch_sql, segment, self.second,
+                                       apart, readers, consumer=reading.consumer, **at)  # fmt: skip
+        return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
+                             readers=readers, **at)  # fmt: skip
 
 
 def _major(conn: psycopg.Connection) -> int:

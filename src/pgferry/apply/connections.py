@@ -85,6 +85,7 @@ class WorkerConnections:
             conn.commit()
             self.local = conn
             self._connected_at = time.monotonic()
+            self.replay.use_node(self.settings.local_dsn)
         return self.local
 
     def to_provider(self, location: str) -> psycopg.Connection:

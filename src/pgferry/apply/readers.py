@@ -96,7 +96,14 @@ class _Stream:
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
-            item = self.q.get()
+            try:
+                item = self.q.get(timeout=0.2)
+            except queue.Empty:
+                # Stopped while its reader had nothing queued: a consumer on another
+                # thread (the second apply connection's) must not wait forever.
+                if self.cancelled.is_set():
+                    raise ReplayError("read stopped") from None
+                continue
             if item is self._END:
                 return
             if isinstance(item, BaseException):
@@ -335,6 +342,31 @@ def table_parts(
     )
     try:
         yield _ready_first(list(zip(works, streams, strict=True)), wakeup)
+    finally:
+        stop()
+
+
+@contextlib.contextmanager
+def split_table_parts(
+    works: list[P],
+    batch_sql: str,
+    segment: Segment,
+    *,
+    readers: ReaderPool,
+    second: frozenset[str],
+) -> Iterator[tuple[Iterator[tuple[P, Iterable[bytes]]], Iterator[tuple[P, Iterable[bytes]]]]]:
+    """:func:`table_parts` by ``readers``, as two streams of parts to apply on two
+    connections at once: the tables named in ``second``, and the others.  Each stream
+    gives its tables in the order their reads become ready."""
+    streams, wakeup, stop = readers.stream(
+        [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
+    )
+    pairs = list(zip(works, streams, strict=True))
+    try:
+        yield (
+            _ready_first([p for p in pairs if p[0].table_name not in second], wakeup),
+            _ready_first([p for p in pairs if p[0].table_name in second], wakeup),
+        )
     finally:
         stop()
 
