@@ -71,12 +71,16 @@ def _divergence(pair) -> tuple[int, int] | None:
 def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog) -> None:
     pair = make_pair(**SETTINGS)
     _setup(pair)
-    worker = pair.catch_up(pair.worker())
+    pair.catch_up(pair.worker())
 
-    # A batch of 950 events: ins and del go to the second connection.
+    # A batch of 950 events, the first of a new worker: ins and del go to the second
+    # connection.
     _batch(pair, 1)
+    worker = pair.worker()
     with caplog.at_level(logging.DEBUG, logger="pgferry.apply.second_apply"):
         pair.catch_up(worker)
+    # Every transaction of the worker's connection ended: the batch committed.
+    assert worker.conns.local.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     _same(pair)
     lines = [r.getMessage() for r in caplog.records if "second connection" in r.getMessage()]
     assert any("public.del, public.ins" in line for line in lines), lines

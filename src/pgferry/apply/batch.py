@@ -30,12 +30,7 @@ from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import count_removals, count_scripts, plan_segment
 from pgferry.apply.prefetch import Ahead, NextBatch, PlanInputs, Prefetcher
-from pgferry.apply.read import (
-    TableShapes,
-    read_removals,
-    read_scripts,
-    summarize,
-)
+from pgferry.apply.read import ReplayError, TableShapes, read_removals, read_scripts, summarize
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.script_shapes import LaterChanges, later_changes
@@ -246,7 +241,7 @@ class Replayer:
                  and (estimate is None or estimate > second_events))  # fmt: skip
         reading = _Reading(
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
-            use_spark, read_ahead, started, apart and self.second.available(local), consumer,
+            use_spark, read_ahead, started, apart, consumer,
         )  # fmt: skip
         # The next batch is read meanwhile only after a large one (catching up); scripts
         # and removals change what it is read with.
@@ -254,6 +249,9 @@ class Replayer:
         if read_next and main and read_ahead and not scripts and not removals:
             start_next = partial(self._start_prefetch, provider, local, reading, consumer,
                                  routes, read_next)  # fmt: skip
+        if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            # Else the block below would be a savepoint, and its end no commit of the tick.
+            raise ReplayError("the node's connection is in a transaction before the batch")
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections
             staged_at = time.monotonic()
@@ -387,7 +385,7 @@ class Replayer:
                 )
             start_next()  # the next batch is read while this one is applied
         apart = frozenset[str]()
-        if reading.apart and isinstance(readers, ReaderPool):
+        if reading.apart and isinstance(readers, ReaderPool) and self.second.available(local):
             apart = share_out(plan.tables, self.second.eligible(local, active))
         at = {"queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time}
         if apart and isinstance(readers, ReaderPool):
