@@ -1,6 +1,6 @@
 """Soak test: rounds of random faults under load, each ending with every node equal.
 
-    .venv/bin/python tools/soak.py --rounds 50 [--seed N] [--keep]
+    .venv/bin/python tools/soak.py --rounds 50 [--seed N] [--keep] [--setting KEY=VALUE]
 
 Starts two throw-away clusters (root; both leaves on the second), then per round: load on,
 one random fault (worker SIGKILL, subscriber or provider server stopped -m fast/immediate,
@@ -30,12 +30,20 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="per round catch-up")
     parser.add_argument("--keep", action="store_true", help="keep clusters and logs")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more setting of every job's ini (repeatable)",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     root = make_cluster("soak-root")
     sub = make_cluster("soak-sub")
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-soak-"))
-    scenario = Scenario(root, sub, workdir)
+    lines = [s.replace("=", " = ", 1) for s in args.setting]
+    scenario = Scenario(root, sub, workdir, settings=lines)
     equal_rounds = 0
     kinds: Counter[str] = Counter()
     print(f"seed {args.seed}, work dir {workdir}", flush=True)

@@ -63,7 +63,7 @@ NODE_SETTINGS: list[Setting] = [
     ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
     ("replay_read_range_events", "50000", "larger tables are read in ev_id ranges of this size"),
     ("replay_read_parts", "0", "Spark tasks reading one batch at once (0: Spark's slots)"),
-    ("replay_second_events", "20000", "larger batches apply tables on two connections (0: off)"),
+    ("replay_second_events", "0", "larger batches apply tables on two connections (0: off)"),
     ("metrics_port", "", "serve Prometheus /metrics on this port (off when empty)"),
     ("metrics_address", "127.0.0.1", "address the /metrics server listens on"),
     ("handler_modules", "", "comma-separated Python modules with more table handlers"),

@@ -112,8 +112,12 @@ def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog
     assert _divergence(pair) in (None, (0, 0))
 
 
-def test_a_batch_below_the_size_stays_on_one_connection(make_pair, caplog) -> None:
-    pair = make_pair(replay_second_events="5000", replay_read_ahead_events="100")
+@pytest.mark.parametrize("second", ["5000", None], ids=["below-the-size", "default-off"])
+def test_a_batch_below_the_size_stays_on_one_connection(make_pair, caplog, second) -> None:
+    settings = {"replay_read_ahead_events": "100"}
+    if second is not None:
+        settings["replay_second_events"] = second
+    pair = make_pair(**settings)
     _setup(pair)
     worker = pair.catch_up(pair.worker())
     _batch(pair, 1)

@@ -32,7 +32,7 @@ class ReplaySettings:
     read_ahead: int  # provider connections reading tables ahead of the apply
     read_ahead_events: int  # smaller batches are read inline (a thread costs more)
     read_range_events: int  # larger tables are read in ev_id ranges of about this size
-    second_events: int  # larger batches apply some tables on a second connection (0: never)
+    second_events: int  # larger batches apply some tables on a second connection (0: off)
 
     @classmethod
     def from_config(cls, config: Config) -> ReplaySettings:
@@ -44,7 +44,7 @@ class ReplaySettings:
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
             read_range_events=config.getint("replay_read_range_events", 50000),
-            second_events=config.getint("replay_second_events", 20000),
+            second_events=config.getint("replay_second_events", 0),
         )
 
 

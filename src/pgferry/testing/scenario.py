@@ -113,6 +113,7 @@ class Scenario:
     dst1: str = ""
     dst2: str = ""
     faults: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)  # more ini lines of every job
 
     JOBS = ("src_digoal_01", "dst1_digoal_01", "dst2_digoal_02")
 
@@ -145,7 +146,7 @@ class Scenario:
             f"pidfile = {self.workdir}/pid/%(job_name)s.pid\nloop_delay = 0.2\n"
             "exception_sleep = 1\nparallel_copies = 4\nlock_timeout = 120\n"
             "spark_master = local[1]\nspark.sql.shuffle.partitions = 2\n"
-        )
+        ) + "".join(f"{line}\n" for line in self.settings)
         for job, dsn in zip(self.JOBS, (self.src, self.dst1, self.dst2), strict=True):
             (self.workdir / f"{job}.ini").write_text(
                 f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}"
