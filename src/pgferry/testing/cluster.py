@@ -268,10 +268,23 @@ class LocalCluster:
             time.sleep(0.1)
         raise PgferryError(f"cluster on port {self.port} did not become ready")
 
-    def destroy(self) -> None:
+    def destroy(self, *, background: bool = False) -> None:
+        """Stop the server and remove its directory; with ``background`` the removal runs in
+        a detached ``rm`` so the caller does not wait for it (a session's clusters hold
+        hundreds of databases, and unlinking them took most of a minute)."""
         if self.datadir.exists():
             self.stop("immediate")
-        shutil.rmtree(self.base_dir, ignore_errors=True)
+        if not background or not self.base_dir.exists():
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            return
+        # Renamed first, so the path is gone (or free again) the moment this returns.
+        doomed = self.base_dir.with_name(self.base_dir.name + ".removing")
+        self.base_dir.rename(doomed)
+        subprocess.run(
+            ["sh", "-c", 'rm -rf -- "$1" >/dev/null 2>&1 &', "sh", str(doomed)],
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
 
 
 def make_cluster(
