@@ -68,8 +68,10 @@ def _divergence(pair) -> tuple[int, int] | None:
     return (found.rows, found.deletes) if found is not None else None
 
 
-def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog) -> None:
-    pair = make_pair(**SETTINGS)
+# With ranges of 200 events, m's updates are read and applied in three ranges, in order.
+@pytest.mark.parametrize("ranges", ["50000", "200"], ids=["whole", "in-ranges"])
+def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog, ranges) -> None:
+    pair = make_pair(**SETTINGS, replay_read_range_events=ranges)
     _setup(pair)
     pair.catch_up(pair.worker())
 
@@ -77,13 +79,15 @@ def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog
     # connection.
     _batch(pair, 1)
     worker = pair.worker()
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.second_apply"):
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply"):
         pair.catch_up(worker)
     # Every transaction of the worker's connection ended: the batch committed.
     assert worker.conns.local.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     _same(pair)
     lines = [r.getMessage() for r in caplog.records if "second connection" in r.getMessage()]
     assert any("public.del, public.ins" in line for line in lines), lines
+    parts = [r.getMessage() for r in caplog.records if "public.m part" in r.getMessage()]
+    assert len(parts) == (3 if ranges == "200" else 0), parts
     assert pair.leaf("select count(*) from ferry.applied_part") == [(0,)]
 
     # The main transaction fails at its commit, after the second one committed.

@@ -115,6 +115,7 @@ class Replayer:
                 _major(provider) == _major(local),
                 self.settings.read_range_events,
                 self.settings.read_ahead_events,
+                self.settings.second_events,
             )
         want = NextBatch(
             reading.queue, consumer, reading.tick_id, min_events, routes, list(reading.seqs), plan
@@ -359,7 +360,8 @@ class Replayer:
             src_cols,
             range_events=self.settings.read_range_events if read_ahead else None,
             # A Spark task hands its whole part to the driver: there ranges bound memory.
-            whole_updates=not use_spark,
+            # Two applying connections: a table in ranges starts its apply after a range.
+            whole_updates=not use_spark and not reading.apart,
             binary=_major(provider) == _major(local),
             provider_types=self.shapes.provider_types(provider, active),
         )

@@ -86,6 +86,7 @@ class PlanInputs:
     binary: bool
     range_events: int
     read_ahead_events: int  # smaller batches are read inline: no reads ahead
+    second_events: int = 0  # larger batches are applied on two connections (second_apply)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class Prefetch:
                 seqs,
                 plan_inputs.src_cols,
                 range_events=plan_inputs.range_events,
+                whole_updates=not (0 < plan_inputs.second_events < count),
                 binary=plan_inputs.binary,
                 provider_types=plan_inputs.provider_types,
             )
