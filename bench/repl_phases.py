@@ -7,6 +7,7 @@ comparison of all four tables on both sides once the leaf has caught up.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import threading
 import time
@@ -207,6 +208,14 @@ def steady_lag(rig: Rig, d: Durations, outdir: Path) -> dict:
 # --- catch-up ----------------------------------------------------------------------------
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
 def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
     """Stop the leaf worker, build a backlog with the load, start it, time the catch-up."""
     _settle(rig, d)
@@ -217,6 +226,7 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
     pending = rig.pending_events()
     log_at = rig.log_size()
     wall0 = time.time()
+    cpu0 = _cpu_ticks()
     t0 = time.monotonic()
     rig.start_leaf()
     t_started = time.monotonic() - t0
@@ -230,6 +240,8 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
 
     wait_for(f"{rig.name} catch-up to tick {target}", done, d.catchup_timeout_s, poll=0.1)
     elapsed = time.monotonic() - t0
+    cpu1 = _cpu_ticks()
+    busy_share = (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
     res = {
         "load": load,
         "source_tps": load["tps"],
@@ -240,6 +252,8 @@ def catch_up(rig: Rig, d: Durations, outdir: Path) -> dict:
         "first_batch_s": round(first[0], 3) if first else round(elapsed, 3),
         "catchup_s": round(elapsed, 3),
         "events_per_s": round(load["events"] / elapsed, 1),
+        # The whole machine's busy cores over the catch-up (every process, the poll too).
+        "machine_busy_cores": round(busy_share * (os.cpu_count() or 1), 2),
     }
     spark_at = _logged_at(rig.log_since(log_at, keep=10**6), "Spark session started")
     if spark_at is not None:

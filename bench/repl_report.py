@@ -79,6 +79,7 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str]]:
     add("catchup: worker start -> first batch done (s)", "catchup", "first_batch_s")
     add("catchup: worker start -> caught up (s)", "catchup", "catchup_s")
     add("catchup: events/s", "catchup", "events_per_s", f">= {GOAL_CATCHUP_FACTOR:g}x Londiste")
+    add("catchup: machine busy (cores)", "catchup", "machine_busy_cores")
     if _get(results, "pgferry", "catchup", "spark_started_s") is not None:
         add("catchup: worker start -> Spark session up (s)", "catchup", "spark_started_s")
     if factor:
