@@ -90,6 +90,7 @@ class Replayer:
         """Drop what was learnt of the tables' shapes on both sides (they may have changed)."""
         self.shapes.forget()
         self.stages.reset()
+        self.second.forget_tables()
 
     def close_readers(self) -> None:
         self.ahead.close()
@@ -305,15 +306,8 @@ class Replayer:
                     forward.forward_events(local, provider, queue, batch_sql, routes)
                 if any(r.copy_snapshot for r in routes.values()):  # else nothing to clear
                     handover.clear_snapshots(local, queue, batch.tick_snapshot)
-                model.record_tick(
-                    local,
-                    queue,
-                    consumer,
-                    batch.tick_id,
-                    batch.tick_time,
-                    batch.prev_tick_id,
-                    node.provider_node,
-                )
+                model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
+                                  batch.prev_tick_id, node.provider_node)  # fmt: skip
                 if self.second.maybe_left:
                     self.second.forget(local, queue, consumer)
             if scripts:  # only a script can leave a failed event behind

@@ -121,6 +121,11 @@ class SecondApply:
             self._has_table = None
         self.maybe_left = True
 
+    def forget_tables(self) -> None:
+        """What was learnt of the tables (their triggers, the stages) may have changed."""
+        self._firing.clear()
+        self.stages.reset()
+
     def close(self) -> None:
         if self.conn is not None:
             with contextlib.suppress(Exception):
