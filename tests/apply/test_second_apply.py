@@ -116,13 +116,18 @@ def test_a_large_batch_applies_on_two_connections_exactly_once(make_pair, caplog
     assert _divergence(pair) in (None, (0, 0))
 
 
-@pytest.mark.parametrize("second", ["5000", None], ids=["below-the-size", "default-off"])
-def test_a_batch_below_the_size_stays_on_one_connection(make_pair, caplog, second) -> None:
+@pytest.mark.parametrize(
+    "second", ["5000", None, "older-schema"], ids=["below-the-size", "default-off", "older-schema"]
+)
+def test_a_batch_stays_on_one_connection(make_pair, caplog, second) -> None:
+    """Below the size, by default, and on a node whose schema has no ferry.applied_part."""
     settings = {"replay_read_ahead_events": "100"}
     if second is not None:
-        settings["replay_second_events"] = second
+        settings["replay_second_events"] = "100" if second == "older-schema" else second
     pair = make_pair(**settings)
     _setup(pair)
+    if second == "older-schema":
+        pair.leaf("drop table ferry.applied_part")
     worker = pair.catch_up(pair.worker())
     _batch(pair, 1)
     with caplog.at_level(logging.DEBUG, logger="pgferry.apply.second_apply"):

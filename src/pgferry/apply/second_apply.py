@@ -196,6 +196,8 @@ class SecondApply:
 
     def forget(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """In the main transaction that records the tick: the consumer's rows go."""
+        if not self.available(local):
+            return
         local.execute(
             "delete from ferry.applied_part where queue_name = %s and consumer_name = %s",
             (queue, consumer),
