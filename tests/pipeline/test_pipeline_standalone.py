@@ -305,7 +305,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    holder = None
+    holder = comparing = None
     try:
         with _ticking(db_a):
             wait_until(
@@ -325,19 +325,36 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
 
             # compare's application waits until the worker's idle session is gone.
             started = time.monotonic()
-            compared = _pgferry(leaf_ini, "compare")
-            assert compared.returncode == 0, compared.stderr
-            assert "public.big: Results do not match!" not in compared.stdout
-            assert "Spark unused for 8 s: stopping it" in log.read_text()
-            assert time.monotonic() - started < 120
-
-            # Cores held by another application: one line after spark_wait seconds.
+            comparing = subprocess.Popen(
+                [sys.executable, "-m", "pgferry", str(leaf_ini), "compare"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            # Once compare's application is at the master, the other application starts its
+            # JVM meanwhile: the master serves applications in the order they came, so it
+            # queues for the cores compare gives back.
+            wait_until(
+                lambda: (
+                    comparing.poll() is not None
+                    or any(a["name"] == "pgferry-leaf-sync" for a in standalone.apps())
+                ),
+                timeout=240,
+                what="compare at the master",
+            )
             holder = subprocess.Popen(
                 [sys.executable, "-c", HOLDER, standalone.url],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
             )
+            out, err = comparing.communicate(timeout=300)
+            assert comparing.returncode == 0, err
+            assert "public.big: Results do not match!" not in out
+            assert "Spark unused for 8 s: stopping it" in log.read_text()
+            assert time.monotonic() - started < 120
+
+            # Cores held by another application: one line after spark_wait seconds.
             assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
             wait_until(lambda: standalone.cores_of("other-team") == 2, timeout=60, what="holder")
             refused = _pgferry(leaf_ini, "compare", "--set", "spark_wait=3")
@@ -349,9 +366,10 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
         assert "no executor in 3 s; cores held by other-team (app-" in lines[-1]
         assert standalone.cores_of("pgferry-leaf-sync") == 0  # it left the master's queue
     finally:
-        if holder is not None:
-            holder.kill()
-            holder.wait()
+        for child in (comparing, holder):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
         worker.terminate()
         worker.wait(timeout=60)
     same = "select id, pad from big order by id"
