@@ -26,7 +26,16 @@ def test_rotation_under_a_quiet_partial_leaf_after_takeover(make_tree, new_db_a,
     quiet_dsn = new_db_a(None)
     with psycopg.connect(quiet_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("create table {} (id int primary key, v text)").format(TABLE_ID))
-    cfg = t.node("quiet", quiet_dsn, "leaf", "root", job_name=f"{t.queue}_quiet_job")
+    # The same watermark_period as the other nodes: with the default (5 s) every settle
+    # below waited out the quiet leaf's period.
+    cfg = t.node(
+        "quiet",
+        quiet_dsn,
+        "leaf",
+        "root",
+        job_name=f"{t.queue}_quiet_job",
+        watermark_period=t.watermark_period,
+    )
     with psycopg.connect(quiet_dsn) as conn:
         options = tableops.AddTableOptions(expect_sync=True, copy_condition="id < 0")
         tableops.add_tables(cfg, conn, [TABLE], options)
