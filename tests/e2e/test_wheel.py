@@ -1,10 +1,11 @@
 """The built wheel carries everything: installed into a fresh venv, away from the checkout,
 it prints its version and template and passes the walkthrough test.
 
-The fresh venv gets only the wheel; its dependencies are reached through a path entry to
-this environment's site-packages (so nothing is downloaded again).  That entry is added by a
-``.pth`` line, which does not run the ``.pth`` files inside it: the checkout's editable
-install stays out of sight, and ``import pgferry`` must find the wheel.
+The fresh venv gets only the wheel, installed by this environment's pip; its dependencies
+are reached through a path entry to this environment's site-packages (so nothing is
+downloaded again).  That entry is added by a ``.pth`` line, which does not run the ``.pth``
+files inside it: the checkout's editable install stays out of sight, and ``import pgferry``
+must find the wheel.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ def test_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     fresh = tmp_path / "fresh"
-    venv.EnvBuilder(with_pip=True).create(fresh)
+    # No pip of its own (ensurepip took seconds): this environment's pip installs into it.
+    venv.EnvBuilder(with_pip=False).create(fresh)
     python = fresh / "bin" / "python"
-    installed = run(str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel),
-                    cwd=tmp_path, env=env)  # fmt: skip
+    installed = run(sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", str(wheel), cwd=tmp_path, env=env)  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-2000:]
     purelib = run(str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
                   cwd=tmp_path, env=env).stdout.strip()  # fmt: skip
