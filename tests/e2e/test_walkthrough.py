@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,6 +110,18 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
     def all_equal() -> bool:
         return all(equal(dst1, t) for t in TABLES)
 
+    def position(dsn: str) -> int:
+        return sql(dsn, "select last_tick_id from ferry_node.local_state")[0][0] or 0
+
+    def applying(dsn: str, what: str, batches: int = 2) -> None:
+        """Wait until the node's worker applied ``batches`` more batches (of the load that
+        runs): a fault then meets replication at work, not an idle worker."""
+        start = position(dsn)
+        wait_until(lambda: position(dsn) >= start + batches, 60, what)
+
+    def errors_logged(job: str) -> int:
+        return (tmp_path / "log" / f"{job}.log").read_text().count(" ERROR ")
+
     try:
         # 1-4: nodes, workers, ticker
         cli("src_digoal_01.ini", "create-root", "src_digoal_01", src)
@@ -133,28 +144,35 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         assert "dst1_digoal_01" in status
         # 12-14: load, then compare (at one tick, while the load still runs)
         with source_load(src):
-            time.sleep(3)
+            applying(dst1, "dst1 replaying the load")
             assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
         wait_until(all_equal, 120, "dst1 after load")
         # 15: subscriber database stopped and restarted under load
-        with source_load(src):
-            time.sleep(1)
+        with source_load(src) as load:
+            applying(dst1, "dst1 replaying the load")
+            failed = errors_logged("dst1_digoal_01")
             sub_cluster.stop()
-            time.sleep(3)
+            # Down until its worker met the stopped database and the load went on meanwhile.
+            done = load.done
+            wait_until(
+                lambda: errors_logged("dst1_digoal_01") > failed and load.done >= done + 100,
+                60,
+                "dst1's worker to fail on its stopped database",
+            )
             sub_cluster.start()
-            time.sleep(1)
+            applying(dst1, "dst1 replaying after its restart", batches=1)
         wait_until(all_equal, 180, "dst1 after its restart")
         errors = sql(dst1, "select cur_error from ferry_node.local_state")
         assert errors == [(None,)]
         # SIGKILL of the worker mid-load, then -d again
         with source_load(src):
-            time.sleep(2)
+            applying(dst1, "dst1 replaying the load")
             pid = pid_of("dst1_digoal_01")
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             wait_gone("dst1_digoal_01")
             cli("-d", "dst1_digoal_01.ini", "worker")
-            time.sleep(2)
+            applying(dst1, "the new dst1 worker replaying", batches=1)
         wait_until(all_equal, 180, "dst1 after SIGKILL")
         # 17: root worker, leaf worker and ticker stopped with -s, load, then -d
         for ini, job in (
@@ -164,8 +182,8 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
         ):
             cli("-s", ini, "worker" if job != "pgqd" else "ticker")
             wait_gone(job)
-        with source_load(src):
-            time.sleep(3)
+        with source_load(src) as load:  # a backlog while nothing runs
+            wait_until(lambda: load.done >= 300, 60, "a backlog of the load")
         cli("-d", "pgqd.ini", "ticker")
         cli("-d", "src_digoal_01.ini", "worker")
         cli("-d", "dst1_digoal_01.ini", "worker")
@@ -202,7 +220,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
                 180,
                 "tables ok on dst2",
             )
-            time.sleep(2)
+            applying(dst2, "dst2 replaying the load")
         wait_until(partial_equal, 180, "dst2 partial tables")
         assert "Results do not match" not in cli("dst2_digoal_02.ini", "compare")
         assert "Results do not match" not in cli("dst1_digoal_01.ini", "compare")
