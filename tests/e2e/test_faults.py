@@ -9,14 +9,13 @@ equals the source.  ``tools/soak.py`` runs the same rounds for as long as you li
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pgferry.testing.cluster import LocalCluster, make_cluster
-from pgferry.testing.scenario import Load, Scenario
+from pgferry.testing.scenario import Load, Scenario, sql, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +25,11 @@ def clusters() -> Iterator[tuple[LocalCluster, LocalCluster]]:
     yield root, sub
     sub.destroy()
     root.destroy()
+
+
+def _positions(scenario: Scenario) -> list[int]:
+    query = "select last_tick_id from ferry_node.local_state"
+    return [sql(dsn, query)[0][0] or 0 for dsn in (scenario.dst1, scenario.dst2)]
 
 
 @pytest.mark.slow
@@ -39,9 +43,18 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
         scenario.wait_equal()
         for fault in Scenario.FAULTS:
             with Load(scenario.src) as load:
-                time.sleep(0.5)
+                # Each fault meets both leaves replaying the load, which goes on after it.
+                start = _positions(scenario)
+                wait_until(
+                    lambda s=start: all(
+                        p > b for p, b in zip(_positions(scenario), s, strict=True)
+                    ),
+                    60,
+                    "both leaves replaying the load",
+                )
                 scenario.inject(fault, rng)
-                time.sleep(1.0)
+                done = load.transactions
+                wait_until(lambda d=done: load.transactions >= d + 150, 60, "the load after it")
             assert load.transactions > 0
             scenario.wait_synced()
             scenario.wait_equal()
