@@ -30,7 +30,6 @@ from pgferry.pipeline import compare
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
-from pgferry.testing.commands import run_pgferry
 from pgferry.testing.spark_env import spark_env, spark_home
 
 pytestmark = pytest.mark.cluster
@@ -247,10 +246,6 @@ time.sleep(600)
 """
 
 
-def _pgferry(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_pgferry(*args, timeout=timeout)
-
-
 @contextmanager
 def _ticking(dsn: str, queue: str = "replika") -> Iterator[None]:
     """A tick on the root every 0.3 s, as the ticker daemon would make them."""
@@ -305,7 +300,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    holder = comparing = None
+    holder = comparing = refusing = None
     try:
         with _ticking(db_a):
             wait_until(
@@ -354,19 +349,40 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
             assert "Spark unused for 8 s: stopping it" in log.read_text()
             assert time.monotonic() - started < 120
 
-            # Cores held by another application: one line after spark_wait seconds.
+            # Cores held by another application: one line after spark_wait seconds.  Once the
+            # holder is at the master (ahead of compare's new application), compare's JVM
+            # starts while the holder takes the cores.
+            wait_until(
+                lambda: any(a["name"] == "other-team" for a in standalone.apps()),
+                timeout=120,
+                what="the holder at the master",
+            )
+            refusing = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pgferry",
+                    str(leaf_ini),
+                    "compare",
+                    "--set",
+                    "spark_wait=3",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
             wait_until(lambda: standalone.cores_of("other-team") == 2, timeout=60, what="holder")
-            refused = _pgferry(leaf_ini, "compare", "--set", "spark_wait=3")
-        lines = refused.stderr.strip().splitlines()
-        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+            _, refused_err = refusing.communicate(timeout=300)
+        lines = refused_err.strip().splitlines()
+        assert refusing.returncode == 1 and "Traceback" not in refused_err, refused_err
         assert lines[-1].startswith(
             f"pgferry: Spark master {standalone.url} gave application pgferry-leaf-sync (app-"
         ), lines
         assert "no executor in 3 s; cores held by other-team (app-" in lines[-1]
         assert standalone.cores_of("pgferry-leaf-sync") == 0  # it left the master's queue
     finally:
-        for child in (comparing, holder):
+        for child in (comparing, refusing, holder):
             if child is not None and child.poll() is None:
                 child.kill()
                 child.wait()
