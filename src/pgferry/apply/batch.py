@@ -380,13 +380,13 @@ class Replayer:
                     [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
                 )
             start_next()  # the next batch is read while this one is applied
-        apart = frozenset[str]()
+        at = {"queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time}
         if reading.apart and isinstance(readers, ReaderPool) and self.second.available(local):
             apart = share_out(plan.tables, self.second.eligible(local, active))
-        at = {"queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time}
-        if apart and isinstance(readers, ReaderPool):
-            return apply_segment_apart(local, self.stages, plan, batch_sql, segment, self.second,
-                                       apart, readers, consumer=reading.consumer, **at)  # fmt: skip
+            if apart:
+                return apply_segment_apart(local, self.stages, plan, batch_sql, segment,
+                                           self.second, apart, readers, consumer=reading.consumer,
+                                           **at)  # fmt: skip
         return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
                              readers=readers, **at)  # fmt: skip
 
