@@ -31,12 +31,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 import psycopg
-from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
@@ -46,6 +44,7 @@ from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
     StageTables,
+    apply_parts,
     apply_sequences,
     apply_table,
     apply_truncates,
@@ -131,8 +130,7 @@ class SecondApply:
             with contextlib.suppress(Exception):
                 self.conn.close()
         self.conn = None
-        self.stages.reset()
-        self._firing.clear()
+        self.forget_tables()
 
     def available(self, local: psycopg.Connection) -> bool:
         """The node has the schema version with ``ferry.applied_part`` (an older one is
@@ -256,7 +254,6 @@ class SecondRun:
         self.tick_id, self.tick_time = tick_id, tick_time
         self.stats = ApplyStats()
         self.error: BaseException | None = None
-        self.committed = False
         self.thread = threading.Thread(target=self._run, name="pgferry-apply-2", daemon=True)
 
     def _run(self) -> None:
@@ -272,7 +269,6 @@ class SecondRun:
                     applied[work.table_name][1].add(done)
                     self.stats.add(done)
                 self._record(applied)
-            self.committed = True
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by join()
             self.error = exc
             self.owner.stages.reset()  # stages made in the failed transaction are gone
@@ -284,11 +280,9 @@ class SecondRun:
                          done.deletes, done.recreated, done.missing_deletes))  # fmt: skip
         with self.conn.cursor() as cur:
             cur.executemany(
-                sql.SQL(
-                    "insert into ferry.applied_part (queue_name, consumer_name, tick_id,"
-                    " table_name, dest, upserts, deletes, recreated, missing_deletes)"
-                    " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                ),
+                "insert into ferry.applied_part (queue_name, consumer_name, tick_id,"
+                " table_name, dest, upserts, deletes, recreated, missing_deletes)"
+                " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 rows,
             )
 
@@ -338,11 +332,7 @@ def apply_segment_apart(
             run = second.start(
                 theirs, queue=queue, consumer=consumer, tick_id=tick_id, tick_time=tick_time
             )
-            waiting_since = time.monotonic()
-            for work, chunks in mine:
-                read_wait = time.monotonic() - waiting_since
-                stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
-                waiting_since = time.monotonic()
+            stats.add(apply_parts(conn, stages, mine, tick_id, tick_time))
             stats.add(run.join())
     except BaseException as exc:
         if run is not None:

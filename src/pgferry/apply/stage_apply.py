@@ -257,6 +257,23 @@ def apply_sequences(conn: psycopg.Connection, queue: str, values: dict[str, int]
     return len(values)
 
 
+def apply_parts(
+    conn: psycopg.Connection,
+    stages: StageTables,
+    parts: Iterable[tuple[TableWork, Iterable[bytes]]],
+    tick_id: int,
+    tick_time: datetime | None,
+) -> ApplyStats:
+    """Apply each part as its read hands it over (:func:`apply_table`), timing the wait."""
+    stats = ApplyStats()
+    waiting_since = time.monotonic()
+    for work, chunks in parts:
+        read_wait = time.monotonic() - waiting_since
+        stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
+        waiting_since = time.monotonic()
+    return stats
+
+
 def apply_segment(
     conn: psycopg.Connection,
     stages: StageTables,
@@ -281,11 +298,7 @@ def apply_segment(
         with table_parts(
             plan.tables, batch_sql, segment, provider=provider, readers=readers
         ) as parts:
-            waiting_since = time.monotonic()
-            for work, chunks in parts:
-                read_wait = time.monotonic() - waiting_since
-                stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
-                waiting_since = time.monotonic()
+            stats.add(apply_parts(conn, stages, parts, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
