@@ -71,6 +71,27 @@ def test_only_insert_only_tables_are_split() -> None:
     assert len(split.tables) == 4
 
 
+def test_tables_with_updates_in_ranges_merged_here() -> None:
+    """With ``merge_updates`` a table with updates is split too, its ranges marked to be
+    merged on the subscriber, and read before the other tables' ranges."""
+    summary = [
+        SummaryRow("s.small", 100, True, None, None, 1001, 1200, 0),  # inserts only
+        SummaryRow("s.big", 100, False, None, None, 1001, 1200, 0),
+    ]
+    plan = plan_segment(summary, ROUTES, [], {}, range_events=30, merge_updates=True)
+    big = [w for w in plan.tables if w.table_name == "s.big"]
+    assert [(w.order, w.ranges, w.merge) for w in big] == [(i, 4, True) for i in range(4)]
+    assert plan.tables[:4] == big  # its ranges first, in order
+    small = [w for w in plan.tables if w.table_name == "s.small"]
+    assert len(small) == 4 and not any(w.merge for w in small)
+    # Too few events to split: one part, nothing to merge.
+    one = plan_segment(summary, ROUTES, [], {}, range_events=1000, merge_updates=True)
+    assert [(w.table_name, w.merge, w.span) for w in one.tables] == [
+        ("s.big", False, None),
+        ("s.small", False, None),
+    ]
+
+
 def test_segment_filters() -> None:
     assert [f.as_string(None) for f in Segment(5, 9).filters()] == ["e.ev_id > 5", "e.ev_id <= 9"]
     assert Segment().filters() == []

@@ -89,8 +89,14 @@ def _apply(conn: psycopg.Connection, op: tuple) -> None:
         conn.execute("truncate many")
 
 
-# Inline reads, and reads ahead in ev_id ranges of a few events (applied in order).
-READS = {"inline": {}, "ranges": {"replay_read_ahead_events": "0", "replay_read_range_events": "3"}}
+# Inline reads, and reads ahead in ev_id ranges of a few events: tables with updates
+# merged on the subscriber, or (merge off) read whole.
+RANGES = {"replay_read_ahead_events": "0", "replay_read_range_events": "3"}
+READS = {
+    "inline": {},
+    "ranges": RANGES,
+    "ranges-whole-updates": {**RANGES, "replay_merge_ranges": "off"},
+}
 
 
 @pytest.mark.parametrize("reads", list(READS))

@@ -36,7 +36,8 @@ from pgferry.apply.routes import Route, load_routes, registry_signature
 from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats, StageTables, apply_segment, record_divergence
+from pgferry.apply.stage_apply import ApplyStats, apply_segment, record_divergence
+from pgferry.apply.stages import StageTables
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node import model
 from pgferry.queue import batches as queue_batches
@@ -117,6 +118,7 @@ class Replayer:
                 self.settings.read_range_events,
                 self.settings.read_ahead_events,
                 self.settings.second_events,
+                self.settings.merge_ranges,
             )
         want = NextBatch(
             reading.queue, consumer, reading.tick_id, min_events, routes, list(reading.seqs), plan
@@ -356,6 +358,7 @@ class Replayer:
             # A Spark task hands its whole part to the driver: there ranges bound memory.
             # Two applying connections: a table in ranges starts its apply after a range.
             whole_updates=not use_spark and not reading.apart,
+            merge_updates=self.settings.merge_ranges,
             binary=_major(provider) == _major(local),
             provider_types=self.shapes.provider_types(provider, active),
         )

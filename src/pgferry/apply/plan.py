@@ -36,6 +36,10 @@ class TableWork:
     some_deletes: bool = True  # some of them were deletes (else no 'D' op, unless filtered)
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
+    # The table's ranges are staged apart and merged on the subscriber, each key's last
+    # row kept, before its handler applies them once (stage_apply.apply_parts).
+    merge: bool = False
+    ranges: int = 1  # how many ranges the table is split into
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
     decode: tuple[str, ...] = ()  # the columns' types as the provider decodes them
 
@@ -107,6 +111,7 @@ def plan_segment(
     *,
     range_events: int | None = None,
     whole_updates: bool = True,
+    merge_updates: bool = False,
     binary: bool = False,
     provider_types: Mapping[str, bool] | None = None,
 ) -> SegmentPlan:
@@ -114,7 +119,9 @@ def plan_segment(
     events is split into ev_id ranges of about that many, read in parallel and applied in
     ev_id order (each range collapses on its own; a later range overrides an earlier one).
     With ``whole_updates`` only tables that saw nothing but inserts are split (nothing
-    of theirs collapses); a table with updates or deletes is read whole, each key once.
+    of theirs collapses); a table with updates or deletes is read whole, each key once,
+    unless ``merge_updates``: then its ranges are read in parallel too and merged on the
+    subscriber before the apply, which still applies each key once (:attr:`TableWork.merge`).
     ``binary``: both servers are of one major version, so tables whose columns all have
     built-in types move in COPY's binary format (no text output and parsing).
     ``provider_types`` says which of the subscriber's own (not built-in) types the provider
@@ -158,12 +165,22 @@ def plan_segment(
             # what a catch-up waits for.  So with ``whole_updates`` only a table that saw
             # nothing but inserts is split.
             split = range_events if work.inserts_only or not whole_updates else None
+            if split is None and merge_updates and not route.keyless:
+                split, work = range_events, replace(work, merge=True)
             plan.tables.extend(_split(work, row.first, row.last, split))
-    # First ranges first, larger tables before smaller ones: what is read first is applied
-    # first, while the rest is read.
-    plan.tables.sort(key=lambda w: (w.order, -w.rows, w.route.table_name))
+    plan.tables.sort(key=_read_order)
     plan.truncate.sort(key=lambda r: r.table_name)
     return plan
+
+
+def _read_order(work: TableWork) -> tuple:
+    # The ranges of tables merged on the subscriber first, largest table first: such a
+    # table is applied once all its ranges are in, and its apply is the longest (updates),
+    # so it starts while the others are read.  Then first ranges first, larger tables
+    # before smaller ones: what is read first is applied first, while the rest is read.
+    if work.merge:
+        return (0, -work.rows * work.ranges, work.route.table_name, work.order)
+    return (1, work.order, -work.rows, work.route.table_name)
 
 
 def _decode_types(
@@ -177,13 +194,17 @@ def _decode_types(
 def _split(
     work: TableWork, first: int | None, last: int | None, range_events: int | None
 ) -> list[TableWork]:
-    if not range_events or work.rows <= range_events or first is None or last is None:
-        return [work]
-    if last <= first:
-        return [work]
+    if (
+        not range_events
+        or work.rows <= range_events
+        or first is None
+        or last is None
+        or last <= first
+    ):
+        return [replace(work, merge=False)]  # one part: nothing to merge
     n = min(-(-work.rows // range_events), last - first + 1)
     bounds = [first - 1 + (last - first + 1) * i // n for i in range(n + 1)]
     return [
-        replace(work, rows=work.rows // n, span=Segment(lo, hi), order=i)
+        replace(work, rows=work.rows // n, span=Segment(lo, hi), order=i, ranges=n)
         for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
     ]

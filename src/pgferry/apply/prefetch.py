@@ -87,6 +87,7 @@ class PlanInputs:
     range_events: int
     read_ahead_events: int  # smaller batches are read inline: no reads ahead
     second_events: int = 0  # larger batches are applied on two connections (second_apply)
+    merge_ranges: bool = False  # tables with updates in ranges too, merged on the subscriber
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class Prefetch:
                 plan_inputs.src_cols,
                 range_events=plan_inputs.range_events,
                 whole_updates=not (0 < plan_inputs.second_events < count),
+                merge_updates=plan_inputs.merge_ranges,
                 binary=plan_inputs.binary,
                 provider_types=plan_inputs.provider_types,
             )

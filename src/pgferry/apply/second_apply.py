@@ -43,12 +43,12 @@ from pgferry.apply.readers import ReaderPool, split_table_parts
 from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
-    StageTables,
     apply_parts,
     apply_sequences,
     apply_table,
     apply_truncates,
 )
+from pgferry.apply.stages import StageTables
 from pgferry.db import connect, error_text
 from pgferry.handlers.api import Handler
 

@@ -2,11 +2,13 @@
 
 Each table part's COPY data is loaded unchanged into a temporary stage table with the
 destination's column types, or for a handler that takes events the event columns
-(:class:`StageTables`), then handed to the table's handler (:mod:`pgferry.handlers`),
-which applies it set-based: the default one with one ``DELETE ... USING`` for the deleted
-keys and one ``INSERT`` (``ON CONFLICT DO UPDATE``, or a plain insert when the table saw
-only inserts).  TRUNCATE barriers come first, sequences last; nothing here commits (the
-caller adds the tick record to the same transaction).
+(:class:`~pgferry.apply.stages.StageTables`), then handed to the table's handler
+(:mod:`pgferry.handlers`), which applies it set-based: the default one with one
+``DELETE ... USING`` for the deleted keys and one ``INSERT`` (``ON CONFLICT DO UPDATE``, or
+a plain insert when the table saw only inserts).  The ranges of a table merged here
+(:attr:`TableWork.merge`) wait in stages of their own until the last arrives, then are
+merged into the table's stage and applied once.  TRUNCATE barriers come first, sequences
+last; nothing here commits (the caller adds the tick record to the same transaction).
 
 Those statements also repair, silently, a subscriber that drifted: an update of a row
 missing here inserts it, a delete of one finds nothing.  Both are counted per table
@@ -27,12 +29,12 @@ from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import ReplayError, copy_options
+from pgferry.apply.read import ReplayError
 from pgferry.apply.readers import ReaderPool, table_parts
 from pgferry.apply.routes import Route
+from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.events import EVENT_COLUMNS
 from pgferry.handlers import Staged
 from pgferry.node import model
 from pgferry.queue.batches import Batch
@@ -89,80 +91,6 @@ def log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> Non
     )
 
 
-class StageTables:
-    """Temporary stage tables of the applying connection, one per (table, columns), and
-    one for the events of every table whose handler takes events.
-
-    A stage has the destination's column types (created from it), so COPY parses each
-    value once.  The cache belongs to one connection: :meth:`reset` when it changes or when
-    a destination's shape may have changed (a replayed script).
-
-    Stages are ``ON COMMIT DELETE ROWS``: the commit empties them in place, without a
-    TRUNCATE statement (a round trip, a new file and a catalog write per table and batch).
-    A stage loaded again in the same transaction (a later segment or part) is emptied
-    first; :meth:`new_transaction` says when one begins.
-    """
-
-    def __init__(self) -> None:
-        self._conn_id: int | None = None
-        self._names: dict[tuple[str, tuple[str, ...], tuple[str, ...]], sql.Identifier] = {}
-        self._loaded: set[tuple] = set()  # keys of the stages loaded in this transaction
-
-    def reset(self) -> None:
-        self._names.clear()
-        self._loaded.clear()
-
-    def new_transaction(self) -> None:
-        """The applying transaction begins: every stage is empty (emptied at commit, or
-        rolled back together with its rows)."""
-        self._loaded.clear()
-
-    def get(
-        self, conn: psycopg.Connection, route: Route, columns: tuple[str, ...], *, events=False
-    ) -> sql.Composable:
-        if self._conn_id != id(conn):
-            self._conn_id, self._names, self._loaded = id(conn), {}, set()
-        key = ("", (), ()) if events else (route.dest_fq, columns, route.types)
-        name = self._names.get(key)
-        if name is not None and key in self._loaded:
-            conn.execute(sql.SQL("truncate pg_temp.{}").format(name))
-        if name is None:
-            name = sql.Identifier(f"ferry_stage_{len(self._names) + 1}")
-            conn.execute(sql.SQL("drop table if exists pg_temp.{}").format(name))
-            if events:
-                create = sql.SQL("create temp table {name} ({cols}) on commit delete rows").format(
-                    name=name,
-                    cols=sql.SQL(", ").join(
-                        sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                        for c, t in EVENT_COLUMNS
-                    ),
-                )
-            else:
-                create = sql.SQL(
-                    "create temp table {name} on commit delete rows"
-                    " as select ''::\"char\" as op, {cols} from {dest} with no data"
-                ).format(
-                    name=name,
-                    cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-                    dest=route.dest,
-                )
-            conn.execute(create)
-            self._names[key] = name
-        self._loaded.add(key)
-        return sql.SQL("pg_temp.{}").format(name)
-
-
-def load_stage(
-    conn: psycopg.Connection, stage: sql.Composable, chunks: Iterable[bytes], binary: bool
-) -> int:
-    stmt = sql.SQL("copy {} from stdin" + copy_options(binary)).format(stage)
-    with conn.cursor() as cur:
-        with cur.copy(stmt) as dst:
-            for chunk in chunks:
-                dst.write(chunk)
-        return max(cur.rowcount, 0)
-
-
 def apply_table(
     conn: psycopg.Connection,
     stages: StageTables,
@@ -202,6 +130,22 @@ def _apply_rows(
     stage = stages.get(conn, route, cols, events=work.events)
     # One COPY per part: a binary COPY stream has a header and an end marker of its own.
     staged = sum(load_stage(conn, stage, part, work.binary) for part in parts)
+    return _handle(conn, work, stage, staged, tick_id, tick_time, read_wait, stage_at)
+
+
+def _handle(
+    conn: psycopg.Connection,
+    work: TableWork,
+    stage: sql.Composable,
+    staged: int,
+    tick_id: int,
+    tick_time: datetime | None,
+    read_wait: float,
+    stage_at: float,
+    what: str = "",
+) -> ApplyStats:
+    """Have the table's handler apply the ``staged`` rows of ``stage``."""
+    route, cols = work.route, work.columns
     handler_at = time.monotonic()
     stats = ApplyStats()
     if staged:
@@ -231,7 +175,7 @@ def _apply_rows(
         log.debug(
             "  %s%s: %d rows (read wait %.3fs, stage %.3fs, apply %.3fs)",
             route.table_name,
-            f" part {work.order + 1}" if work.span is not None else "",
+            what or (f" part {work.order + 1}" if work.span is not None else ""),
             staged,
             read_wait,
             handler_at - stage_at,
@@ -267,11 +211,70 @@ def apply_parts(
     """Apply each part as its read hands it over (:func:`apply_table`), timing the wait."""
     stats = ApplyStats()
     waiting_since = time.monotonic()
+    merging: dict[str, _Merge] = {}
     for work, chunks in parts:
         read_wait = time.monotonic() - waiting_since
-        stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
+        if work.merge:
+            merge = merging.setdefault(work.table_name, _Merge())
+            applied = merge.add(conn, stages, work, chunks, tick_id, tick_time, read_wait)
+            if applied is not None:
+                stats.add(applied)
+        else:
+            stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
         waiting_since = time.monotonic()
     return stats
+
+
+class _Merge:
+    """The ranges of one table merged on the subscriber (:attr:`TableWork.merge`).
+
+    Each range arrives collapsed on its own (its last row of each key); it is loaded into
+    a stage of its own as it arrives.  Once the last is in, one statement keeps each key's
+    row of the latest range, the row a whole-table read would have collapsed to, in the
+    table's stage, and the handler applies that stage as it would the whole table's.
+    """
+
+    def __init__(self) -> None:
+        self.stages: list[sql.Composable] = []
+        self.read_wait = 0.0
+        self.loaded_s = 0.0
+
+    def add(
+        self,
+        conn: psycopg.Connection,
+        stages: StageTables,
+        work: TableWork,
+        chunks: Iterable[bytes],
+        tick_id: int,
+        tick_time: datetime | None,
+        read_wait: float,
+    ) -> ApplyStats | None:
+        """Load one range (they arrive in their order); the table's stats after the last."""
+        route = work.route
+        at = time.monotonic()
+        try:
+            stage = stages.get(conn, route, work.columns, part=work.order)
+            load_stage(conn, stage, chunks, work.binary)
+            self.stages.append(stage)
+            self.read_wait += read_wait
+            self.loaded_s += time.monotonic() - at
+            if len(self.stages) < work.ranges:
+                return None
+            at = time.monotonic()
+            stage = stages.get(conn, route, work.columns)
+            staged = conn.execute(merge_ranges(route, work.columns, stage, self.stages)).rowcount
+            stats = _handle(
+                conn, work, stage, staged, tick_id, tick_time, self.read_wait,
+                at - self.loaded_s, f" ({work.ranges} ranges merged)",
+            )  # fmt: skip
+        except psycopg.Error as exc:
+            raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
+        except PgferryError as exc:
+            raise ReplayError(f"applying to {route.dest_text}: {exc}") from None
+        stats.tables.add(route.table_name)
+        if stats.recreated or stats.missing_deletes:
+            stats.diverged[route.dest_text] = (stats.recreated, stats.missing_deletes)
+        return stats
 
 
 def apply_segment(

@@ -32,6 +32,7 @@ class ReplaySettings:
     read_ahead: int  # provider connections reading tables ahead of the apply
     read_ahead_events: int  # smaller batches are read inline (a thread costs more)
     read_range_events: int  # larger tables are read in ev_id ranges of about this size
+    merge_ranges: bool  # a table with updates too, its ranges merged on the subscriber
     second_events: int  # larger batches apply some tables on a second connection (0: off)
 
     @classmethod
@@ -44,6 +45,9 @@ class ReplaySettings:
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
             read_range_events=config.getint("replay_read_range_events", 50000),
+            # The whole read of a table with updates, then its apply, was a catch-up's
+            # longest path: read in ranges, its apply starts once the last range is in.
+            merge_ranges=config.getbool("replay_merge_ranges", True),
             second_events=config.getint("replay_second_events", 0),
         )
 
