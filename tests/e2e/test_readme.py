@@ -23,7 +23,7 @@ import pytest
 
 from pgferry.daemon import pid_alive, read_pid
 from pgferry.testing.cluster import find_pg_tool
-from pgferry.testing.scenario import sql, wait_until
+from pgferry.testing.scenario import process_running, sql, wait_until
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK = re.compile(r"^```(ini file=(?P<file>\S+)|sh session)\n(?P<body>.*?)^```\n", re.M | re.S)
@@ -109,4 +109,4 @@ def test_readme_session_runs_as_written(pg_a, pg_b, new_db_a, new_db_b, tmp_path
 
 def _running(pidfile: Path) -> bool:
     pid = read_pid(pidfile)
-    return pid is not None and pid_alive(pid)
+    return pid is not None and process_running(pid)

@@ -16,11 +16,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgferry.daemon import pid_alive, read_pid
+from pgferry.daemon import read_pid
 from pgferry.testing.cluster import LocalCluster, make_cluster
 from pgferry.testing.commands import run_pgferry
 from pgferry.testing.load import Load
-from pgferry.testing.scenario import sql, wait_until
+from pgferry.testing.scenario import process_running, sql, wait_until
 from pgferry.testing.seed import seed_fill, seed_schema
 
 SCHEMA = seed_schema()
@@ -98,7 +98,7 @@ def test_walkthrough(pg_a: LocalCluster, sub_cluster: LocalCluster, tmp_path: Pa
 
     def pid_of(job: str) -> int | None:
         pid = read_pid(pids / f"{job}.pid")
-        return pid if pid is not None and pid_alive(pid) else None
+        return pid if pid is not None and process_running(pid) else None
 
     def wait_gone(job: str) -> None:
         wait_until(lambda: pid_of(job) is None, 60, f"{job} to exit")

@@ -54,6 +54,19 @@ def sql(dsn: str, query: str, params: tuple | None = None) -> list[tuple]:
         return cur.fetchall() if cur.description else []
 
 
+def process_running(pid: int) -> bool:
+    """True while process ``pid`` runs.  An exited process not yet reaped (a zombie) has
+    stopped: a detached daemon's parent is init, which here collects it only a second or two
+    later, and its locks and connections are gone already."""
+    if not pid_alive(pid):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: the signal check alone
+    return state != "Z"
+
+
 def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -126,7 +139,7 @@ class Scenario:
 
     def pid(self, job: str) -> int | None:
         pid = read_pid(self.workdir / "pid" / f"{job}.pid")
-        return pid if pid is not None and pid_alive(pid) else None
+        return pid if pid is not None and process_running(pid) else None
 
     def start(self, job: str) -> None:
         if self.pid(job) is None:
