@@ -1,6 +1,6 @@
 """A large table with updates read in ranges and merged on the subscriber.
 
-With ``replay_merge_ranges`` (the default) a table with updates in a batch read by
+With ``replay_merge_ranges`` a table with updates in a batch read by
 reader threads is read in ev_id ranges too; each range collapses on the provider on its
 own, and the subscriber keeps each key's row of the latest range before the table's
 handler applies it once.  What it applies, and what it counts as found missing, must be

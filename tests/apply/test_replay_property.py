@@ -90,12 +90,12 @@ def _apply(conn: psycopg.Connection, op: tuple) -> None:
 
 
 # Inline reads, and reads ahead in ev_id ranges of a few events: tables with updates
-# merged on the subscriber, or (merge off) read whole.
+# read whole, or in ranges merged on the subscriber.
 RANGES = {"replay_read_ahead_events": "0", "replay_read_range_events": "3"}
 READS = {
     "inline": {},
     "ranges": RANGES,
-    "ranges-whole-updates": {**RANGES, "replay_merge_ranges": "off"},
+    "ranges-merged": {**RANGES, "replay_merge_ranges": "on"},
 }
 
 

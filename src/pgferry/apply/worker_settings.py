@@ -45,9 +45,9 @@ class ReplaySettings:
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
             read_range_events=config.getint("replay_read_range_events", 50000),
-            # The whole read of a table with updates, then its apply, was a catch-up's
-            # longest path: read in ranges, its apply starts once the last range is in.
-            merge_ranges=config.getbool("replay_merge_ranges", True),
+            # Off: on two cores the merge cost what the parallel reads of the ranges
+            # saved (BENCHMARKS.md); where the provider has cores to spare it can pay.
+            merge_ranges=config.getbool("replay_merge_ranges", False),
             second_events=config.getint("replay_second_events", 0),
         )
 
