@@ -18,9 +18,10 @@ drift shows in ``status`` and the log instead of being hidden by the next change
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -103,13 +104,24 @@ def apply_table(
     """Load one table's rows (COPY data of one or more parts) into its stage and have its
     handler apply them (caller's transaction); ``tick_id``, ``tick_time``: the batch's
     tick; ``read_wait``: seconds the apply waited for the part's read (for the log)."""
-    route = work.route
-    try:
+    with _named_errors(work.route):
         stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time, read_wait)
+    return _tagged(work.route, stats)
+
+
+@contextlib.contextmanager
+def _named_errors(route: Route) -> Iterator[None]:
+    """A table's apply failing: one ReplayError naming the table."""
+    try:
+        yield
     except psycopg.Error as exc:
         raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
     except PgferryError as exc:
         raise ReplayError(f"applying to {route.dest_text}: {exc}") from None
+
+
+def _tagged(route: Route, stats: ApplyStats) -> ApplyStats:
+    """``stats`` of one table's apply, with the table and what it found missing here."""
     stats.tables.add(route.table_name)
     if stats.recreated or stats.missing_deletes:
         stats.diverged[route.dest_text] = (stats.recreated, stats.missing_deletes)
@@ -252,7 +264,7 @@ class _Merge:
         """Load one range (they arrive in their order); the table's stats after the last."""
         route = work.route
         at = time.monotonic()
-        try:
+        with _named_errors(route):
             stage = stages.get(conn, route, work.columns, part=work.order)
             load_stage(conn, stage, chunks, work.binary)
             self.stages.append(stage)
@@ -267,14 +279,7 @@ class _Merge:
                 conn, work, stage, staged, tick_id, tick_time, self.read_wait,
                 at - self.loaded_s, f" ({work.ranges} ranges merged)",
             )  # fmt: skip
-        except psycopg.Error as exc:
-            raise ReplayError(f"applying to {route.dest_text}: {error_text(exc)}") from None
-        except PgferryError as exc:
-            raise ReplayError(f"applying to {route.dest_text}: {exc}") from None
-        stats.tables.add(route.table_name)
-        if stats.recreated or stats.missing_deletes:
-            stats.diverged[route.dest_text] = (stats.recreated, stats.missing_deletes)
-        return stats
+        return _tagged(route, stats)
 
 
 def apply_segment(
