@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 import pytest
 
-from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.plan import TableWork
+from pgferry.apply.read import ReplayError
+from pgferry.apply.routes import Route
+from pgferry.apply.stage_apply import ApplyStats, apply_parts
+from pgferry.apply.stages import StageTables
 
 TABLE = "create table public.t (id int primary key, v text, n int)"
 # Batches read by reader threads, tables in ranges of about 40 row events.
@@ -74,3 +79,18 @@ def test_ranges_merged_apply_what_a_whole_read_does(make_pair, caplog, merge: st
     )
     pair.catch_up(worker)
     pair.same("t")
+
+
+def test_a_range_that_never_arrives_fails_the_batch(db_b: str) -> None:
+    """A table whose ranges did not all arrive is never left staged and unapplied inside a
+    transaction that goes on to commit: the batch fails instead."""
+    route = Route(
+        "s.big", "s", "big", ("id",), ("id", "v"), ("integer", "text"), "ok", None, None,
+        False, "s.big",
+    )  # fmt: skip
+    work = TableWork(route, ("id", "v"), 10, False, None, merge=True, ranges=2)
+    with psycopg.connect(db_b) as conn:
+        conn.execute("create schema s; create table s.big (id integer primary key, v text)")
+        with pytest.raises(ReplayError, match="1 of its ranges never arrived"):
+            apply_parts(conn, StageTables(), [(work, [b"U\t1\tx\n"])], 0, None)
+        assert conn.execute("select count(*) from s.big").fetchone() == (0,)

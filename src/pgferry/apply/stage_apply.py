@@ -234,6 +234,9 @@ def apply_parts(
         else:
             stats.add(apply_table(conn, stages, work, [chunks], tick_id, tick_time, read_wait))
         waiting_since = time.monotonic()
+    for name, merge in merging.items():
+        if merge.pending:  # never commit a batch with a table's ranges staged, not applied
+            raise ReplayError(f"applying {name}: {merge.pending} of its ranges never arrived")
     return stats
 
 
@@ -248,6 +251,7 @@ class _Merge:
 
     def __init__(self) -> None:
         self.stages: list[sql.Composable] = []
+        self.pending = 0  # ranges still to come
         self.read_wait = 0.0
         self.loaded_s = 0.0
 
@@ -270,7 +274,8 @@ class _Merge:
             self.stages.append(stage)
             self.read_wait += read_wait
             self.loaded_s += time.monotonic() - at
-            if len(self.stages) < work.ranges:
+            self.pending = work.ranges - len(self.stages)
+            if self.pending:
                 return None
             at = time.monotonic()
             stage = stages.get(conn, route, work.columns)
