@@ -24,7 +24,8 @@ from pgferry.cli.ini_template import template_for
 from pgferry.config import load_config
 from pgferry.daemon import Service
 from pgferry.errors import ConfigError, PgferryError
-from pgferry.metrics.server import Endpoint, MetricsServer, endpoint, start
+from pgferry.metrics.endpoint import Endpoint, endpoint
+from pgferry.metrics.server import MetricsServer, start
 from pgferry.metrics.ticker import watch_ticker
 from pgferry.metrics.worker import NodeReading, WorkerCollector, read_node, watch_worker
 from pgferry.node.ticker_health import StallLog

@@ -7,16 +7,20 @@ metrics are served (:mod:`pgferry.metrics`); the port is read at start, not on r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pgferry.cli.registry import Context, command
 from pgferry.config import TICKER_SECTIONS, load_config
+
+if TYPE_CHECKING:
+    from pgferry.metrics.server import MetricsServer
 
 
 @command("ticker", "run the ticker daemon (pgqd.ini)", sections=TICKER_SECTIONS)
 def cmd_ticker(ctx: Context, argv: list[str]) -> int:
     from pgferry.daemon import run_service
     from pgferry.log import setup_logging
-    from pgferry.metrics.server import MetricsServer, endpoint, start
-    from pgferry.metrics.ticker import watch_ticker
+    from pgferry.metrics.endpoint import endpoint
     from pgferry.queue.ticker import TickerService, TickerSettings
 
     ctx.parser("", "Tick every queue database of a cluster.").parse_args(argv)
@@ -40,11 +44,17 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
         )
 
     def make() -> TickerService:
-        server = start(where)  # a port already taken: the start fails here
+        if where is None:
+            return TickerService(settings, reread)
+        # The HTTP server and prometheus_client only when metrics are on (a tenth of a
+        # second of the daemon's start).
+        from pgferry.metrics.server import MetricsServer
+        from pgferry.metrics.ticker import watch_ticker
+
+        server = MetricsServer(where)  # a port already taken: the start fails here
+        servers.append(server)
         service = TickerService(settings, reread)
-        if server is not None:
-            servers.append(server)
-            watch_ticker(server.registry, service)
+        watch_ticker(server.registry, service)
         return service
 
     try:

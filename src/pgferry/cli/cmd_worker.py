@@ -10,9 +10,14 @@ Prometheus metrics are served from before the worker takes its node (:mod:`pgfer
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pgferry.cli.registry import Context, command
 from pgferry.daemon import run_service
 from pgferry.log import setup_logging
+
+if TYPE_CHECKING:
+    from pgferry.metrics.server import MetricsServer
 
 
 @command("worker", "run the replication worker of this node (-d to detach)")
@@ -22,8 +27,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     group.add_argument("--rewind", action="store_true", help="restart from the last applied tick")
     group.add_argument("--reset", action="store_true", help="skip to the provider's newest tick")
     args = parser.parse_args(argv)
-    from pgferry.metrics.server import MetricsServer, endpoint, start
-    from pgferry.metrics.worker import watch_worker
+    from pgferry.metrics.endpoint import endpoint
 
     config = ctx.config()
     config.get("db")
@@ -35,10 +39,16 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     def make():
         from pgferry.apply.worker import Worker
 
-        # First the port (after detaching: the server thread lives in the daemon): when it
-        # is taken, the start fails here, before the worker exists or holds the node.
-        server = start(where)
-        if server is not None:
+        server = None
+        if where is not None:
+            # Imported only when metrics are on: the HTTP server and prometheus_client
+            # are about a tenth of a second of a worker's start (before its first batch).
+            from pgferry.metrics.server import MetricsServer
+
+            # First the port (after detaching: the server thread lives in the daemon):
+            # when it is taken, the start fails here, before the worker exists or holds
+            # the node.
+            server = MetricsServer(where)
             servers.append(server)
         worker = Worker(
             config,
@@ -48,6 +58,8 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
             reposition=reposition,
         )
         if server is not None:
+            from pgferry.metrics.worker import watch_worker
+
             watch_worker(server.registry, worker)
         return worker
 

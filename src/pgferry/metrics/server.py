@@ -1,6 +1,6 @@
-"""The HTTP side of the Prometheus metrics: where ``/metrics`` is served
-(``metrics_address``, ``metrics_port``), the server thread answering it, and the
-short-timeout connection a scrape reads a database on.
+"""The HTTP side of the Prometheus metrics: the server thread answering ``/metrics`` on
+the configured endpoint (:mod:`.endpoint`), and the short-timeout connection a scrape
+reads a database on.
 
 Each daemon process gets its own :class:`~prometheus_client.CollectorRegistry` (never the
 library's global one) and one small HTTP server thread answering ``/metrics``; the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -23,42 +22,16 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import psycopg
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from pgferry.config import Config
 from pgferry.db import connect
-from pgferry.errors import ConfigError, PgferryError
+from pgferry.errors import PgferryError
+from pgferry.metrics.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADDRESS = "127.0.0.1"
 APPLICATION_NAME = "pgferry-metrics"
 # A scrape's own database reads: libpq's shortest connect timeout, then this per statement.
 CONNECT_TIMEOUT = 2
 STATEMENT_TIMEOUT_MS = 2000
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where ``/metrics`` is served (``metrics_address``, ``metrics_port``)."""
-
-    address: str
-    port: int
-
-
-def endpoint(config: Config) -> Endpoint | None:
-    """The configured endpoint, or None when ``metrics_port`` is not set (the default)."""
-    raw = (config.getopt("metrics_port") or "").strip()
-    if not raw:
-        return None
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise ConfigError(
-            f"{config.path}: setting 'metrics_port' must be a port number (1-65535), not {raw!r}"
-        )
-    address = (config.getopt("metrics_address") or "").strip() or DEFAULT_ADDRESS
-    return Endpoint(address, port)
 
 
 class _QuietHandler(WSGIRequestHandler):
