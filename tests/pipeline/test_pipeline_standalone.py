@@ -4,6 +4,8 @@ a node's worker sharing the cluster with the node's own commands.
 The cluster (one Spark worker, 2 cores) is started from the pyspark package on 127.0.0.1.
 Spark allows one SparkContext per process and this one may hold the shared local session,
 so the jobs run in child processes whose sessions point at ``spark://127.0.0.1:PORT``.
+Every JVM here (daemons, executors, the children's drivers) compiles with C1 only
+(:func:`short_lived_jvm_env`): the tests' time is mostly JVM starts on two cores.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pgferry.pipeline import compare
 from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
-from pgferry.testing.spark_env import spark_env, spark_home
+from pgferry.testing.spark_env import short_lived_jvm_env, spark_env, spark_home
 
 pytestmark = pytest.mark.cluster
 
@@ -94,7 +96,9 @@ class Standalone:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory) -> Iterator[Standalone]:
     work = tmp_path_factory.mktemp("spark-standalone")
-    env = spark_env(SPARK_LOG_DIR=str(work))
+    env = spark_env(SPARK_LOG_DIR=str(work), **short_lived_jvm_env())
+    # The executors inherit the worker's environment.
+    worker_env = spark_env(SPARK_LOG_DIR=str(work), **short_lived_jvm_env(executors=True))
     spark_class = str(spark_home() / "bin" / "spark-class")
     procs = []
     try:
@@ -135,7 +139,7 @@ def standalone(tmp_path_factory) -> Iterator[Standalone]:
                     str(free_port()),
                     url,
                 ],
-                env=env,
+                env=worker_env,
                 stdout=(work / "worker.log").open("w"),
                 stderr=subprocess.STDOUT,
             )
@@ -215,7 +219,12 @@ def test_copy_and_compare_on_standalone_cluster(standalone, both, spark, monkeyp
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": _pythonpath()},
+        env={
+            **os.environ,
+            **short_lived_jvm_env(),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYTHONPATH": _pythonpath(),
+        },
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.splitlines()[-1])
@@ -268,15 +277,21 @@ def _ticking(dsn: str, queue: str = "replika") -> Iterator[None]:
 
 @pytest.mark.slow
 @pytest.mark.timing
-def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, cli, tmp_path):
+def test_worker_gives_cores_back_to_compare(
+    standalone, db_a, db_b, write_ini, cli, tmp_path, monkeypatch
+):
     """The leaf's copy and large batches run on the cluster; its idle session then goes, so
     compare gets the cores; with the cores held by someone else, compare fails in bounded
     time with one line naming the master and both applications."""
-    table = "create table big (id int primary key, pad text)"
+    for name, value in short_lived_jvm_env().items():
+        monkeypatch.setenv(name, value)  # the worker's and the commands' drivers
+    # Two rows a page (fillfactor 10): ~1,500 pages from 3,000 rows, over copy's and
+    # compare's LOCAL_PAGES, so both need Spark.
+    table = "create table big (id int primary key, pad text) with (fillfactor = 10)"
     for dsn in (db_a, db_b):
         run_sql(dsn, table)
-    # ~1,300 pages: over compare's LOCAL_PAGES, so compare needs Spark.
-    run_sql(db_a, "insert into big select g, repeat('x', 300) from generate_series(1, 30000) g")
+    run_sql(db_a, "insert into big select g, repeat('x', 300) from generate_series(1, 3000) g")
+    assert fetch(db_a, "select pg_relation_size('big') / 8192 > 1000") == [(True,)]
     root_ini = write_ini("src", db_a)
     leaf_ini = write_ini(
         "leaf",
@@ -287,7 +302,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
         spark_master_ui=standalone.ui,
         spark_idle_timeout="8",
         spark_wait="120",
-        replay_local_events="100",
+        replay_local_events="20",
         **{"spark.executor.memory": "512m"},
     )
     assert cli(root_ini, "create-root", "src").code == 0
@@ -312,7 +327,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
             assert standalone.cores_of("pgferry-leaf") == 2
             run_sql(db_a, "update big set pad = 'changed' where id % 50 = 0")
             wait_until(
-                lambda: fetch(db_b, "select count(*) from big where pad = 'changed'") == [(600,)],
+                lambda: fetch(db_b, "select count(*) from big where pad = 'changed'") == [(60,)],
                 timeout=120,
                 what="the batch replayed",
             )
@@ -365,7 +380,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
                     str(leaf_ini),
                     "compare",
                     "--set",
-                    "spark_wait=3",
+                    "spark_wait=1",
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -379,7 +394,7 @@ def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, c
         assert lines[-1].startswith(
             f"pgferry: Spark master {standalone.url} gave application pgferry-leaf-sync (app-"
         ), lines
-        assert "no executor in 3 s; cores held by other-team (app-" in lines[-1]
+        assert "no executor in 1 s; cores held by other-team (app-" in lines[-1]
         assert standalone.cores_of("pgferry-leaf-sync") == 0  # it left the master's queue
     finally:
         for child in (comparing, refusing, holder):
