@@ -4,8 +4,8 @@ a node's worker sharing the cluster with the node's own commands.
 The cluster (one Spark worker, 2 cores) is started from the pyspark package on 127.0.0.1.
 Spark allows one SparkContext per process and this one may hold the shared local session,
 so the jobs run in child processes whose sessions point at ``spark://127.0.0.1:PORT``.
-Every JVM here (daemons, executors, the children's drivers) compiles with C1 only
-(:func:`short_lived_jvm_env`): the tests' time is mostly JVM starts on two cores.
+Every JVM here compiles with C1 only, as all the tests' (the session's ``short_lived_jvms``;
+the executors through the worker's environment): the tests' time is mostly JVM starts.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ class Standalone:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory) -> Iterator[Standalone]:
     work = tmp_path_factory.mktemp("spark-standalone")
-    env = spark_env(SPARK_LOG_DIR=str(work), **short_lived_jvm_env())
-    # The executors inherit the worker's environment.
+    env = spark_env(SPARK_LOG_DIR=str(work))
+    # The executors inherit the worker's environment, not its options.
     worker_env = spark_env(SPARK_LOG_DIR=str(work), **short_lived_jvm_env(executors=True))
     spark_class = str(spark_home() / "bin" / "spark-class")
     procs = []
@@ -219,12 +219,7 @@ def test_copy_and_compare_on_standalone_cluster(standalone, both, spark, monkeyp
         capture_output=True,
         text=True,
         timeout=600,
-        env={
-            **os.environ,
-            **short_lived_jvm_env(),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": _pythonpath(),
-        },
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": _pythonpath()},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.splitlines()[-1])
@@ -277,14 +272,10 @@ def _ticking(dsn: str, queue: str = "replika") -> Iterator[None]:
 
 @pytest.mark.slow
 @pytest.mark.timing
-def test_worker_gives_cores_back_to_compare(
-    standalone, db_a, db_b, write_ini, cli, tmp_path, monkeypatch
-):
+def test_worker_gives_cores_back_to_compare(standalone, db_a, db_b, write_ini, cli, tmp_path):
     """The leaf's copy and large batches run on the cluster; its idle session then goes, so
     compare gets the cores; with the cores held by someone else, compare fails in bounded
     time with one line naming the master and both applications."""
-    for name, value in short_lived_jvm_env().items():
-        monkeypatch.setenv(name, value)  # the worker's and the commands' drivers
     # Two rows a page (fillfactor 10): ~1,500 pages from 3,000 rows, over copy's and
     # compare's LOCAL_PAGES, so both need Spark.
     table = "create table big (id int primary key, pad text) with (fillfactor = 10)"
