@@ -67,15 +67,23 @@ def process_running(pid: int) -> bool:
     return state != "Z"
 
 
+# Polling intervals: a condition that holds soon is seen soon; a long wait polls no more
+# often than every 0.3 s, as each look (a table digest, a query) costs the machine too.
+FIRST_POLL = 0.05
+LAST_POLL = 0.3
+
+
 def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
+    interval = FIRST_POLL
     while time.monotonic() < deadline:
         try:
             if cond():
                 return
         except psycopg.OperationalError:
             pass  # a server being restarted
-        time.sleep(0.3)
+        time.sleep(interval)
+        interval = min(interval * 1.5, LAST_POLL)
     raise AssertionError(f"timed out waiting for {what}")
 
 
