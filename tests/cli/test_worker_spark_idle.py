@@ -92,7 +92,7 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
         db_b,
         loop_delay="0.1",
         spark_master="local[1]",
-        spark_idle_timeout="3",
+        spark_idle_timeout="1",
         replay_local_events="1000",
     )
     assert cli(root_ini, "create-root", "src").code == 0
@@ -124,7 +124,7 @@ def test_spark_goes_when_unused(db_a, db_b, write_ini, cli, tmp_path) -> None:
             # Said once, before the wait it announces.
             assert log.read_text().count("INFO Starting Spark (local[1]); this takes ~20 s") == 1
             wait_until(lambda: not has_jvm(worker.pid), timeout=60, what="the JVM to go")
-            assert "Spark unused for 3 s: stopping it" in log.read_text()
+            assert "Spark unused for 1 s: stopping it" in log.read_text()
             assert rss_mb(worker.pid) < GOAL_MB
 
             # Replay goes on without Spark.
