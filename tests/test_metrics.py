@@ -25,7 +25,7 @@ from pgferry.config import load_config
 from pgferry.daemon import Service
 from pgferry.errors import ConfigError, PgferryError
 from pgferry.metrics.endpoint import Endpoint, endpoint
-from pgferry.metrics.server import MetricsServer, start
+from pgferry.metrics.server import MetricsServer
 from pgferry.metrics.ticker import watch_ticker
 from pgferry.metrics.worker import NodeReading, WorkerCollector, read_node, watch_worker
 from pgferry.node.ticker_health import StallLog
@@ -119,9 +119,8 @@ def test_settings_listed_and_checked(tmp_path: Path) -> None:
 
 
 def test_registries_per_process_are_separate() -> None:
-    first = start(Endpoint("127.0.0.1", free_port()))
-    second = start(Endpoint("127.0.0.1", free_port()))
-    assert first is not None and second is not None
+    first = MetricsServer(Endpoint("127.0.0.1", free_port()))
+    second = MetricsServer(Endpoint("127.0.0.1", free_port()))
     try:
         assert first.registry is not second.registry
         with pytest.raises(PgferryError, match=f"127.0.0.1:{first.port}"):
@@ -139,8 +138,9 @@ def test_worker_metrics_move_under_load(db_a, db_b, write_ini, cli) -> None:
     _, leaf_ini = make_cascade(db_a, db_b, write_ini, cli)
     port = free_port()
     config = load_config(leaf_ini, overrides={"metrics_port": str(port)})
-    server = start(endpoint(config))
-    assert server is not None
+    where = endpoint(config)
+    assert where is not None
+    server = MetricsServer(where)
     worker = Worker(config)
     watch_worker(server.registry, worker)
     labels = {"queue": "replika", "node": "dst"}
@@ -305,8 +305,7 @@ def test_ticker_metrics(pg_a: LocalCluster, db_a: str) -> None:
         check_period=0.5,
     )
     service = TickerService(settings)
-    server = start(Endpoint("127.0.0.1", free_port()))
-    assert server is not None
+    server = MetricsServer(Endpoint("127.0.0.1", free_port()))
     watch_ticker(server.registry, service)
     try:
         with running(service):

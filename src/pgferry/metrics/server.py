@@ -90,9 +90,3 @@ def scrape_connection(dsn: str) -> psycopg.Connection:
     )
     conn.execute(f"set statement_timeout = {STATEMENT_TIMEOUT_MS}")
     return conn
-
-
-def start(where: Endpoint | None) -> MetricsServer | None:
-    """Serve a fresh registry on ``where`` (None: metrics are off, nothing is started);
-    a port already taken raises one clear :class:`PgferryError`."""
-    return None if where is None else MetricsServer(where)
