@@ -55,9 +55,10 @@ def _writer(dsn: str, stop: threading.Event, commits: dict[int, float], rate: fl
 
 def _lake_max(path: str) -> int:
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    ids = DeltaTable(path).to_pyarrow_table(columns=["id"])["id"]
+    from pgferry.lake import delta
+
+    ids = delta.rows_at(path, columns=["id"])["id"]
     return pc.max(ids).as_py() or 0 if len(ids) else 0
 
 

@@ -36,9 +36,9 @@ def delta_rows(lake_dir: Path) -> Callable[[str], list[tuple]]:
     """``delta_rows(table)``: the rows of the Delta table public/<table>, sorted."""
 
     def read(table: str) -> list[tuple]:
-        from deltalake import DeltaTable
+        from pgferry.lake import delta
 
-        rows = DeltaTable(str(lake_dir / "public" / table)).to_pyarrow_table().to_pylist()
+        rows = delta.rows_at(str(lake_dir / "public" / table)).to_pylist()
         return sorted_rows(tuple(r.values()) for r in rows)
 
     return read

@@ -10,9 +10,9 @@ from pgferry.cli.main import main
 
 def _lake_rows(fmt: str, lake_dir) -> list[tuple]:
     if fmt == "delta":
-        from deltalake import DeltaTable
+        from pgferry.lake import delta
 
-        rows = DeltaTable(str(lake_dir / "public" / "t")).to_pyarrow_table().to_pylist()
+        rows = delta.rows_at(str(lake_dir / "public" / "t")).to_pylist()
     else:
         pytest.importorskip("pyiceberg")
         from pgferry.lake import iceberg

@@ -65,7 +65,7 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
         )
     result, table = _load(db_a, lake_dir, "v", ["id"])
     assert result.rows == {"public.v": 3}
-    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    rows = sorted(delta.rows_at(table.table_uri).to_pylist(), key=lambda r: r["id"])
     assert [(r["ts"], r["tsn"], r["d"], r["n"], r["v"], r["ok"]) for r in rows] == [
         (dt.datetime(2024, 6, 1, 5, 0, 0, 500000, tzinfo=UTC),
          dt.datetime(2024, 6, 1, 10, 0, 0, 1), dt.date(2024, 2, 29),
@@ -98,7 +98,7 @@ def test_condition_and_floats_in_the_session_settings(db_a: str, lake_dir: Path)
         )
     # 05:45 in Kathmandu is 00:00 UTC: rows 1 and 2 (in UTC it would be none)
     _, table = _load(db_a, lake_dir, "c", ["id"], "ts >= '2024-01-01 05:45'")
-    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    rows = sorted(delta.rows_at(table.table_uri).to_pylist(), key=lambda r: r["id"])
     assert [(r["id"], r["f"]) for r in rows] == [(1, 0.1 + 0.2), (2, 1e-310)]
 
 

@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from pgferry.lake import delta
+
 
 def _replayed(path: str) -> int | None:
     """The replay version the Delta table recorded (its app id names the owner)."""
@@ -63,7 +65,7 @@ def test_repair_delta(lake_pair, lake_dir) -> None:
     assert DeltaTable(path).version() == versions[0] + 1  # one commit per table
     assert DeltaTable(kpath).version() == versions[1] + 1
     assert _replayed(path) == replayed  # repair keeps replay's version
-    rows = sorted(r["a"] for r in DeltaTable(kpath).to_pyarrow_table().to_pylist())
+    rows = sorted(r["a"] for r in delta.rows_at(kpath).to_pylist())
     assert rows == [1, 1, 2]
     # Replay goes on over the repaired table.
     with pair.cascade.running("leafnode"):
@@ -132,9 +134,9 @@ def test_repair_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
     dt = DeltaTable(path)
     dt.delete("id = 4")
     dt.update(updates={"v": "'wrong'"}, predicate="id = 6")
-    twice = DeltaTable(path).to_pyarrow_table().filter(pa.compute.field("id") == 7)
+    twice = delta.rows_at(path).filter(pa.compute.field("id") == 7)
     write_deltalake(path, twice, mode="append")  # the same row twice: written anew
-    stray = DeltaTable(path).to_pyarrow_table().filter(pa.compute.field("id") == 8)
+    stray = delta.rows_at(path).filter(pa.compute.field("id") == 8)
     stray = stray.set_column(0, "id", pa.array([1000], pa.int32()))
     write_deltalake(path, stray, mode="append")
     DeltaTable(kpath).delete("b = 'y'")
@@ -151,6 +153,6 @@ def test_repair_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
     _check(pair, "public.t", "1 inserts, 2 updates, 1 deletes")  # compare on Spark too
     assert DeltaTable(path).version() == versions[0] + 1  # one commit per table
     assert DeltaTable(kpath).version() == versions[1] + 1
-    rows = sorted(r["a"] for r in DeltaTable(kpath).to_pyarrow_table().to_pylist())
+    rows = sorted(r["a"] for r in delta.rows_at(kpath).to_pylist())
     assert rows == [1, 1, 2]
     assert not list(lake_dir.glob(".pgferry-compare-*"))  # the scratch folders are gone
