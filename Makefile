@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,jdk,connect,lake]'
+	# Bytecode as a wheel's install has it: with PYTHONDONTWRITEBYTECODE set, every
+	# pgferry process would compile its modules again at its start.
+	$(BIN)/python -m compileall -q src > /dev/null
 	for spec in $(PG_WHEELS); do \
 	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \
 	  || exit 1; done
