@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import machine, one_line, write_results
+from bench.common import machine, one_line, result_head, write_results
 from bench.repl_env import (
     BenchError,
     Pair,
@@ -160,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started = dt.datetime.now(dt.UTC)
     doc: dict = {
-        "benchmark": "catchup_trials",
-        "started": started.isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        **result_head("catchup_trials", started, argv),
         "machine": machine(),
         "variants": dict(args.variants),
         "trials": [],

@@ -14,6 +14,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -42,6 +43,15 @@ def machine() -> dict:
             if line.startswith("Model name:"):
                 info["cpu_model"] = line.split(":", 1)[1].strip()
     return info
+
+
+def result_head(name: str, started: dt.datetime, argv: list[str] | None) -> dict:
+    """The first keys of a result document: the benchmark, its start, its command line."""
+    return {
+        "benchmark": name,
+        "started": started.isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+    }
 
 
 def compile_pgferry() -> str:

@@ -36,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.common import machine, one_line, write_results
+from bench.common import machine, one_line, result_head, write_results
 from bench.repl_env import (
     SCHEMA,
     TABLES,
@@ -305,10 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = chosen_systems(args.skip_pgferry, args.skip_londiste)
     started = dt.datetime.now(dt.UTC)
     doc: dict = {
-        "benchmark": "copy_beside_lag",
-        "started": started.isoformat(timespec="seconds"),
+        **result_head("copy_beside_lag", started, argv),
         "loadavg_at_start": os.getloadavg(),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
         "machine": machine(),
         "settings": {k: str(v) for k, v in vars(args).items()},
         "systems": {},

@@ -49,7 +49,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from bench.common import add_pgferry_setting, machine, pgferry_settings, write_results
+from bench.common import add_pgferry_setting, machine, pgferry_settings, result_head, write_results
 from bench.idle_cost import Side, measure_idle
 from bench.repl_env import (
     SCHEMA,
@@ -630,9 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         cwd=Path(__file__).parent,
     ).stdout.strip()
     doc: dict = {
-        "benchmark": "latency",
-        "started": started.isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        **result_head("latency", started, argv),
         "commit": commit,
         "loadavg_start": os.getloadavg(),
         "machine": machine(),

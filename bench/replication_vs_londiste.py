@@ -33,7 +33,14 @@ from pathlib import Path
 
 import psycopg
 
-from bench.common import add_pgferry_setting, machine, one_line, pgferry_settings, write_results
+from bench.common import (
+    add_pgferry_setting,
+    machine,
+    one_line,
+    pgferry_settings,
+    result_head,
+    write_results,
+)
 from bench.repl_env import BenchError, compare_sides, load_seed, make_pair
 from bench.repl_native import run_native
 from bench.repl_phases import Durations, catch_up, copy_tables, steady_lag
@@ -178,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = chosen_systems(args.skip_pgferry, args.skip_londiste)
     started = dt.datetime.now(dt.UTC)
     doc: dict = {
-        "benchmark": "replication_vs_londiste",
-        "started": started.isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        **result_head("replication_vs_londiste", started, argv),
         "machine": machine(),
         "settings": {
             "backlog_s": args.backlog_s,
