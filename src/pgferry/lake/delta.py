@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
+from urllib.parse import unquote, urlparse
 
 from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident, rows_kept_after_deletes
 
@@ -213,12 +214,22 @@ def _arrow(dt, location: str, columns: list[str] | None = None):
     (SIGABRT, "terminate called without an active exception") in about two short
     processes of three, after a read that succeeded.
     """
-    if "://" in location:
+    path = local_path(location)
+    if path is None:
         return dt.to_pyarrow_table(columns=columns)
     from pyarrow import fs
 
-    local = fs.SubTreeFileSystem(os.path.abspath(location), fs.LocalFileSystem())
+    local = fs.SubTreeFileSystem(path, fs.LocalFileSystem())
     return dt.to_pyarrow_table(columns=columns, filesystem=local)
+
+
+def local_path(location: str) -> str | None:
+    """The absolute path of a table's location on this machine (a path or a ``file://``
+    URI, as ``DeltaTable.table_uri`` names it); None for a remote store."""
+    url = urlparse(location)
+    if url.scheme == "file":
+        return os.path.abspath(unquote(url.path))
+    return None if "://" in location else os.path.abspath(location)
 
 
 def _version_at(dt, tick: int) -> int | None:
