@@ -174,8 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         rig.setup()
         snapshot = workdir / "snapshot"
         target, doc["backlog_events"] = build_backlog(rig, pair, args.backlog_s, snapshot)
-        for cluster in (pair.root, pair.leaf):
-            cluster.start()
         for round_no in range(args.rounds):
             for name, settings in args.variants:
                 res = trial(rig, pair, snapshot, target, settings)
