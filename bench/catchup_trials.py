@@ -17,11 +17,16 @@ the default configuration).  Trials alternate between the variants, round after 
 
     PYTHONPATH=src .venv/bin/python -m bench.catchup_trials --rounds 6 \\
         --variant default: --variant whole:replay_read_range_events=1000000
+
+``--source NAME=DIR`` runs variant NAME's leaf worker from another checkout's ``src``
+(e.g. a ``git worktree`` of an earlier commit), so that two versions of the code replay the
+same backlog.  The backlog itself is always built with this checkout.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import os
 import shutil
@@ -61,9 +66,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--backlog-s", type=int, default=60, help="seconds of seed load")
     p.add_argument("--rounds", type=int, default=6, help="trials of each variant")
     p.add_argument("--variant", action="append", default=[], help="NAME:key=value,...")
+    p.add_argument("--source", action="append", default=[], help="NAME=DIR: a variant's src")
     p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
     args = p.parse_args(argv)
     args.variants = [_variant(text, p) for text in args.variant or ["default:"]]
+    names = {name for name, _ in args.variants}
+    args.sources = {}
+    for text in args.source:
+        name, sep, where = text.partition("=")
+        src = Path(where).resolve()
+        if not sep or name not in names or not (src / "pgferry").is_dir():
+            p.error(f"--source is NAME=DIR (a variant and a src with pgferry/): {text!r}")
+        args.sources[name] = src
     return args
 
 
@@ -113,7 +127,14 @@ def _copy_tree(src: Path, dst: Path) -> None:
     subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
 
 
-def trial(rig: PgferryRig, pair: Pair, snapshot: Path, target: int, settings: dict) -> dict:
+def trial(
+    rig: PgferryRig,
+    pair: Pair,
+    snapshot: Path,
+    target: int,
+    settings: dict,
+    source: Path | None = None,
+) -> dict:
     for side, cluster in (("root", pair.root), ("leaf", pair.leaf)):
         cluster.stop("immediate")
         shutil.rmtree(cluster.datadir)
@@ -136,9 +157,18 @@ def trial(rig: PgferryRig, pair: Pair, snapshot: Path, target: int, settings: di
     rig.leaf_settings = {"spark_warm": "false", **settings}
     rig.write_configs()
     cpu0 = {side: children_cpu(pair, side) for side in ("root", "leaf")}
-    t0 = time.monotonic()
-    rig.start_leaf()
-    started = time.monotonic() - t0
+    saved = os.environ.get("PYTHONPATH")
+    if source is not None:
+        os.environ["PYTHONPATH"] = str(source)  # the daemon keeps the environment it starts with
+    try:
+        t0 = time.monotonic()
+        rig.start_leaf()
+        started = time.monotonic() - t0
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
     wait_for("catch-up", lambda: rig.reached(target), 600, poll=0.02)
     elapsed = time.monotonic() - t0
     rig.stop_leaf()
@@ -163,8 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         **result_head("catchup_trials", started, argv),
         "machine": machine(),
         "variants": dict(args.variants),
+        "sources": {name: str(src) for name, src in args.sources.items()},
         "trials": [],
     }
+    for src in args.sources.values():
+        compileall.compile_dir(src, quiet=1)  # as machine() does for this checkout
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-trials-"))
     pair = make_pair("trials", workdir / "pgferry")
     rig = PgferryRig(pair, workdir / "pgferry", verbose=True)
@@ -176,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         target, doc["backlog_events"] = build_backlog(rig, pair, args.backlog_s, snapshot)
         for round_no in range(args.rounds):
             for name, settings in args.variants:
-                res = trial(rig, pair, snapshot, target, settings)
+                res = trial(rig, pair, snapshot, target, settings, args.sources.get(name))
                 doc["trials"].append({"round": round_no, "variant": name, **res})
                 print(name, res, flush=True)
     except (BenchError, PgferryError, psycopg.Error, subprocess.SubprocessError) as exc:

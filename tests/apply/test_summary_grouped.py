@@ -80,3 +80,37 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
         # The cases compared include tables, sequences and the row of scripts / removals.
         assert {"s.mixed", "s.ins", "s.trunc", "s.seq_a", "s.seq_b", None} <= seen_kinds
         assert "s.new" not in seen_kinds and "s.elsewhere" not in seen_kinds
+
+
+def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
+    """A backlog's first summary may use parallel workers: same rows, and the plan does."""
+    from pgferry.apply.read import PARALLEL_SUMMARY, PARALLEL_SUMMARY_EVENTS, summarize
+
+    with connect(pg_a.connstr(db_a), autocommit=True) as conn:
+        conn.execute(
+            "create table ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
+            " ev_type text, ev_data text, ev_extra1 text)"
+        )
+        conn.execute(
+            "insert into ev (ev_id, ev_type, ev_data, ev_extra1)"
+            " select g, t.ev_type, t.ev_data, t.ev_extra1"
+            "   from generate_series(1, 20000) g, lateral (select * from (values"
+            "     ('I:id', '{\"id\":' || g || '}', 's.ins'), ('U:id', '{\"id\":1}', 's.mixed'),"
+            "     ('SEQ', g::text, 's.seq_a'), ('R', null, 's.trunc')) v(ev_type, ev_data,"
+            "     ev_extra1) offset g % 4 limit 1) t"
+        )
+        batch = "select * from ev"
+        routes = {r.table_name: r for r in ROUTES}
+        alone = summarize(
+            conn, batch, routes, SEQS, Segment(), alone_events=PARALLEL_SUMMARY_EVENTS
+        )
+        plain = summarize(conn, batch, routes, SEQS, Segment())
+        key = lambda row: (row.name is None, row.name or "")  # noqa: E731
+        assert sorted(alone, key=key) == sorted(plain, key=key)
+        assert {row.name for row in plain} == {"s.ins", "s.mixed", "s.seq_a", "s.trunc"}
+        with conn.transaction():
+            for setting in ("set local enable_sort = off", *PARALLEL_SUMMARY):
+                conn.execute(setting)
+            plan = conn.execute("explain " + grouped_summary_query(batch, SEQS, Segment()))
+            text = "\n".join(row[0] for row in plan)
+        assert "Gather" in text and "Parallel" in text, text

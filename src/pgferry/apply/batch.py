@@ -219,21 +219,23 @@ class Replayer:
         started = ahead is not None and ahead.reads
         if main and not started:
             self.ahead.drop_reads()
+        estimate = None
+        if batch.event_seq is not None and batch.prev_event_seq is not None:
+            estimate = batch.event_seq - batch.prev_event_seq
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
         if ahead is not None:
             log.debug("batch %s: read ahead (its tables too: %s)", batch.batch_id, started)
             summary = ahead.summary
         else:
+            # Nothing of this batch runs beside its summary: its reads wait for it.
             summary = summarize(
-                provider, batch_sql, routes, seqs, Segment(), scripts=main, removals=main
-            )
+                provider, batch_sql, routes, seqs, Segment(),
+                scripts=main, removals=main, alone_events=estimate,
+            )  # fmt: skip
         summary_seconds = time.monotonic() - summary_at
         scripts = read_scripts(provider, batch_sql) if main and count_scripts(summary) else []
         removals = read_removals(provider, batch_sql) if main and count_removals(summary) else []
-        estimate = None
-        if batch.event_seq is not None and batch.prev_event_seq is not None:
-            estimate = batch.event_seq - batch.prev_event_seq
         big = estimate is None or estimate > self.settings.local_max_events
         applies = any(r.applies for r in routes.values())
         # A batch never starts Spark: a JVM starting during a catch-up takes the CPU the

@@ -93,6 +93,18 @@ def _idle_autocommit(conn: psycopg.Connection) -> bool:
 # compilation (tens of milliseconds) would cost more than the query.
 NO_JIT = "set local jit = off"
 
+# A backlog's first summary runs while nothing else does (the batch's reads wait for it):
+# parallel workers may take its scan and grouping when the batch holds at least this many
+# events.  The planner cannot see that on its own: the event tables have no statistics, so
+# it takes a batch for a handful of rows.  Later summaries are not parallel: they run while
+# a batch is applied, beside it on the same cores.
+PARALLEL_SUMMARY_EVENTS = 50000
+PARALLEL_SUMMARY = (
+    "set local parallel_setup_cost = 0",
+    "set local parallel_tuple_cost = 0",
+    "set local min_parallel_table_scan_size = 0",
+)
+
 
 def read_only_rows(
     conn: psycopg.Connection, query: str, *, settings: tuple[str, ...] = ()
@@ -203,9 +215,12 @@ def summarize(
     *,
     scripts: bool = False,
     removals: bool = False,
+    alone_events: int | None = None,
 ) -> list[SummaryRow]:
     """The summary rows of the segment (see :func:`pgferry.apply.batch_sql.summary_query`);
-    ``scripts`` and ``removals`` add the row that counts them."""
+    ``scripts`` and ``removals`` add the row that counts them.  ``alone_events``: the
+    segment's events, estimated, when nothing else of the worker runs beside the summary
+    (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`)."""
     active = [r for r in routes.values() if r.applies]
     seqs = list(sequences)
     if not active and not seqs and not scripts and not removals:
@@ -221,7 +236,10 @@ def summarize(
         # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
         # sort that the planner's row estimate for a batch (a handful) would choose, and
         # spills to disk.
-        rows = read_only_rows(provider, query, settings=("set local enable_sort = off", NO_JIT))
+        settings = ("set local enable_sort = off", NO_JIT)
+        if alone_events is not None and alone_events >= PARALLEL_SUMMARY_EVENTS:
+            settings += PARALLEL_SUMMARY
+        rows = read_only_rows(provider, query, settings=settings)
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     if grouped:
