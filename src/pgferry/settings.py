@@ -61,7 +61,7 @@ NODE_SETTINGS: list[Setting] = [
     ("replay_local_events", "50000", "larger batches are read by Spark when it is up"),
     ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),
     ("replay_read_ahead_events", "2000", "smaller batches are read without reader threads"),
-    ("replay_read_range_events", "50000", "larger tables are read in ev_id ranges of this size"),
+    ("replay_read_range_events", "100000", "larger tables are read in ev_id ranges of this size"),
     ("replay_merge_ranges", "off", "a table with updates is read in ranges too, merged here"),
     ("replay_read_parts", "0", "Spark tasks reading one batch at once (0: Spark's slots)"),
     ("replay_second_events", "0", "larger batches apply tables on two connections (0: off)"),

@@ -44,7 +44,7 @@ class ReplaySettings:
             read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
             read_ahead=config.getint("replay_read_ahead", 2),
             read_ahead_events=config.getint("replay_read_ahead_events", 2000),
-            read_range_events=config.getint("replay_read_range_events", 50000),
+            read_range_events=config.getint("replay_read_range_events", 100000),
             # Off: on two cores the merge cost what the parallel reads of the ranges
             # saved (BENCHMARKS.md); where the provider has cores to spare it can pay.
             merge_ranges=config.getbool("replay_merge_ranges", False),
