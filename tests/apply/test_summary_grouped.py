@@ -51,6 +51,10 @@ EVENTS = [
 ]
 
 
+def _by_name(row: SummaryRow) -> tuple[bool, str]:
+    return row.name is None, row.name or ""
+
+
 def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(
@@ -74,8 +78,8 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
             ]
             groups = conn.execute(grouped_summary_query(batch, SEQS, segment)).fetchall()
             new = fold_summary(groups, ROUTES, SEQS, scripts=scripts, removals=removals)
-            key = lambda row: (row.name is None, row.name or "")  # noqa: E731
-            assert sorted(new, key=key) == sorted(old, key=key), (segment, scripts, removals)
+            case = (segment, scripts, removals)
+            assert sorted(new, key=_by_name) == sorted(old, key=_by_name), case
             seen_kinds |= {row.name for row in old}
         # The cases compared include tables, sequences and the row of scripts / removals.
         assert {"s.mixed", "s.ins", "s.trunc", "s.seq_a", "s.seq_b", None} <= seen_kinds
@@ -105,8 +109,7 @@ def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
             conn, batch, routes, SEQS, Segment(), alone_events=PARALLEL_SUMMARY_EVENTS
         )
         plain = summarize(conn, batch, routes, SEQS, Segment())
-        key = lambda row: (row.name is None, row.name or "")  # noqa: E731
-        assert sorted(alone, key=key) == sorted(plain, key=key)
+        assert sorted(alone, key=_by_name) == sorted(plain, key=_by_name)
         assert {row.name for row in plain} == {"s.ins", "s.mixed", "s.seq_a", "s.trunc"}
         with conn.transaction():
             for setting in ("set local enable_sort = off", *PARALLEL_SUMMARY):
