@@ -88,7 +88,7 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
 
 def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
     """A backlog's first summary may use parallel workers: same rows, and the plan does."""
-    from pgferry.apply.read import PARALLEL_SUMMARY, PARALLEL_SUMMARY_EVENTS, summarize
+    from pgferry.apply.read import PARALLEL_SUMMARY_EVENTS, summarize, summary_settings
 
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(
@@ -112,7 +112,7 @@ def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
         assert sorted(alone, key=_by_name) == sorted(plain, key=_by_name)
         assert {row.name for row in plain} == {"s.ins", "s.mixed", "s.seq_a", "s.trunc"}
         with conn.transaction():
-            for setting in ("set local enable_sort = off", *PARALLEL_SUMMARY):
+            for setting in summary_settings(PARALLEL_SUMMARY_EVENTS):
                 conn.execute(setting)
             plan = conn.execute("explain " + grouped_summary_query(batch, SEQS, Segment()))
             text = "\n".join(row[0] for row in plan)

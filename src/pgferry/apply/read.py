@@ -106,6 +106,14 @@ PARALLEL_SUMMARY = (
 )
 
 
+def summary_settings(alone_events: int | None = None) -> tuple[str, ...]:
+    """The SET LOCAL statements a summary runs after (see :func:`summarize`)."""
+    settings = ("set local enable_sort = off", NO_JIT)
+    if alone_events is not None and alone_events >= PARALLEL_SUMMARY_EVENTS:
+        settings += PARALLEL_SUMMARY
+    return settings
+
+
 def read_only_rows(
     conn: psycopg.Connection, query: str, *, settings: tuple[str, ...] = ()
 ) -> list[tuple]:
@@ -236,10 +244,7 @@ def summarize(
         # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
         # sort that the planner's row estimate for a batch (a handful) would choose, and
         # spills to disk.
-        settings = ("set local enable_sort = off", NO_JIT)
-        if alone_events is not None and alone_events >= PARALLEL_SUMMARY_EVENTS:
-            settings += PARALLEL_SUMMARY
-        rows = read_only_rows(provider, query, settings=settings)
+        rows = read_only_rows(provider, query, settings=summary_settings(alone_events))
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     if grouped:
