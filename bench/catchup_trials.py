@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import psycopg
 
@@ -157,18 +158,11 @@ def trial(
     rig.leaf_settings = {"spark_warm": "false", **settings}
     rig.write_configs()
     cpu0 = {side: children_cpu(pair, side) for side in ("root", "leaf")}
-    saved = os.environ.get("PYTHONPATH")
-    if source is not None:
-        os.environ["PYTHONPATH"] = str(source)  # the daemon keeps the environment it starts with
-    try:
+    # The daemon keeps the environment it starts with: its PYTHONPATH picks the code.
+    with mock.patch.dict(os.environ, {"PYTHONPATH": str(source)} if source else {}):
         t0 = time.monotonic()
         rig.start_leaf()
         started = time.monotonic() - t0
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
     wait_for("catch-up", lambda: rig.reached(target), 600, poll=0.02)
     elapsed = time.monotonic() - t0
     rig.stop_leaf()
