@@ -100,14 +100,14 @@ def test_copy_beside_replay(pair, monkeypatch, kill: str) -> None:
             # The worker dies after a catch-up batch committed here, before its finish.
             real_finish = queue_batches.finish_batch
 
-            def crash(conn, batch_id):
+            def crash(conn, batch_id, **flags):
                 if conn.execute(
                     "select 1 from ferry_queue.subscription where sub_batch = %s"
                     " and sub_consumer like '%%.copy.%%'",
                     (batch_id,),
                 ).fetchone():
                     raise RuntimeError("killed before the group's finish_batch")
-                real_finish(conn, batch_id)
+                real_finish(conn, batch_id, **flags)
 
             monkeypatch.setattr(queue_batches, "finish_batch", crash)
             with pytest.raises(RuntimeError, match="killed"):

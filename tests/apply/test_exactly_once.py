@@ -33,7 +33,7 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     class Crash(Exception):
         pass
 
-    def crash(conn, batch_id):
+    def crash(conn, batch_id, **flags):
         raise Crash("killed before finish_batch")
 
     # Both ways a worker finishes a batch (with or without waking the ticker).
@@ -55,6 +55,44 @@ def test_crash_before_finish_is_not_applied_twice(pair, monkeypatch) -> None:
     pair.catch_up(restarted)
     assert pair.leaf("select n from applied") == [(10,)]
     pair.same("t")
+
+
+RECORD_COMMITS = """
+create table public.sub_writes (synchronous_commit text);
+create function public.record_sub_write() returns trigger language plpgsql as $$
+begin
+    insert into public.sub_writes values (current_setting('synchronous_commit'));
+    return null;
+end $$;
+create trigger record_sub_write after update on ferry_queue.subscription
+    for each row execute function public.record_sub_write();
+"""
+
+
+def test_batch_open_and_finish_do_not_wait_for_the_flush(pair) -> None:
+    # The node's recorded tick is the truth: the provider's record of the batch (opened,
+    # finished) may be lost in a crash, so its commits need not wait for the WAL flush.
+    pair.root("create table public.t (id int primary key, v int)")
+    pair.leaf("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    pair.catch_up()
+    db = pair.root("select current_database()")[0][0]
+    pair.root(f'alter database "{db}" set synchronous_commit = on')
+    pair.root(RECORD_COMMITS)
+    pair.root("insert into t select g, g from generate_series(1, 5) g")
+    tick = pair.tick()
+    worker = pair.worker()  # its sessions start with the database's setting: on
+    worker.work()
+    assert pair.last_tick() == tick
+    assert pair.leaf("select count(*) from t") == [(5,)]
+    # The batch's opening and its finish each wrote the consumer's row, both unflushed.
+    assert pair.root("select synchronous_commit, count(*) from sub_writes group by 1") == [
+        ("off", 2)
+    ]
+    provider = worker.conns.provider
+    assert provider is not None
+    assert provider.execute("show synchronous_commit").fetchone() == ("on",)  # local only
+    worker.conns.close()
 
 
 def test_reset_skips_to_the_newest_tick(pair) -> None:

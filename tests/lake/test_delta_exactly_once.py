@@ -82,7 +82,7 @@ def test_kill_around_the_lake_commit(lake_pair, lake_dir, delta_rows, monkeypatc
     pair.root("insert into t values (100, 100)")
     tick = pair.tick()
 
-    def no_finish(conn, batch_id):
+    def no_finish(conn, batch_id, **flags):
         raise Killed("before finish_batch")
 
     # Both ways a worker finishes a batch (with or without waking the ticker).

@@ -271,8 +271,9 @@ class Worker(Service):
             self.replay.ahead.drop()
         if batch_id is None and plain:
             batch, waiting = queue_batches.next_batch_sized(
-                provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events
-            )
+                provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events,
+                flush=False,
+            )  # fmt: skip
             batch_id = batch.batch_id if batch else None
         elif batch_id is None:
             min_count = None
@@ -316,12 +317,14 @@ class Worker(Service):
         )
         if mirror is not None:
             mirror()
+        # The finish, like the batch's opening, commits without waiting for the provider's
+        # WAL flush: this node's recorded tick is the truth (queue/batches.py says why).
         if waiting == 1:
             # The batch took the only tick waiting: the ticker, woken with the finish, ticks
             # at once if events wait, and the tick's notification starts the next loop.
-            queue_batches.finish_batch_and_wake(provider, batch_id)
+            queue_batches.finish_batch_and_wake(provider, batch_id, flush=False)
         else:
-            queue_batches.finish_batch(provider, batch_id)
+            queue_batches.finish_batch(provider, batch_id, flush=False)
         self.count_applied(batch, stats, started, "")
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
         compare_wait.after_batch(

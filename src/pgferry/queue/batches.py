@@ -23,6 +23,10 @@ from pgferry.events import EXECUTE_EVENT
 TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
 
 
+# Sent first in a message whose commit need not wait for the WAL flush (see next_batch_sized).
+_NO_FLUSH = sql.SQL("select set_config('synchronous_commit', 'off', true)")
+
+
 # get_batch_info's columns (as ``i``) in the order of Batch's fields after batch_id.
 _INFO_COLUMNS = sql.SQL(
     "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
@@ -74,7 +78,13 @@ def next_batch(
 
 
 def next_batch_sized(
-    conn: psycopg.Connection, queue: str, consumer: str, last_tick: int | None, most: int
+    conn: psycopg.Connection,
+    queue: str,
+    consumer: str,
+    last_tick: int | None,
+    most: int,
+    *,
+    flush: bool = True,
 ) -> tuple[Batch | None, int]:
     """(next batch with its event query, ticks made after ``last_tick``), the batch chosen
     as :func:`next_batch` with ``min_count`` would be after a look at what waits: when more
@@ -84,6 +94,12 @@ def next_batch_sized(
     One message of two statements (one round trip): the second describes the batch the
     first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
     first statement it would not see the batch that statement opens).
+
+    ``flush=False``: the opening commits without waiting for the provider's WAL flush, for
+    a consumer whose own database records the batches it applied (replay's worker).  A
+    provider crash can lose it only together with everything written after it (a later
+    durable commit flushes the WAL up to itself); the consumer then finds its position
+    where it was and its own record says what was applied (docs/replication.md).
     """
     params = {
         "q": sql.Literal(queue),
@@ -113,8 +129,11 @@ def next_batch_sized(
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
     ).format(info=_INFO_COLUMNS, **params)
+    statements = [take, describe] if flush else [_NO_FLUSH, take, describe]
     with conn.cursor() as cur:
-        cur.execute(sql.SQL("{}; {}").format(take, describe), prepare=False)
+        cur.execute(sql.SQL("; ").join(statements), prepare=False)
+        if not flush:
+            cur.nextset()
         taken = cur.fetchone()
         cur.nextset()
         info = cur.fetchone()
@@ -198,19 +217,26 @@ def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: in
     conn.execute("select ferry_queue.event_retry(%s, %s, %s)", (batch_id, ev_id, seconds))
 
 
-def finish_batch(conn: psycopg.Connection, batch_id: int) -> None:
-    """Close the batch: its consumer's next batch starts at its closing tick."""
-    conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
+def finish_batch(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
+    """Close the batch: its consumer's next batch starts at its closing tick.  ``flush``:
+    as in :func:`next_batch_sized`."""
+    if flush:
+        conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
+        return
+    finish = sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id))
+    conn.execute(sql.SQL("; ").join([_NO_FLUSH, finish]), prepare=False)
 
 
-def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int) -> None:
+def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
     """:func:`finish_batch` and, in the same message, a notification that runs the ticker's
     round at once: the consumer now waits, so events waiting make a tick due (``tick_due``).
     The tick stays the ticker's (a stopped one still shows: ``node/ticker_health.py``)."""
-    text = sql.SQL("select ferry_queue.finish_batch({}); select pg_notify({}, '')").format(
-        sql.Literal(batch_id), sql.Literal(TICKER_WAKE_CHANNEL)
-    )
-    conn.execute(text, prepare=False)
+    statements = [
+        sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id)),
+        sql.SQL("select pg_notify({}, '')").format(sql.Literal(TICKER_WAKE_CHANNEL)),
+    ]
+    conn.execute(sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements]),
+                 prepare=False)  # fmt: skip
 
 
 def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
