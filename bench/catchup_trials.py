@@ -69,6 +69,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], help="NAME:key=value,...")
     p.add_argument("--source", action="append", default=[], help="NAME=DIR: a variant's src")
     p.add_argument("--out", type=Path, help="JSON result file (default bench/results/...)")
+    p.add_argument("--keep-log", type=Path, help="copy the leaf worker's log (every trial's) here")
     args = p.parse_args(argv)
     args.variants = [_variant(text, p) for text in args.variant or ["default:"]]
     names = {name for name, _ in args.variants}
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         rig.stop_all()
+        if args.keep_log and rig.leaf_log.exists():
+            shutil.copyfile(rig.leaf_log, args.keep_log)
         pair.destroy()
         shutil.rmtree(workdir, ignore_errors=True)
     doc["medians"] = {
