@@ -220,21 +220,24 @@ def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: in
 def finish_batch(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
     """Close the batch: its consumer's next batch starts at its closing tick.  ``flush``:
     as in :func:`next_batch_sized`."""
-    if flush:
-        conn.execute("select ferry_queue.finish_batch(%s)", (batch_id,))
-        return
-    finish = sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id))
-    conn.execute(sql.SQL("; ").join([_NO_FLUSH, finish]), prepare=False)
+    _send(conn, [_finish(batch_id)], flush)
 
 
 def finish_batch_and_wake(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
     """:func:`finish_batch` and, in the same message, a notification that runs the ticker's
     round at once: the consumer now waits, so events waiting make a tick due (``tick_due``).
     The tick stays the ticker's (a stopped one still shows: ``node/ticker_health.py``)."""
-    statements = [
-        sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id)),
-        sql.SQL("select pg_notify({}, '')").format(sql.Literal(TICKER_WAKE_CHANNEL)),
-    ]
+    wake = sql.SQL("select pg_notify({}, '')").format(sql.Literal(TICKER_WAKE_CHANNEL))
+    _send(conn, [_finish(batch_id), wake], flush)
+
+
+def _finish(batch_id: int) -> sql.Composable:
+    return sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id))
+
+
+def _send(conn: psycopg.Connection, statements: list[sql.Composable], flush: bool) -> None:
+    """``statements`` as one message (one transaction in autocommit), committed without
+    waiting for the WAL flush unless ``flush``."""
     conn.execute(sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements]),
                  prepare=False)  # fmt: skip
 
