@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,12 @@ from pgferry.cli.main import main
 
 
 def _sleeper(pidfile: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # SIGINT's default action from the start: a suite run as a background job of a shell
+    # without job control inherits SIGINT ignored, and the sleeper would outlive it.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     pidfile.write_text(f"{proc.pid}\n")
     return proc
 
