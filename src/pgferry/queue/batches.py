@@ -129,9 +129,8 @@ def next_batch_sized(
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
     ).format(info=_INFO_COLUMNS, **params)
-    statements = [take, describe] if flush else [_NO_FLUSH, take, describe]
     with conn.cursor() as cur:
-        cur.execute(sql.SQL("; ").join(statements), prepare=False)
+        cur.execute(_message([take, describe], flush), prepare=False)
         if not flush:
             cur.nextset()
         taken = cur.fetchone()
@@ -236,10 +235,13 @@ def _finish(batch_id: int) -> sql.Composable:
 
 
 def _send(conn: psycopg.Connection, statements: list[sql.Composable], flush: bool) -> None:
+    conn.execute(_message(statements, flush), prepare=False)
+
+
+def _message(statements: list[sql.Composable], flush: bool) -> sql.Composable:
     """``statements`` as one message (one transaction in autocommit), committed without
     waiting for the WAL flush unless ``flush``."""
-    conn.execute(sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements]),
-                 prepare=False)  # fmt: skip
+    return sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements])
 
 
 def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
