@@ -10,10 +10,13 @@ last seen (a writer that pauses for a few seconds gets its tick within that, not
 ``ticker_period``).  It runs
 the maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks)
 every ``maint_period`` and moves due retry events back every ``retry_period``.
-``force_tick`` wakes it at once (a notification).  Between its timers it blocks on its
-connections and a signal pipe, using no CPU; an idle round is one prepared statement run
-through libpq, and writes nothing.  A database that is missing, lacks the schema or fails
-is retried later; one failing database never stops the others.
+``force_tick`` wakes it at once (a notification), and so does the first captured write
+after a quiet spell: while its next round is more than a ``ticker_busy_period`` away it
+holds an advisory lock (``ferry_queue.ticker_asleep()``) that capture triggers try, and a
+trigger that cannot get it notifies (``ferry_queue.wake_ticker``).  Between its timers it
+blocks on its connections and a signal pipe, using no CPU; an idle round is one prepared
+statement run through libpq, and writes nothing.  A database that is missing, lacks the
+schema or fails is retried later; one failing database never stops the others.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ MAX_REPEATS = 1000
 # force_tick (ferry_queue.force_tick) and a worker that finished its batch notify this
 # channel: the ticker runs its round at once.
 WAKE_CHANNEL = TICKER_WAKE_CHANNEL
+# Seconds a ticker session may stay idle before the server ends it (or ten ticker_periods).
+IDLE_SESSION_TIMEOUT = 60.0
 # The round, prepared once per connection and run through libpq (run_prepared).
 ROUND_STATEMENT = b"ferry_ticker_round"
 
@@ -120,6 +125,10 @@ class DatabaseState:
     recent_until: float = 0.0  # then every ticker_recent_period until this
     # The schema has ticker_round() (queue version 10): rounds say whether events wait.
     has_round: bool = False
+    # Its capture triggers wake a sleeping ticker (ferry_queue.wake_ticker), and whether
+    # this session holds the lock that tells them it sleeps.
+    wakes: bool = False
+    asleep: bool = False
     notified: bool = False  # a force_tick notification came with a psycopg statement
     last_error: str | None = None
     # Totals since the database was first watched (the metrics' counters).
@@ -133,6 +142,7 @@ class DatabaseState:
             with contextlib.suppress(psycopg.Error):
                 self.conn.close()
         self.conn = None
+        self.asleep = False  # the session's lock went with it
 
 
 class TickerService(Service):
@@ -213,7 +223,8 @@ class TickerService(Service):
         )
         row = conn.execute(
             "select to_regprocedure('ferry_queue.ticker()') is not null,"
-            " to_regprocedure('ferry_queue.ticker_round()') is not null"
+            " to_regprocedure('ferry_queue.ticker_round()') is not null,"
+            " to_regprocedure('ferry_queue.wake_ticker()') is not null"
         ).fetchone()
         if not row or not row[0]:
             conn.close()
@@ -221,6 +232,12 @@ class TickerService(Service):
             log.debug("database %s has no ferry_queue, checking again later", db.name)
             return False
         conn.execute(sql.SQL("listen {}").format(sql.Identifier(WAKE_CHANNEL)))
+        if row[2] and conn.info.server_version >= 140000:
+            # A hung ticker holding the sleeping lock would make every writer notify (each
+            # commit then takes the notification lock): the server ends such a session.  A
+            # live one runs a round at least every ticker_period.
+            timeout = int(max(IDLE_SESSION_TIMEOUT, 10 * self.settings.ticker_period) * 1000)
+            conn.execute(sql.SQL("set idle_session_timeout = {}").format(sql.Literal(timeout)))
         if row[1]:
             conn.execute(
                 f"prepare {ROUND_STATEMENT.decode()} as"
@@ -230,6 +247,7 @@ class TickerService(Service):
         # of the round and of an idle wait stay in libpq's queue (_woken reads both).
         conn.add_notify_handler(lambda _: setattr(db, "notified", True))
         db.conn, db.connected_at, db.has_round = conn, now, bool(row[1])
+        db.wakes = bool(row[1] and row[2])
         db.next_tick = db.next_maint = db.next_retry = now
         log.info("%s: ticking", db.name)
         return True
@@ -291,6 +309,8 @@ class TickerService(Service):
                 else:
                     period = settings.ticker_period
                 db.next_tick = now + period
+                if db.wakes:
+                    self._sleep_lock(db, now, asleep=period > settings.ticker_busy_period)
             if now >= db.next_maint:
                 operations = self._maint(db.conn)
                 self.stats["maint"] += operations
@@ -312,6 +332,25 @@ class TickerService(Service):
             db.last_error = message
             db.close()
             db.next_try = now + min(ERROR_RETRY_DELAY, self.settings.check_period)
+
+    @staticmethod
+    def _sleep_lock(db: DatabaseState, now: float, *, asleep: bool) -> None:
+        """Hold the lock that tells capture triggers this ticker sleeps (they then wake it:
+        ``ferry_queue.wake_ticker``) while its next round is more than a busy period away;
+        release it once events flow.  A writer that holds it (shared, until its commit)
+        keeps the ticker from taking it: the next round tries again."""
+        assert db.conn is not None
+        if asleep and not db.asleep:
+            row = db.conn.execute(
+                "select pg_try_advisory_lock(k1, k2) from ferry_queue.ticker_asleep()"
+            ).fetchone()
+            db.asleep = bool(row and row[0])
+            if db.asleep:
+                # A writer that committed before the lock was taken woke nobody.
+                db.next_tick = now
+        elif not asleep and db.asleep:
+            db.conn.execute("select pg_advisory_unlock(k1, k2) from ferry_queue.ticker_asleep()")
+            db.asleep = False
 
     # --- loop ----------------------------------------------------------------------------
     def work(self) -> bool:
