@@ -17,6 +17,14 @@ def install_queue(connstr: str) -> str:
     return connstr
 
 
+def create_queue(conn: psycopg.Connection, queue: str = "q", **config: str) -> None:
+    """Create ``queue`` with the given ``set_queue_config`` settings (``ticker_max_lag``:
+    '0.1 s', ...), in the order given."""
+    conn.execute("select ferry_queue.create_queue(%s)", (queue,))
+    for key, value in config.items():
+        conn.execute("select ferry_queue.set_queue_config(%s, %s, %s)", (queue, key, value))
+
+
 def tick(conn: psycopg.Connection, queue: str) -> int:
     """Force one tick now and return its id."""
     conn.execute("select ferry_queue.force_tick(%s)", (queue,))

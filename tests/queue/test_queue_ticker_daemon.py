@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from queue_helpers import install_queue, take_batch
+from queue_helpers import create_queue, install_queue, take_batch
 
 from pgferry.config import load_config
 from pgferry.queue.ticker import DatabaseState, TickerService, TickerSettings
@@ -45,11 +45,8 @@ def query(connstr: str, text: str, *params: object) -> object:
 def make_queue_db(cluster: LocalCluster, name: str) -> str:
     connstr = install_queue(cluster.createdb(name))
     with psycopg.connect(connstr, autocommit=True) as conn:
-        conn.execute("select ferry_queue.create_queue('q')")
         # Busy-queue cadence so that the daemon ticks within a test's patience.
-        conn.execute("select ferry_queue.set_queue_config('q', 'ticker_max_lag', '0.1 s')")
-        conn.execute("select ferry_queue.set_queue_config('q', 'ticker_idle_period', '0.2 s')")
-        conn.execute("select ferry_queue.set_queue_config('q', 'rotation_period', '0')")
+        create_queue(conn, ticker_max_lag="0.1 s", ticker_idle_period="0.2 s", rotation_period="0")
     return connstr
 
 

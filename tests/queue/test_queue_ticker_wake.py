@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from queue_helpers import Scalar, install_queue, take_batch
+from queue_helpers import Scalar, create_queue, install_queue, take_batch
 
 from pgferry.polling import wait_until
 from pgferry.queue.batches import TICKER_WAKE_CHANNEL
@@ -86,8 +86,7 @@ def sleepy_ticker(pg_a: LocalCluster, tmp_path: Path) -> Iterator[str]:
     name = f"wake_{int(time.time() * 1000) % 10**9}"
     db = install_queue(pg_a.createdb(name))
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("select ferry_queue.create_queue('q')")
-        conn.execute("select ferry_queue.set_queue_config('q', 'ticker_idle_period', '1 hour')")
+        create_queue(conn, ticker_idle_period="1 hour")
         conn.execute("select ferry_queue.register_consumer('q', 'c')")
         conn.execute("create table public.t (id int primary key, v text)")
         conn.execute("select ferry_queue.attach_capture('q', 'public.t')")

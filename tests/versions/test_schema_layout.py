@@ -189,6 +189,8 @@ EDITED_SINCE_THE_CHAIN = {
         "capture_template(regclass, jsonb)",
         # a queue ticks at once for events when one of its consumers waits
         "tick_due(ferry_queue.queue)",
+        # capture functions open with the sleeping ticker's wake-up
+        "install_capture_function(integer, text, text)",
     },
     "ferry_node": {
         "find_node(text)",
