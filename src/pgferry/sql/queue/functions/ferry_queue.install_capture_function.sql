@@ -23,6 +23,7 @@ declare
     q      ferry_queue.queue;
     v_body text;
     v_at   integer;
+    v_key  record;
 begin
     select * into q from ferry_queue.queue where queue_id = i_queue_id;
     v_body := replace(i_template, '@@ferry_event_table@@',
@@ -35,12 +36,15 @@ begin
     -- commit, and later rows find the lock held by their own transaction (cheaper still).
     -- After the first "begin" line: the templates' declarations have none.
     v_at := position(E'begin\n' in v_body);
-    v_body := case when v_at = 0 then v_body else overlay(v_body placing format(
-        E'    if not pg_try_advisory_xact_lock_shared(%s, %s)\n'
-        '       and current_setting(''ferry_queue.ticker_woken'', true) is distinct from ''1'' then\n'
-        '        perform ferry_queue.wake_ticker();\n'
-        '    end if;\n',
-        (ferry_queue.ticker_asleep()).k1, (ferry_queue.ticker_asleep()).k2) from v_at + 6 for 0) end;
+    if v_at > 0 then
+        select * into v_key from ferry_queue.ticker_asleep();
+        v_body := overlay(v_body placing format(
+            E'    if not pg_try_advisory_xact_lock_shared(%s, %s)\n'
+            '       and current_setting(''ferry_queue.ticker_woken'', true) is distinct from ''1'' then\n'
+            '        perform ferry_queue.wake_ticker();\n'
+            '    end if;\n',
+            v_key.k1, v_key.k2) from v_at + length(E'begin\n') for 0);
+    end if;
     execute format('create or replace function ferry_queue.%I() returns trigger'
                    ' language plpgsql as %L', i_name, v_body);
     return i_name;
