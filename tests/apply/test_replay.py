@@ -58,16 +58,22 @@ def test_collapse_and_truncate_barrier(pair) -> None:
     assert pair.leaf("select id, name from users") == [(3, "after2")]
 
 
-def test_debug_log_times_each_table(pair, caplog) -> None:
-    """With -v a batch logs, per table, its rows and where the time went."""
+@pytest.mark.parametrize("small", [True, False], ids=["one-round-trip", "table-by-table"])
+def test_debug_log_times_each_table(make_pair, caplog, small) -> None:
+    """With -v a batch logs, per table, its rows and where the time went: a small batch
+    applied in one round trip says so; one applied table by table times its steps."""
+    pair = make_pair(**({} if small else {"replay_read_ahead_events": "0"}))
     _setup(pair)
     worker = pair.catch_up()
     pair.root("insert into users (id, name) select g, 'x' from generate_series(1, 30) g")
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.stage_apply"):
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply"):
         pair.catch_up(worker)
     lines = [r.getMessage() for r in caplog.records if "read wait" in r.getMessage()]
     assert lines == [lines[0]] and lines[0].startswith("  public.users: 30 rows (read wait ")
-    assert "s, stage " in lines[0] and "s, apply " in lines[0]
+    if small:
+        assert "applied in one round trip" in lines[0]
+    else:
+        assert "s, stage " in lines[0] and "s, apply " in lines[0]
     pair.same("users")
 
 

@@ -25,14 +25,14 @@ from functools import partial
 
 import psycopg
 
-from pgferry.apply import forward, handover, script_replay
+from pgferry.apply import forward, handover, script_replay, small_batch
 from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import count_removals, count_scripts, plan_segment
+from pgferry.apply.plan import SegmentPlan, count_removals, count_scripts, plan_segment
 from pgferry.apply.prefetch import Ahead, NextBatch, PlanInputs, Prefetcher
 from pgferry.apply.read import ReplayError, TableShapes, read_removals, read_scripts, summarize
 from pgferry.apply.readers import ReaderPool
-from pgferry.apply.routes import Route, load_routes, registry_signature
+from pgferry.apply.routes import Route, RouteCache, load_routes
 from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.spark_session import WorkerSpark
@@ -45,8 +45,6 @@ from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
-
-ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class Replayer:
         self._readers: ReaderPool | None = None
         self.second = SecondApply()  # a large batch's second connection to the node
         self.ahead = Prefetcher()  # the next batch, read while this one is applied
-        self._route_cache: tuple[str, float, dict[str, Route]] | None = None
+        self._routes = RouteCache()
 
     # --- state kept between batches ------------------------------------------------------
     def use_provider(self, dsn: str) -> None:
@@ -110,16 +108,7 @@ class Replayer:
     ) -> None:
         plan = None  # reads ahead are planned as _apply_segment plans them
         if not self.spark.running():  # else a large batch is read by Spark tasks
-            active = [r for r in routes.values() if r.applies]
-            plan = PlanInputs(
-                self.shapes.source_columns(provider, active),
-                self.shapes.provider_types(provider, active),
-                _major(provider) == _major(local),
-                self.settings.read_range_events,
-                self.settings.read_ahead_events,
-                self.settings.second_events,
-                self.settings.merge_ranges,
-            )
+            plan = self._plan_inputs(provider, local, routes)
         want = NextBatch(
             reading.queue, consumer, reading.tick_id, min_events, routes, list(reading.seqs), plan
         )
@@ -138,21 +127,11 @@ class Replayer:
     def routes(
         self, local: psycopg.Connection, queue: str, signature: str | None = None
     ) -> dict[str, Route]:
-        """The registry, re-read only when it changed or is older than ROUTES_MAX_AGE
-        (``signature``: its :func:`registry_signature`, when read already)."""
-        if signature is None:
-            signature = registry_signature(local, queue)
-        cached = self._route_cache
-        if (
-            cached is None
-            or cached[0] != signature
-            or time.monotonic() - cached[1] > ROUTES_MAX_AGE
-        ):
-            with local.transaction():  # a savepoint inside the caller's transaction
-                cached = (signature, time.monotonic(), load_routes(local, queue))
-            self._route_cache = cached
+        """The registry's routes (:class:`RouteCache`); new ones forget the shapes."""
+        routes, fresh = self._routes.get(local, queue, signature)
+        if fresh:
             self.forget_shapes()
-        return cached[2]
+        return routes
 
     def _reader_pool(self) -> ReaderPool:
         if self._readers is None:
@@ -258,6 +237,19 @@ class Replayer:
         if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
+        if (
+            main
+            and not (read_ahead or use_spark or scripts or removals or self.second.maybe_left)
+            and node.node_type != "branch"  # forwarding, copy filters: statements of their own
+            and not any(r.copy_snapshot for r in routes.values())
+        ):
+            plan = self._plan(provider, local, reading, routes, Segment(), summary)
+            small = small_batch.apply_or_none(
+                local, provider, self.stages, plan, batch_sql, batch=batch, node=node
+            )
+            if small is not None:  # else applied table by table below
+                small.summary_seconds = summary_seconds
+                return small
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections
             staged_at = time.monotonic()
@@ -285,7 +277,7 @@ class Replayer:
                     script_replay.run_script(local, node, batch, script, routes, seqs)
                     # The script may change tables: rows after it use the new shapes.
                     routes = load_routes(local, queue)
-                    self._route_cache = None
+                    self._routes.clear()
                     self.forget_shapes()
                 after = upto
             # Removals come after every row of the batch, not as barriers in ev_id order:
@@ -296,7 +288,7 @@ class Replayer:
             stale_consumers = []
             if removals:
                 stale_consumers = removals_.apply_removals(local, node, removals)
-                self._route_cache = None  # the next batch reads the registry again
+                self._routes.clear()  # the next batch reads the registry again
                 self.forget_shapes()
             stats.apply_seconds = time.monotonic() - staged_at
             # Rows this batch found missing here (changed behind replication's back); a
@@ -328,6 +320,51 @@ class Replayer:
         stats.spark = use_spark
         return stats
 
+    def _plan_inputs(
+        self, provider: psycopg.Connection, local: psycopg.Connection, routes: dict[str, Route]
+    ) -> PlanInputs:
+        active = [r for r in routes.values() if r.applies]
+        return PlanInputs(
+            self.shapes.source_columns(provider, active),
+            self.shapes.provider_types(provider, active),
+            _major(provider) == _major(local),
+            self.settings.read_range_events,
+            self.settings.read_ahead_events,
+            self.settings.second_events,
+            self.settings.merge_ranges,
+        )
+
+    def _plan(
+        self,
+        provider: psycopg.Connection,
+        local: psycopg.Connection,
+        reading: _Reading,
+        routes: dict[str, Route],
+        segment: Segment,
+        summary: list[SummaryRow] | None,
+        later: LaterChanges | None = None,
+    ) -> SegmentPlan:
+        """The segment's plan (``routes`` as the provider's catalog shows them)."""
+        batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
+        inputs = self._plan_inputs(provider, local, routes)
+        src_cols = inputs.src_cols if later is None else later.columns_carried(inputs.src_cols)
+        if summary is None:
+            summary = summarize(provider, batch_sql, routes, seqs, segment)
+        read_ahead = reading.read_ahead or use_spark
+        return plan_segment(
+            summary,
+            routes,
+            seqs,
+            src_cols,
+            range_events=inputs.range_events if read_ahead else None,
+            # A Spark task hands its whole part to the driver: there ranges bound memory.
+            # Two applying connections: a table in ranges starts its apply after a range.
+            whole_updates=not use_spark and not reading.apart,
+            merge_updates=inputs.merge_ranges,
+            binary=inputs.binary,
+            provider_types=inputs.provider_types,
+        )
+
     def _apply_segment(
         self,
         local: psycopg.Connection,
@@ -340,30 +377,13 @@ class Replayer:
         start_next: Callable[[], None] | None = None,
         done: frozenset[str] = frozenset(),
     ) -> ApplyStats:
-        batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
+        batch_sql, use_spark = reading.batch_sql, reading.use_spark
         # The provider's catalog already shows what scripts later in the batch change.
         if later is not None:
             routes = later.provider_routes(routes)
         active = [r for r in routes.values() if r.applies]
-        src_cols = self.shapes.source_columns(provider, active)
-        if later is not None:
-            src_cols = later.columns_carried(src_cols)
         read_ahead = reading.read_ahead or use_spark
-        if summary is None:
-            summary = summarize(provider, batch_sql, routes, seqs, segment)
-        plan = plan_segment(
-            summary,
-            routes,
-            seqs,
-            src_cols,
-            range_events=self.settings.read_range_events if read_ahead else None,
-            # A Spark task hands its whole part to the driver: there ranges bound memory.
-            # Two applying connections: a table in ranges starts its apply after a range.
-            whole_updates=not use_spark and not reading.apart,
-            merge_updates=self.settings.merge_ranges,
-            binary=_major(provider) == _major(local),
-            provider_types=self.shapes.provider_types(provider, active),
-        )
+        plan = self._plan(provider, local, reading, routes, segment, summary, later)
         plan.tables = [w for w in plan.tables if w.table_name not in done]
         readers = None
         if use_spark and plan.tables:

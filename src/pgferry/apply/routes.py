@@ -9,6 +9,7 @@ the columns replay must leave alone and whether the table has no key at all.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import psycopg
@@ -292,3 +293,34 @@ def registry_signature(conn: psycopg.Connection, queue_name: str) -> str:
     """Changes whenever the local registry or a destination's columns change (one query)."""
     row = conn.execute(SIGNATURE_SQL, (queue_name,)).fetchone()
     return row[0] if row else ""
+
+
+ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
+
+
+class RouteCache:
+    """One node's routes, read again only when the registry changed (its
+    :func:`registry_signature`) or the copy is older than :data:`ROUTES_MAX_AGE`."""
+
+    def __init__(self) -> None:
+        self._cached: tuple[str, float, dict[str, Route]] | None = None
+
+    def clear(self) -> None:
+        """The next :meth:`get` reads the registry."""
+        self._cached = None
+
+    def get(
+        self, conn: psycopg.Connection, queue_name: str, signature: str | None = None
+    ) -> tuple[dict[str, Route], bool]:
+        """The routes, and whether they were read just now (``signature``: the registry's,
+        when read already)."""
+        if signature is None:
+            signature = registry_signature(conn, queue_name)
+        cached = self._cached
+        fresh_enough = cached is not None and time.monotonic() - cached[1] <= ROUTES_MAX_AGE
+        if cached is not None and cached[0] == signature and fresh_enough:
+            return cached[2], False
+        with conn.transaction():  # a savepoint inside the caller's transaction
+            cached = (signature, time.monotonic(), load_routes(conn, queue_name))
+        self._cached = cached
+        return cached[2], True

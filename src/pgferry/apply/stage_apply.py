@@ -56,6 +56,7 @@ class ApplyStats:
     diverged: dict[str, tuple[int, int]] = field(default_factory=dict)
     tables: set[str] = field(default_factory=set)
     spark: bool = False
+    small: bool = False  # applied in two round trips (pgferry.apply.small_batch)
     summary_seconds: float = 0.0  # the provider's summary of the batch
     apply_seconds: float = 0.0  # reading and applying, in the open transaction
     commit_seconds: float = 0.0
@@ -81,7 +82,7 @@ def log_batch(batch: Batch, stats: ApplyStats, seconds: float, what: str) -> Non
         batch.batch_id,
         batch.tick_id,
         what,
-        " (spark)" if stats.spark else "",
+        " (spark)" if stats.spark else " (two round trips)" if stats.small else "",
         stats.upserts,
         stats.deletes,
         stats.truncates,
@@ -106,7 +107,7 @@ def apply_table(
     tick; ``read_wait``: seconds the apply waited for the part's read (for the log)."""
     with _named_errors(work.route):
         stats = _apply_rows(conn, stages, work, parts, tick_id, tick_time, read_wait)
-    return _tagged(work.route, stats)
+    return tagged_stats(work.route, stats)
 
 
 @contextlib.contextmanager
@@ -120,7 +121,7 @@ def _named_errors(route: Route) -> Iterator[None]:
         raise ReplayError(f"applying to {route.dest_text}: {exc}") from None
 
 
-def _tagged(route: Route, stats: ApplyStats) -> ApplyStats:
+def tagged_stats(route: Route, stats: ApplyStats) -> ApplyStats:
     """``stats`` of one table's apply, with the table and what it found missing here."""
     stats.tables.add(route.table_name)
     if stats.recreated or stats.missing_deletes:
@@ -284,7 +285,7 @@ class _Merge:
                 conn, work, stage, staged, tick_id, tick_time, self.read_wait,
                 at - self.loaded_s, f" ({work.ranges} ranges merged)",
             )  # fmt: skip
-        return _tagged(route, stats)
+        return tagged_stats(route, stats)
 
 
 def apply_segment(

@@ -1,0 +1,200 @@
+"""A small batch's subscriber transaction in two round trips.
+
+Applied table by table, a batch of a few dozen events costs the subscriber about a dozen
+round trips: BEGIN, per table the stage ``COPY`` (two: its start and its end) and the
+handler's statements, the tick record, ``COMMIT``.  Under a steady load each one also waits
+for a core, and together they were about 13 ms of a 33 ms cycle (BENCHMARKS.md).
+
+Here the provider reads each table's collapsed rows (the same queries,
+:meth:`TableWork.query <pgferry.apply.plan.TableWork.query>`) as one array of the rows'
+text forms, all tables in one message and one read-only transaction.  The subscriber then
+gets, in psycopg's pipeline mode and before it is asked for any result: BEGIN, per table
+an INSERT of that array into the table's stage and the default handler's statements
+(:func:`pgferry.handlers.upsert.queue_rows`), the sequences and the tick record, whose
+result is the first read (one round trip).  The handlers' counts are read then, the
+divergence recorded, and ``COMMIT`` is the second.
+
+Only what the table-by-table path would read inline qualifies (:func:`qualifies`): a
+batch of the node's own stream, estimated at most ``replay_read_ahead_events``, without
+scripts, removals, TRUNCATEs or forwarding, whose every table has the default apply on a
+unique key.  A batch that fails here is rolled back and the caller applies it again table
+by table, whose error names the table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.plan import SegmentPlan, TableWork
+from pgferry.apply.read import read_only
+from pgferry.apply.stage_apply import (
+    ApplyStats,
+    apply_sequences,
+    record_divergence,
+    tagged_stats,
+)
+from pgferry.apply.stages import StageTables
+from pgferry.handlers import Handler, Staged, upsert
+from pgferry.handlers.api import Applied
+from pgferry.node import model
+from pgferry.queue.batches import Batch
+
+log = logging.getLogger(__name__)
+
+
+def qualifies(plan: SegmentPlan) -> bool:
+    """Every part of ``plan`` is a whole table applied by the default set-based apply on
+    a unique key, and nothing is truncated."""
+    return not plan.truncate and all(_plain(work) for work in plan.tables)
+
+
+def _plain(work: TableWork) -> bool:
+    route = work.route
+    return (
+        not work.events
+        and not route.keyless
+        and route.key_unique
+        and work.span is None
+        and not work.merge
+        and type(route.handler).apply is Handler.apply
+    )
+
+
+def read_arrays(
+    provider: psycopg.Connection, works: list[TableWork], batch_sql: str, segment: Segment
+) -> list[tuple[int, str | None]]:
+    """Each table's ``(rows, array of the rows' text forms)``, in one round trip."""
+    if not works:
+        return []
+    with provider.pipeline(), read_only(provider):
+        cursors = [
+            provider.execute(
+                "select count(*), array_agg(r)::text from ("  # type: ignore[arg-type]
+                + work.query(batch_sql, segment)
+                + ") r"
+            )
+            for work in works
+        ]
+        rows = [cursor.fetchone() for cursor in cursors]  # the first fetch syncs them all
+    return [(row[0], row[1]) if row else (0, None) for row in rows]
+
+
+def apply_or_none(
+    local: psycopg.Connection,
+    provider: psycopg.Connection,
+    stages: StageTables,
+    plan: SegmentPlan,
+    batch_sql: str,
+    *,
+    batch: Batch,
+    node: model.NodeInfo,
+) -> ApplyStats | None:
+    """:func:`apply_small` if ``plan`` :func:`qualifies`; else None, and None after a
+    failure here (rolled back): the caller applies the batch table by table, whose error
+    names the table it is about."""
+    if not qualifies(plan):
+        return None
+    try:
+        return apply_small(local, provider, stages, plan, batch_sql, batch=batch, node=node)
+    except psycopg.Error as exc:
+        if local.broken or provider.broken:
+            raise
+        stages.reset()  # stages created in the rolled-back transaction are gone
+        log.debug("batch %s: applied table by table after: %s", batch.batch_id, exc)
+        return None
+
+
+def apply_small(
+    local: psycopg.Connection,
+    provider: psycopg.Connection,
+    stages: StageTables,
+    plan: SegmentPlan,
+    batch_sql: str,
+    *,
+    batch: Batch,
+    node: model.NodeInfo,
+) -> ApplyStats:
+    """Apply ``plan`` (the whole of ``batch``, which :func:`qualifies`) and record its tick,
+    committed, in two round trips on ``local`` after one on ``provider``."""
+    started = time.monotonic()
+    arrays = read_arrays(provider, plan.tables, batch_sql, Segment())
+    read_s = time.monotonic() - started
+    queue, consumer = node.queue_name, node.consumer_name
+    stats = ApplyStats(small=True)
+    with local.pipeline(), local.transaction():
+        stages.new_transaction()
+        counts: list[tuple[TableWork, Callable[[], Applied]]] = []
+        for work, (rows, array) in zip(plan.tables, arrays, strict=True):
+            if rows:
+                stage = _load(local, stages, work, array)
+                counts.append((work, _queue(local, work, stage, rows, batch)))
+            else:
+                stats.tables.add(work.table_name)
+        stats.sequences = apply_sequences(local, queue, plan.sequences)
+        # Its result is the first one read: everything above is sent with it.
+        model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
+                          batch.prev_tick_id, node.provider_node)  # fmt: skip
+        for work, applied in counts:
+            stats.add(_stats(work, applied()))
+        if log.isEnabledFor(logging.DEBUG):
+            for work, (rows, _) in zip(plan.tables, arrays, strict=True):
+                log.debug(
+                    "  %s: %d rows (read wait %.3fs, then with the batch's other tables:"
+                    " staged and applied in one round trip)", work.table_name, rows, read_s,
+                )  # fmt: skip
+        stats.apply_seconds = time.monotonic() - started
+        record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
+        commit_at = time.monotonic()
+    stats.commit_seconds = time.monotonic() - commit_at
+    return stats
+
+
+def _load(
+    local: psycopg.Connection, stages: StageTables, work: TableWork, array: str | None
+) -> sql.Composable:
+    """The table's stage, loaded from the array (the stage's own row type parses it)."""
+    stage = stages.get(local, work.route, work.columns)
+    local.execute(
+        sql.SQL("insert into {stage} select * from unnest({rows}::{stage}[])").format(
+            stage=stage, rows=sql.Placeholder()
+        ),
+        (array,),
+    )
+    return stage
+
+
+def _queue(
+    local: psycopg.Connection,
+    work: TableWork,
+    stage: sql.Composable,
+    rows: int,
+    batch: Batch,
+) -> Callable[[], Applied]:
+    route = work.route
+    return upsert.queue_rows(
+        Staged(
+            local,
+            stage,
+            rows,
+            route.target(work.columns),
+            "rows",
+            batch.tick_id,
+            inserts_only=work.inserts_only,
+            some_inserts=work.some_inserts,
+            some_deletes=work.some_deletes,
+            filtered=bool(route.image_condition),
+            tick_time=batch.tick_time,
+        )
+    )
+
+
+def _stats(work: TableWork, applied: Applied) -> ApplyStats:
+    stats = ApplyStats(upserts=applied.upserts, deletes=applied.deletes)
+    stats.recreated, stats.missing_deletes = applied.recreated, applied.missing_deletes
+    return tagged_stats(work.route, stats)
