@@ -118,25 +118,33 @@ def read_only_rows(
     conn: psycopg.Connection, query: str, *, settings: tuple[str, ...] = ()
 ) -> list[tuple]:
     """The rows of ``query`` (after ``settings``, SET LOCAL statements) in a read-only
-    transaction of their own.
+    transaction of their own (:func:`read_only_results`)."""
+    return read_only_results(conn, [query], settings=settings)[0]
 
-    On an idle autocommit connection BEGIN, the settings, the query and COMMIT go as one
+
+def read_only_results(
+    conn: psycopg.Connection, queries: list[str], *, settings: tuple[str, ...] = ()
+) -> list[list[tuple]]:
+    """The rows of each of ``queries`` (after ``settings``, SET LOCAL statements) in one
+    read-only transaction of their own.
+
+    On an idle autocommit connection BEGIN, the settings, the queries and COMMIT go as one
     message (the simple query protocol takes several statements): one round trip where
-    they were four.  Otherwise as :func:`read_only` runs them.
+    they were one each.  Otherwise as :func:`read_only` runs them.
     """
     if not _idle_autocommit(conn):
         with read_only(conn):
             for setting in settings:
                 conn.execute(setting)  # type: ignore[arg-type]
-            return conn.execute(query.encode()).fetchall()
-    text = "; ".join(["begin transaction read only", *settings, query, "commit"])
-    rows: list[tuple] = []
+            return [conn.execute(query.encode()).fetchall() for query in queries]
+    text = "; ".join(["begin transaction read only", *settings, *queries, "commit"])
+    results: list[list[tuple]] = []
     try:
         with conn.cursor() as cur:
             cur.execute(text.encode(), prepare=False)
-            while True:  # one result per statement: the query's is the one with rows
+            while True:  # one result per statement: the queries' are those with rows
                 if cur.pgresult is not None and cur.pgresult.status == ExecStatus.TUPLES_OK:
-                    rows = cur.fetchall()
+                    results.append(cur.fetchall())
                 if not cur.nextset():
                     break
     except BaseException:
@@ -144,13 +152,13 @@ def read_only_rows(
         if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             conn.execute("rollback")
         raise
-    return rows
+    return results
 
 
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
     stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
-    with _provider_named(conn):
+    with provider_named(conn):
         if _idle_autocommit(conn):
             # BEGIN READ ONLY, the COPY and COMMIT in one message (one round trip).
             yield from copyio.copy_out(conn, stmt, read_only=True)
@@ -176,7 +184,7 @@ def read_many(
     ]
     streams = copyio.copy_out_many(conn, stmts, read_only=True)
     try:
-        with _provider_named(conn):
+        with provider_named(conn):
             for chunks in streams:
                 yield _provider_named_chunks(conn, chunks)
     finally:
@@ -184,7 +192,7 @@ def read_many(
 
 
 @contextmanager
-def _provider_named(conn: psycopg.Connection) -> Iterator[None]:
+def provider_named(conn: psycopg.Connection) -> Iterator[None]:
     try:
         yield
     except psycopg.OperationalError as exc:
@@ -196,7 +204,7 @@ def _provider_named(conn: psycopg.Connection) -> Iterator[None]:
 
 
 def _provider_named_chunks(conn: psycopg.Connection, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    with _provider_named(conn):
+    with provider_named(conn):
         yield from chunks
 
 

@@ -23,6 +23,7 @@ by table, whose error names the table.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import read_only
+from pgferry.apply.read import provider_named, read_only_results
 from pgferry.apply.stage_apply import (
     ApplyStats,
     apply_sequences,
@@ -69,20 +70,15 @@ def _plain(work: TableWork) -> bool:
 def read_arrays(
     provider: psycopg.Connection, works: list[TableWork], batch_sql: str, segment: Segment
 ) -> list[tuple[int, str | None]]:
-    """Each table's ``(rows, array of the rows' text forms)``, in one round trip."""
-    if not works:
-        return []
-    with provider.pipeline(), read_only(provider):
-        cursors = [
-            provider.execute(
-                "select count(*), array_agg(r)::text from ("  # type: ignore[arg-type]
-                + work.query(batch_sql, segment)
-                + ") r"
-            )
-            for work in works
-        ]
-        rows = [cursor.fetchone() for cursor in cursors]  # the first fetch syncs them all
-    return [(row[0], row[1]) if row else (0, None) for row in rows]
+    """Each table's ``(rows, array of the rows' text forms)``, in one read-only
+    transaction: on an idle autocommit connection one message, one round trip."""
+    queries = [
+        "select count(*), array_agg(r)::text from (" + work.query(batch_sql, segment) + ") r"
+        for work in works
+    ]
+    with provider_named(provider):
+        results = read_only_results(provider, queries) if queries else []
+    return [(rows[0][0], rows[0][1]) if rows else (0, None) for rows in results]
 
 
 def apply_or_none(
@@ -160,13 +156,13 @@ def _load(
 ) -> sql.Composable:
     """The table's stage, loaded from the array (the stage's own row type parses it)."""
     stage = stages.get(local, work.route, work.columns)
-    local.execute(
-        sql.SQL("insert into {stage} select * from unnest({rows}::{stage}[])").format(
-            stage=stage, rows=sql.Placeholder()
-        ),
-        (array,),
-    )
+    local.execute(_load_statement(stage.as_string(local)), (array,))  # type: ignore[arg-type]
     return stage
+
+
+@functools.lru_cache(maxsize=256)
+def _load_statement(stage: str) -> str:
+    return f"insert into {stage} select * from unnest(%s::{stage}[])"
 
 
 def _queue(

@@ -12,6 +12,7 @@ instead of being hidden by the next change.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -189,22 +190,26 @@ def queue_rows(staged: Staged) -> Callable[[], Applied]:
     every statement that :func:`apply_rows` might skip after reading a count is sent, and
     does nothing then.  The plain insert is never chosen.  Returns the function that reads
     the counts after the sync."""
-    conn, target, stage, rows = staged.conn, staged.target, staged.relation, staged.rows
-    cols = target.columns
+    conn, target, rows = staged.conn, staged.target, staged.rows
     if staged.inserts_only or staged.some_inserts or staged.filtered:  # nothing counted
-        deleting = staged.some_deletes or staged.filtered
-        gone = conn.execute(delete(target, stage)) if deleting else None
-        done = conn.execute(upsert(target, cols, stage))
-        return lambda: Applied(upserts=done.rowcount, deletes=gone.rowcount if gone else 0)
-    if not staged.some_deletes and len(cols) > len(target.pk):
-        updated = conn.execute(_update_from(target, cols, stage))
-        inserted = conn.execute(_insert_missing(target, cols, stage))
+        kind = "upsert, deletes first" if staged.some_deletes or staged.filtered else "upsert"
+    elif not staged.some_deletes and len(target.columns) > len(target.pk):
+        kind = "update, then insert the missing"
+    else:
+        kind = "counted upsert" if staged.some_deletes else "counted upsert, no deletes"
+    cursors = [
+        conn.execute(statement)  # type: ignore[arg-type]
+        for statement in _queued(kind, target, staged.relation.as_string(conn))
+    ]
+    if kind.startswith("upsert"):
+        *gone, done = cursors
+        return lambda: Applied(upserts=done.rowcount, deletes=gone[0].rowcount if gone else 0)
+    if kind.startswith("update"):
+        updated, inserted = cursors
         return lambda: Applied(
             upserts=updated.rowcount + inserted.rowcount, recreated=inserted.rowcount
         )
-    counts = conn.execute(_counts_query(target, cols, stage, staged.some_deletes))
-    done = conn.execute(upsert(target, cols, stage))
-    read = conn.execute(sql.SQL("select {}").format(_inserted_so_far(target)))
+    counts, done, read = cursors
 
     def counted() -> Applied:
         applied = Applied()
@@ -215,6 +220,26 @@ def queue_rows(staged: Staged) -> Callable[[], Applied]:
         return applied
 
     return counted
+
+
+@functools.lru_cache(maxsize=256)
+def _queued(kind: str, target: Target, stage_text: str) -> tuple[str, ...]:
+    """:func:`queue_rows`' statements of a ``kind``, as text: composed once per table and
+    stage (composing them cost about as much client time as their round trip)."""
+    cols, stage = target.columns, sql.SQL(stage_text)  # type: ignore[arg-type]
+    if kind.startswith("upsert"):
+        statements = [upsert(target, cols, stage)]
+        if kind != "upsert":
+            statements.insert(0, delete(target, stage))
+    elif kind.startswith("update"):
+        statements = [_update_from(target, cols, stage), _insert_missing(target, cols, stage)]
+    else:
+        statements = [
+            _counts_query(target, cols, stage, kind == "counted upsert"),
+            upsert(target, cols, stage),
+            sql.SQL("select {}").format(_inserted_so_far(target)),
+        ]
+    return tuple(statement.as_string(None) for statement in statements)
 
 
 def _inserted_so_far(target: Target) -> sql.Composable:
