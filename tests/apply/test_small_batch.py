@@ -8,8 +8,11 @@ batch too large for it.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from pgferry.apply import small_batch
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.errors import PgferryError
 
@@ -114,3 +117,20 @@ def test_batch_larger_than_the_inline_reads_goes_table_by_table(make_pair) -> No
     pair.catch_up(worker)
     _same_all(pair)
     assert seen and not any(s.small for s in seen)
+
+
+@pytest.mark.parametrize("guessed", [8, 0], ids=["with-the-summary", "after-the-summary"])
+def test_tables_read_with_the_summary_or_after_it(pair, caplog, monkeypatch, guessed) -> None:
+    """With few tables, their reads go in the summary's message (a read of a table the
+    batch does not hold finds nothing); with more, they are read after the summary."""
+    monkeypatch.setattr(small_batch, "GUESSED_TABLES", guessed)
+    worker = _setup(pair)
+    seen = _observe(worker)
+    pair.root("update public.cur set n = 0 where id = 3")
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.small_batch"):
+        pair.catch_up(worker)
+    _same_all(pair)
+    assert seen and all(s.small for s in seen)
+    lines = [r.getMessage() for r in caplog.records if "rows (" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("  public.cur: 1 rows (")
+    assert ("read with the summary" in lines[0]) == bool(guessed)

@@ -203,9 +203,18 @@ class Replayer:
             estimate = batch.event_seq - batch.prev_event_seq
         # One read of the batch says what it holds, queued scripts included.
         summary_at = time.monotonic()
+        small = small_batch.may_qualify(
+            main, estimate, self.settings.read_ahead_events, node, routes
+        )
+        arrays: small_batch.Arrays = {}
         if ahead is not None:
             log.debug("batch %s: read ahead (its tables too: %s)", batch.batch_id, started)
             summary = ahead.summary
+        elif small:  # the tables' reads in the summary's message
+            summary, arrays = small_batch.summarize_with_reads(
+                provider, batch_sql, routes, seqs, self._plan_inputs(provider, local, routes),
+                estimate,
+            )  # fmt: skip
         else:
             # Nothing of this batch runs beside its summary: its reads wait for it.
             summary = summarize(
@@ -237,19 +246,15 @@ class Replayer:
         if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
-        if (
-            main
-            and not (read_ahead or use_spark or scripts or removals or self.second.maybe_left)
-            and node.node_type != "branch"  # forwarding, copy filters: statements of their own
-            and not any(r.copy_snapshot for r in routes.values())
-        ):
+        if small and not (use_spark or scripts or removals or self.second.maybe_left):
             plan = self._plan(provider, local, reading, routes, Segment(), summary)
-            small = small_batch.apply_or_none(
-                local, provider, self.stages, plan, batch_sql, batch=batch, node=node
-            )
-            if small is not None:  # else applied table by table below
-                small.summary_seconds = summary_seconds
-                return small
+            done_small = small_batch.apply_or_none(
+                local, provider, self.stages, plan, batch_sql, batch=batch, node=node,
+                arrays=arrays,
+            )  # fmt: skip
+            if done_small is not None:  # else applied table by table below
+                done_small.summary_seconds = summary_seconds
+                return done_small
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections
             staged_at = time.monotonic()

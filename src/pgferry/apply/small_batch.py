@@ -31,9 +31,11 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import provider_named, read_only_results
+from pgferry.apply.batch_sql import Segment, SummaryRow, fold_summary, grouped_summary_query
+from pgferry.apply.plan import SegmentPlan, TableWork, plan_segment
+from pgferry.apply.prefetch import PlanInputs
+from pgferry.apply.read import provider_named, read_only_results, summarize, summary_settings
+from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
     apply_sequences,
@@ -67,18 +69,81 @@ def _plain(work: TableWork) -> bool:
     )
 
 
+# At most this many tables are read with the summary, before it says which the batch holds.
+GUESSED_TABLES = 8
+
+Arrays = dict[str, tuple[int, str | None]]  # an array read's query -> (rows, array)
+
+
+def may_qualify(
+    main: bool, estimate: int | None, read_ahead_events: int, node: model.NodeInfo,
+    routes: dict[str, Route],
+) -> bool:  # fmt: skip
+    """Whether a batch may be applied here, before its summary is read: the node's own
+    stream, read inline, not a branch's (forwarding), no copy filter."""
+    return (
+        main
+        and estimate is not None
+        and estimate <= read_ahead_events
+        and node.node_type != "branch"
+        and not any(r.copy_snapshot for r in routes.values())
+    )
+
+
+def summarize_with_reads(
+    provider: psycopg.Connection,
+    batch_sql: str,
+    routes: dict[str, Route],
+    seqs: list[str],
+    inputs: PlanInputs,
+    estimate: int | None,
+) -> tuple[list[SummaryRow], Arrays]:
+    """The batch's summary (scripts and removals counted) and, in the same message, the
+    rows of each of up to :data:`GUESSED_TABLES` tables as :func:`apply_small` would read
+    them, whether the batch holds the table or not: one round trip where the summary and
+    the reads took two.  A read that fails takes the summary alone with it."""
+    active = [r for r in routes.values() if r.applies]
+    works: list[TableWork] = []
+    if len(active) <= GUESSED_TABLES:  # every table with updates: its columns and types
+        guess = [SummaryRow(r.table_name, row_events=1) for r in active]
+        plan = plan_segment(guess, routes, seqs, inputs.src_cols, binary=inputs.binary,
+                            provider_types=inputs.provider_types)  # fmt: skip
+        works = [work for work in plan.tables if _plain(work)]
+    queries = [_array_query(work.query(batch_sql, Segment())) for work in works]
+    summary_query = grouped_summary_query(batch_sql, seqs, Segment())
+    try:
+        with provider_named(provider):
+            results = read_only_results(
+                provider, [summary_query, *queries], settings=summary_settings(estimate)
+            )
+    except psycopg.Error as exc:
+        if provider.broken:
+            raise
+        log.debug("reading a batch's summary with its tables: %s", exc)
+        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True,
+                            removals=True, alone_events=estimate)  # fmt: skip
+        return summary, {}
+    summary = fold_summary(results[0], active, seqs, scripts=True, removals=True)
+    return summary, {q: _counted(rows) for q, rows in zip(queries, results[1:], strict=True)}
+
+
+def _array_query(query: str) -> str:
+    return "select count(*), array_agg(r)::text from (" + query + ") r"
+
+
+def _counted(rows: list[tuple]) -> tuple[int, str | None]:
+    return (rows[0][0], rows[0][1]) if rows else (0, None)
+
+
 def read_arrays(
     provider: psycopg.Connection, works: list[TableWork], batch_sql: str, segment: Segment
 ) -> list[tuple[int, str | None]]:
     """Each table's ``(rows, array of the rows' text forms)``, in one read-only
     transaction: on an idle autocommit connection one message, one round trip."""
-    queries = [
-        "select count(*), array_agg(r)::text from (" + work.query(batch_sql, segment) + ") r"
-        for work in works
-    ]
+    queries = [_array_query(work.query(batch_sql, segment)) for work in works]
     with provider_named(provider):
         results = read_only_results(provider, queries) if queries else []
-    return [(rows[0][0], rows[0][1]) if rows else (0, None) for rows in results]
+    return [_counted(rows) for rows in results]
 
 
 def apply_or_none(
@@ -90,6 +155,7 @@ def apply_or_none(
     *,
     batch: Batch,
     node: model.NodeInfo,
+    arrays: Arrays | None = None,
 ) -> ApplyStats | None:
     """:func:`apply_small` if ``plan`` :func:`qualifies`; else None, and None after a
     failure here (rolled back): the caller applies the batch table by table, whose error
@@ -97,7 +163,9 @@ def apply_or_none(
     if not qualifies(plan):
         return None
     try:
-        return apply_small(local, provider, stages, plan, batch_sql, batch=batch, node=node)
+        return apply_small(
+            local, provider, stages, plan, batch_sql, batch=batch, node=node, arrays=arrays
+        )
     except psycopg.Error as exc:
         if local.broken or provider.broken:
             raise
@@ -115,18 +183,25 @@ def apply_small(
     *,
     batch: Batch,
     node: model.NodeInfo,
+    arrays: Arrays | None = None,
 ) -> ApplyStats:
     """Apply ``plan`` (the whole of ``batch``, which :func:`qualifies`) and record its tick,
     committed, in two round trips on ``local`` after one on ``provider``."""
     started = time.monotonic()
-    arrays = read_arrays(provider, plan.tables, batch_sql, Segment())
+    found = arrays or {}
+    wanted = [_array_query(work.query(batch_sql, Segment())) for work in plan.tables]
+    with_summary = all(query in found for query in wanted)
+    if with_summary:
+        read = [found[query] for query in wanted]
+    else:
+        read = read_arrays(provider, plan.tables, batch_sql, Segment())
     read_s = time.monotonic() - started
     queue, consumer = node.queue_name, node.consumer_name
     stats = ApplyStats(small=True)
     with local.pipeline(), local.transaction():
         stages.new_transaction()
         counts: list[tuple[TableWork, Callable[[], Applied]]] = []
-        for work, (rows, array) in zip(plan.tables, arrays, strict=True):
+        for work, (rows, array) in zip(plan.tables, read, strict=True):
             if rows:
                 stage = _load(local, stages, work, array)
                 counts.append((work, _queue(local, work, stage, rows, batch)))
@@ -139,10 +214,11 @@ def apply_small(
         for work, applied in counts:
             stats.add(_stats(work, applied()))
         if log.isEnabledFor(logging.DEBUG):
-            for work, (rows, _) in zip(plan.tables, arrays, strict=True):
+            for work, (rows, _) in zip(plan.tables, read, strict=True):
                 log.debug(
-                    "  %s: %d rows (read wait %.3fs, then with the batch's other tables:"
-                    " staged and applied in one round trip)", work.table_name, rows, read_s,
+                    "  %s: %d rows (%s, then with the batch's other tables: staged and"
+                    " applied in one round trip)", work.table_name, rows,
+                    "read with the summary" if with_summary else f"read wait {read_s:.3f}s",
                 )  # fmt: skip
         stats.apply_seconds = time.monotonic() - started
         record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
