@@ -134,3 +134,15 @@ def test_tables_read_with_the_summary_or_after_it(pair, caplog, monkeypatch, gue
     lines = [r.getMessage() for r in caplog.records if "rows (" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith("  public.cur: 1 rows (")
     assert ("read with the summary" in lines[0]) == bool(guessed)
+
+
+def test_rows_too_large_for_one_array_go_table_by_table(pair, monkeypatch) -> None:
+    worker = _setup(pair)
+    seen = _observe(worker)
+    monkeypatch.setattr(small_batch, "ARRAY_BYTES", 200)  # a few rows' worth
+    pair.root("update public.cur set n = n + 1 where id <= 2")  # small enough
+    pair.catch_up(worker)
+    pair.root("insert into public.log (v) select repeat('x', 100) from generate_series(1, 5)")
+    pair.catch_up(worker)
+    _same_all(pair)
+    assert [s.small for s in seen if s.tables] == [True, False]

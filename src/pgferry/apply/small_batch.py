@@ -71,6 +71,9 @@ def _plain(work: TableWork) -> bool:
 
 # At most this many tables are read with the summary, before it says which the batch holds.
 GUESSED_TABLES = 8
+# A table's rows larger than this are not read as one value (a COPY streams them): a
+# batch of 2,000 events can hold rows of any size, and a value is at most 1 GB.
+ARRAY_BYTES = 16 * 1024 * 1024
 
 Arrays = dict[str, tuple[int, str | None]]  # an array read's query -> (rows, array)
 
@@ -104,7 +107,9 @@ def summarize_with_reads(
     the reads took two.  A read that fails takes the summary alone with it."""
     active = [r for r in routes.values() if r.applies]
     works: list[TableWork] = []
-    if len(active) <= GUESSED_TABLES:  # every table with updates: its columns and types
+    # No event: no read (an idle node's batches).  Else every table as if it had updates:
+    # its columns and types.
+    if estimate and len(active) <= GUESSED_TABLES:
         guess = [SummaryRow(r.table_name, row_events=1) for r in active]
         plan = plan_segment(guess, routes, seqs, inputs.src_cols, binary=inputs.binary,
                             provider_types=inputs.provider_types)  # fmt: skip
@@ -128,7 +133,14 @@ def summarize_with_reads(
 
 
 def _array_query(query: str) -> str:
-    return "select count(*), array_agg(r)::text from (" + query + ") r"
+    """A table's rows, counted, and as one array unless they are larger than
+    :data:`ARRAY_BYTES` (the array is then NULL: the batch is applied table by table)."""
+    return (
+        "with r as (" + query + ") select (select count(*) from r),"
+        " case when (select coalesce(sum(pg_column_size(r.*)), 0) from r) <= "
+        + str(ARRAY_BYTES)
+        + " then (select array_agg(r)::text from r) end"
+    )
 
 
 def _counted(rows: list[tuple]) -> tuple[int, str | None]:
@@ -158,8 +170,8 @@ def apply_or_none(
     arrays: Arrays | None = None,
 ) -> ApplyStats | None:
     """:func:`apply_small` if ``plan`` :func:`qualifies`; else None, and None after a
-    failure here (rolled back): the caller applies the batch table by table, whose error
-    names the table it is about."""
+    failure here (rolled back) or for rows too large for it: the caller applies the batch
+    table by table, whose error names the table it is about."""
     if not qualifies(plan):
         return None
     try:
@@ -184,9 +196,11 @@ def apply_small(
     batch: Batch,
     node: model.NodeInfo,
     arrays: Arrays | None = None,
-) -> ApplyStats:
+) -> ApplyStats | None:
     """Apply ``plan`` (the whole of ``batch``, which :func:`qualifies`) and record its tick,
-    committed, in two round trips on ``local`` after one on ``provider``."""
+    committed, in two round trips on ``local`` after one on ``provider`` (none when
+    ``arrays`` holds the reads); None, with nothing done, when a table's rows are larger
+    than :data:`ARRAY_BYTES`."""
     started = time.monotonic()
     found = arrays or {}
     wanted = [_array_query(work.query(batch_sql, Segment())) for work in plan.tables]
@@ -196,6 +210,9 @@ def apply_small(
     else:
         read = read_arrays(provider, plan.tables, batch_sql, Segment())
     read_s = time.monotonic() - started
+    if any(rows and array is None for rows, array in read):
+        log.debug("batch %s: rows too large for one array", batch.batch_id)
+        return None
     queue, consumer = node.queue_name, node.consumer_name
     stats = ApplyStats(small=True)
     with local.pipeline(), local.transaction():
