@@ -7,7 +7,9 @@ segments between queued scripts in ev_id order (each planned by :mod:`.plan`, re
 (:mod:`.script_replay`), the tables and sequences the provider removed detached
 (:mod:`.removals`), the events forwarded into the branch's own queue, the
 copy filters that can no longer match cleared, and the batch's tick recorded (the tick
-and the rows commit together: that is what makes the apply exactly-once).
+and the rows commit together: that is what makes the apply exactly-once).  A small batch
+that needs none of the statements around the rows goes to :mod:`.small_batch` instead:
+the same transaction in two round trips.
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
 tables' shapes, the stage tables, the reader connections and the next batch being read
