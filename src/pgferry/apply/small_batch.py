@@ -102,7 +102,7 @@ def summarize_with_reads(
     estimate: int | None,
 ) -> tuple[list[SummaryRow], Arrays]:
     """The batch's summary (scripts and removals counted) and, in the same message, the
-    rows of each of up to :data:`GUESSED_TABLES` tables as :func:`apply_small` would read
+    rows of each of up to :data:`GUESSED_TABLES` tables as :func:`apply_or_none` would read
     them, whether the batch holds the table or not: one round trip where the summary and
     the reads took two.  A read that fails takes the summary alone with it."""
     active = [r for r in routes.values() if r.applies]
@@ -169,15 +169,15 @@ def apply_or_none(
     node: model.NodeInfo,
     arrays: Arrays | None = None,
 ) -> ApplyStats | None:
-    """:func:`apply_small` if ``plan`` :func:`qualifies`; else None, and None after a
-    failure here (rolled back) or for rows too large for it: the caller applies the batch
-    table by table, whose error names the table it is about."""
+    """Apply ``plan`` (the whole of ``batch``) and record its tick, committed, in two
+    round trips on ``local`` after one on ``provider`` (none when ``arrays`` holds the
+    reads).  None, with nothing done, when the plan does not :func:`qualify <qualifies>`,
+    a table's rows are larger than :data:`ARRAY_BYTES`, or after a failure here (rolled
+    back): the caller applies the batch table by table, whose error names the table."""
     if not qualifies(plan):
         return None
     try:
-        return apply_small(
-            local, provider, stages, plan, batch_sql, batch=batch, node=node, arrays=arrays
-        )
+        return _apply(local, provider, stages, plan, batch_sql, batch, node, arrays or {})
     except psycopg.Error as exc:
         if local.broken or provider.broken:
             raise
@@ -186,23 +186,11 @@ def apply_or_none(
         return None
 
 
-def apply_small(
-    local: psycopg.Connection,
-    provider: psycopg.Connection,
-    stages: StageTables,
-    plan: SegmentPlan,
-    batch_sql: str,
-    *,
-    batch: Batch,
-    node: model.NodeInfo,
-    arrays: Arrays | None = None,
-) -> ApplyStats | None:
-    """Apply ``plan`` (the whole of ``batch``, which :func:`qualifies`) and record its tick,
-    committed, in two round trips on ``local`` after one on ``provider`` (none when
-    ``arrays`` holds the reads); None, with nothing done, when a table's rows are larger
-    than :data:`ARRAY_BYTES`."""
+def _apply(  # apply_or_none's arguments
+    local: psycopg.Connection, provider: psycopg.Connection, stages: StageTables,
+    plan: SegmentPlan, batch_sql: str, batch: Batch, node: model.NodeInfo, found: Arrays,
+) -> ApplyStats | None:  # fmt: skip
     started = time.monotonic()
-    found = arrays or {}
     wanted = [_array_query(work.query(batch_sql, Segment())) for work in plan.tables]
     with_summary = all(query in found for query in wanted)
     if with_summary:
