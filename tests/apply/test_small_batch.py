@@ -121,19 +121,32 @@ def test_batch_larger_than_the_inline_reads_goes_table_by_table(make_pair) -> No
 
 @pytest.mark.parametrize("guessed", [8, 0], ids=["with-the-summary", "after-the-summary"])
 def test_tables_read_with_the_summary_or_after_it(pair, caplog, monkeypatch, guessed) -> None:
-    """With few tables, their reads go in the summary's message (a read of a table the
-    batch does not hold finds nothing); with more, they are read after the summary."""
+    """With few tables, those of the last batch (at a worker's start: every table) are
+    read in the summary's message, whether the batch holds them or not, the others after
+    the summary; with more tables, every table the summary names is read after it."""
     monkeypatch.setattr(small_batch, "GUESSED_TABLES", guessed)
     worker = _setup(pair)
+    worker.replay._recent = None  # as at a worker's start
     seen = _observe(worker)
-    pair.root("update public.cur set n = 0 where id = 3")
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.small_batch"):
-        pair.catch_up(worker)
+
+    def read(change: str) -> list[tuple[str, str]]:
+        caplog.clear()
+        pair.root(change)
+        with caplog.at_level(logging.DEBUG, logger="pgferry.apply.small_batch"):
+            pair.catch_up(worker)
+        lines = [r.getMessage() for r in caplog.records if " rows (" in r.getMessage()]
+        return [
+            (line.split(":")[0].strip(), "with" if "read with the summary" in line else "after")
+            for line in lines
+        ]
+
+    guess = "with" if guessed else "after"
+    assert read("update public.cur set n = 0 where id = 3") == [("public.cur", guess)]
+    # Not in the last batch: read after the summary; in it: with the summary.
+    assert read("insert into public.log (v) values ('a')") == [("public.log", "after")]
+    assert read("insert into public.log (v) values ('b')") == [("public.log", guess)]
     _same_all(pair)
     assert seen and all(s.small for s in seen)
-    lines = [r.getMessage() for r in caplog.records if "rows (" in r.getMessage()]
-    assert len(lines) == 1 and lines[0].startswith("  public.cur: 1 rows (")
-    assert ("read with the summary" in lines[0]) == bool(guessed)
 
 
 def test_rows_too_large_for_one_array_go_table_by_table(pair, monkeypatch) -> None:

@@ -79,6 +79,7 @@ class Replayer:
         self.second = SecondApply()  # a large batch's second connection to the node
         self.ahead = Prefetcher()  # the next batch, read while this one is applied
         self._routes = RouteCache()
+        self._recent: frozenset[str] | None = None  # the tables of the last small batch
 
     # --- state kept between batches ------------------------------------------------------
     def use_provider(self, dsn: str) -> None:
@@ -215,7 +216,7 @@ class Replayer:
         elif small:  # the tables' reads in the summary's message
             summary, arrays = small_batch.summarize_with_reads(
                 provider, batch_sql, routes, seqs, self._plan_inputs(provider, local, routes),
-                estimate,
+                estimate, self._recent,
             )  # fmt: skip
         else:
             # Nothing of this batch runs beside its summary: its reads wait for it.
@@ -256,6 +257,7 @@ class Replayer:
             )  # fmt: skip
             if done_small is not None:  # else applied table by table below
                 done_small.summary_seconds = summary_seconds
+                self._recent = frozenset(done_small.tables) or self._recent
                 return done_small
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections

@@ -100,14 +100,19 @@ def summarize_with_reads(
     seqs: list[str],
     inputs: PlanInputs,
     estimate: int | None,
+    recent: frozenset[str] | None = None,
 ) -> tuple[list[SummaryRow], Arrays]:
     """The batch's summary (scripts and removals counted) and, in the same message, the
-    rows of each of up to :data:`GUESSED_TABLES` tables as :func:`apply_or_none` would read
-    them, whether the batch holds the table or not: one round trip where the summary and
-    the reads took two.  A read that fails takes the summary alone with it."""
+    rows of up to :data:`GUESSED_TABLES` tables as :func:`apply_or_none` would read them,
+    whether the batch holds them or not: those of ``recent`` (the tables of the last
+    batch that had rows), else every table.  One round trip where the summary and the
+    reads took two, and a table read for nothing costs a read of the batch's few events.
+    A read that fails takes the summary alone with it."""
     active = [r for r in routes.values() if r.applies]
+    if recent is not None:
+        active = [r for r in active if r.table_name in recent]
     works: list[TableWork] = []
-    # No event: no read (an idle node's batches).  Else every table as if it had updates:
+    # No event: no read (an idle node's batches).  Else each table as if it had updates:
     # its columns and types.
     if estimate and len(active) <= GUESSED_TABLES:
         guess = [SummaryRow(r.table_name, row_events=1) for r in active]
@@ -128,7 +133,7 @@ def summarize_with_reads(
         summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True,
                             removals=True, alone_events=estimate)  # fmt: skip
         return summary, {}
-    summary = fold_summary(results[0], active, seqs, scripts=True, removals=True)
+    summary = fold_summary(results[0], routes.values(), seqs, scripts=True, removals=True)
     return summary, {q: _counted(rows) for q, rows in zip(queries, results[1:], strict=True)}
 
 
@@ -192,11 +197,12 @@ def _apply(  # apply_or_none's arguments
 ) -> ApplyStats | None:  # fmt: skip
     started = time.monotonic()
     wanted = [_array_query(work.query(batch_sql, Segment())) for work in plan.tables]
-    with_summary = all(query in found for query in wanted)
-    if with_summary:
-        read = [found[query] for query in wanted]
-    else:
-        read = read_arrays(provider, plan.tables, batch_sql, Segment())
+    missing = [(w, q) for w, q in zip(plan.tables, wanted, strict=True) if q not in found]
+    if missing:  # the tables not read with the summary, in one message now
+        late = read_arrays(provider, [w for w, _ in missing], batch_sql, Segment())
+        found = {**found, **{q: got for (_, q), got in zip(missing, late, strict=True)}}
+    read = [found[query] for query in wanted]
+    read_late = {q for _, q in missing}
     read_s = time.monotonic() - started
     if any(rows and array is None for rows, array in read):
         log.debug("batch %s: rows too large for one array", batch.batch_id)
@@ -219,11 +225,11 @@ def _apply(  # apply_or_none's arguments
         for work, applied in counts:
             stats.add(_stats(work, applied()))
         if log.isEnabledFor(logging.DEBUG):
-            for work, (rows, _) in zip(plan.tables, read, strict=True):
+            for work, query, (rows, _) in zip(plan.tables, wanted, read, strict=True):
                 log.debug(
                     "  %s: %d rows (%s, then with the batch's other tables: staged and"
                     " applied in one round trip)", work.table_name, rows,
-                    "read with the summary" if with_summary else f"read wait {read_s:.3f}s",
+                    f"read wait {read_s:.3f}s" if query in read_late else "read with the summary",
                 )  # fmt: skip
         stats.apply_seconds = time.monotonic() - started
         record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
