@@ -134,7 +134,8 @@ def test_tables_read_with_the_summary_or_after_it(pair, caplog, monkeypatch, gue
         pair.root(change)
         with caplog.at_level(logging.DEBUG, logger="pgferry.apply.small_batch"):
             pair.catch_up(worker)
-        lines = [r.getMessage() for r in caplog.records if " rows (" in r.getMessage()]
+        messages = [r.getMessage() for r in caplog.records]
+        lines = [m for m in messages if m.startswith("  ") and " rows (" in m]
         return [
             (line.split(":")[0].strip(), "with" if "read with the summary" in line else "after")
             for line in lines
