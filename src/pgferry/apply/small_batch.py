@@ -38,13 +38,14 @@ from pgferry.apply.read import provider_named, read_only_results, summarize, sum
 from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
+    applied_stats,
     apply_sequences,
     record_divergence,
+    staged_part,
     tagged_stats,
 )
 from pgferry.apply.stages import StageTables
-from pgferry.handlers import Handler, Staged, upsert
-from pgferry.handlers.api import Applied
+from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 
@@ -215,7 +216,8 @@ def _apply(  # apply_or_none's arguments
         for work, (rows, array) in zip(plan.tables, read, strict=True):
             if rows:
                 stage = _load(local, stages, work, array)
-                counts.append((work, _queue(local, work, stage, rows, batch)))
+                part = staged_part(local, work, stage, rows, batch.tick_id, batch.tick_time)
+                counts.append((work, upsert.queue_rows(part)))
             else:
                 stats.tables.add(work.table_name)
         stats.sequences = apply_sequences(local, queue, plan.sequences)
@@ -223,7 +225,7 @@ def _apply(  # apply_or_none's arguments
         model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
                           batch.prev_tick_id, node.provider_node)  # fmt: skip
         for work, applied in counts:
-            stats.add(_stats(work, applied()))
+            stats.add(tagged_stats(work.route, applied_stats(applied())))
         if log.isEnabledFor(logging.DEBUG):
             for work, query, (rows, _) in zip(plan.tables, wanted, read, strict=True):
                 log.debug(
@@ -250,34 +252,3 @@ def _load(
 @functools.lru_cache(maxsize=256)
 def _load_statement(stage: str) -> str:
     return f"insert into {stage} select * from unnest(%s::{stage}[])"
-
-
-def _queue(
-    local: psycopg.Connection,
-    work: TableWork,
-    stage: sql.Composable,
-    rows: int,
-    batch: Batch,
-) -> Callable[[], Applied]:
-    route = work.route
-    return upsert.queue_rows(
-        Staged(
-            local,
-            stage,
-            rows,
-            route.target(work.columns),
-            "rows",
-            batch.tick_id,
-            inserts_only=work.inserts_only,
-            some_inserts=work.some_inserts,
-            some_deletes=work.some_deletes,
-            filtered=bool(route.image_condition),
-            tick_time=batch.tick_time,
-        )
-    )
-
-
-def _stats(work: TableWork, applied: Applied) -> ApplyStats:
-    stats = ApplyStats(upserts=applied.upserts, deletes=applied.deletes)
-    stats.recreated, stats.missing_deletes = applied.recreated, applied.missing_deletes
-    return tagged_stats(work.route, stats)

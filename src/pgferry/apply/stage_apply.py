@@ -36,7 +36,7 @@ from pgferry.apply.routes import Route
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.handlers import Staged
+from pgferry.handlers import Applied, Staged
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import entries
@@ -158,29 +158,14 @@ def _handle(
     what: str = "",
 ) -> ApplyStats:
     """Have the table's handler apply the ``staged`` rows of ``stage``."""
-    route, cols = work.route, work.columns
+    route = work.route
     handler_at = time.monotonic()
     stats = ApplyStats()
     if staged:
         # The one place where a table's staged rows are applied: its handler decides how
         # (the default, bulk, deletes by key and upserts: pgferry.handlers.upsert).
-        done = route.handler.apply(
-            Staged(
-                conn,
-                stage,
-                staged,
-                route.target(cols),
-                "events" if work.events else "rows",
-                tick_id,
-                inserts_only=work.inserts_only,
-                some_inserts=work.some_inserts,
-                some_deletes=work.some_deletes,
-                filtered=bool(route.image_condition),
-                tick_time=tick_time,
-            )
-        )
-        stats.upserts, stats.deletes = done.upserts, done.deletes
-        stats.recreated, stats.missing_deletes = done.recreated, done.missing_deletes
+        done = route.handler.apply(staged_part(conn, work, stage, staged, tick_id, tick_time))
+        stats = applied_stats(done)
     if log.isEnabledFor(logging.DEBUG):
         # Where a batch's time goes, per table part: waiting for the provider's read (its
         # decode and collapse), loading the stage (COPY, while the read streams) and the
@@ -194,6 +179,38 @@ def _handle(
             handler_at - stage_at,
             time.monotonic() - handler_at,
         )
+    return stats
+
+
+def staged_part(
+    conn: psycopg.Connection,
+    work: TableWork,
+    stage: sql.Composable,
+    rows: int,
+    tick_id: int,
+    tick_time: datetime | None,
+) -> Staged:
+    """What the handler of ``work``'s table is handed: ``rows`` rows staged in ``stage``."""
+    route = work.route
+    return Staged(
+        conn,
+        stage,
+        rows,
+        route.target(work.columns),
+        "events" if work.events else "rows",
+        tick_id,
+        inserts_only=work.inserts_only,
+        some_inserts=work.some_inserts,
+        some_deletes=work.some_deletes,
+        filtered=bool(route.image_condition),
+        tick_time=tick_time,
+    )
+
+
+def applied_stats(done: Applied) -> ApplyStats:
+    """A handler's counts (:class:`Applied`) as a table's :class:`ApplyStats`."""
+    stats = ApplyStats(upserts=done.upserts, deletes=done.deletes)
+    stats.recreated, stats.missing_deletes = done.recreated, done.missing_deletes
     return stats
 
 
