@@ -2,11 +2,11 @@
 
 One read of the batch's summary on the provider says what it holds, queued scripts and
 removals included.  Then ONE subscriber transaction, committed durably, applies it: the
-segments between queued scripts in ev_id order (each planned by :mod:`.plan`, read by
-:mod:`.read`, applied by :mod:`.stage_apply`), each script at its place
+segments between queued scripts in ev_id order (each planned by :mod:`.segment_plans`,
+read by :mod:`.read`, applied by :mod:`.stage_apply`), each script at its place
 (:mod:`.script_replay`), the tables and sequences the provider removed detached
-(:mod:`.removals`), the events forwarded into the branch's own queue, the
-copy filters that can no longer match cleared, and the batch's tick recorded (the tick
+(:mod:`.removals`), the events forwarded into the branch's own queue, the copy filters
+that can no longer match cleared, and the batch's tick recorded (the tick
 and the rows commit together: that is what makes the apply exactly-once).  A small batch
 that needs none of the statements around the rows goes to :mod:`.small_batch` instead:
 the same transaction in two round trips.
@@ -21,8 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from functools import partial
 
 import psycopg
@@ -30,13 +28,14 @@ import psycopg
 from pgferry.apply import forward, handover, script_replay, small_batch
 from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import SegmentPlan, count_removals, count_scripts, plan_segment
-from pgferry.apply.prefetch import Ahead, NextBatch, PlanInputs, Prefetcher
+from pgferry.apply.plan import PlanInputs, count_removals, count_scripts
+from pgferry.apply.prefetch import Ahead, NextBatch, Prefetcher
 from pgferry.apply.read import ReplayError, TableShapes, read_removals, read_scripts, summarize
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route, RouteCache, load_routes
 from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
+from pgferry.apply.segment_plans import Reading, plan_inputs, segment_plan
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, apply_segment, record_divergence
 from pgferry.apply.stages import StageTables
@@ -47,23 +46,6 @@ from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """How the segments of one batch are read."""
-
-    queue: str
-    batch_id: int
-    tick_id: int
-    tick_time: datetime | None
-    batch_sql: str
-    seqs: list[str]
-    use_spark: bool  # by Spark tasks (the session is up and the batch is large)
-    read_ahead: bool  # by reader threads ahead of the apply (else inline)
-    started: bool = False  # its reads were started while the batch before it was applied
-    apart: bool = False  # some tables may go to the second connection (second_apply.py)
-    consumer: str = ""
 
 
 class Replayer:
@@ -104,7 +86,7 @@ class Replayer:
         self,
         provider: psycopg.Connection,
         local: psycopg.Connection,
-        reading: _Reading,
+        reading: Reading,
         consumer: str,
         routes: dict[str, Route],
         min_events: int,
@@ -210,14 +192,15 @@ class Replayer:
             main, estimate, self.settings.read_ahead_events, node, routes
         )
         arrays: small_batch.Arrays = {}
+        inputs: PlanInputs | None = None
         if ahead is not None:
             log.debug("batch %s: read ahead (its tables too: %s)", batch.batch_id, started)
             summary = ahead.summary
         elif small:  # the tables' reads in the summary's message
+            inputs = self._plan_inputs(provider, local, routes)
             summary, arrays = small_batch.summarize_with_reads(
-                provider, batch_sql, routes, seqs, self._plan_inputs(provider, local, routes),
-                estimate, self._recent,
-            )  # fmt: skip
+                provider, batch_sql, routes, seqs, inputs, estimate, self._recent
+            )
         else:
             # Nothing of this batch runs beside its summary: its reads wait for it.
             summary = summarize(
@@ -236,7 +219,7 @@ class Replayer:
         second_events = self.settings.second_events
         apart = (main and not scripts and not removals and not use_spark and second_events > 0
                  and (estimate is None or estimate > second_events))  # fmt: skip
-        reading = _Reading(
+        reading = Reading(
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
             use_spark, read_ahead, started, apart, consumer,
         )  # fmt: skip
@@ -250,7 +233,9 @@ class Replayer:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
         if small and not (use_spark or scripts or removals or self.second.maybe_left):
-            plan = self._plan(provider, local, reading, routes, Segment(), summary)
+            if inputs is None:  # read ahead: the summary came without reads
+                inputs = self._plan_inputs(provider, local, routes)
+            plan = segment_plan(provider, reading, routes, Segment(), summary, inputs)
             done_small = small_batch.apply_or_none(
                 local, provider, self.stages, plan, batch_sql, batch=batch, node=node,
                 arrays=arrays,
@@ -332,53 +317,13 @@ class Replayer:
     def _plan_inputs(
         self, provider: psycopg.Connection, local: psycopg.Connection, routes: dict[str, Route]
     ) -> PlanInputs:
-        active = [r for r in routes.values() if r.applies]
-        return PlanInputs(
-            self.shapes.source_columns(provider, active),
-            self.shapes.provider_types(provider, active),
-            _major(provider) == _major(local),
-            self.settings.read_range_events,
-            self.settings.read_ahead_events,
-            self.settings.second_events,
-            self.settings.merge_ranges,
-        )
-
-    def _plan(
-        self,
-        provider: psycopg.Connection,
-        local: psycopg.Connection,
-        reading: _Reading,
-        routes: dict[str, Route],
-        segment: Segment,
-        summary: list[SummaryRow] | None,
-        later: LaterChanges | None = None,
-    ) -> SegmentPlan:
-        """The segment's plan (``routes`` as the provider's catalog shows them)."""
-        batch_sql, seqs, use_spark = reading.batch_sql, reading.seqs, reading.use_spark
-        inputs = self._plan_inputs(provider, local, routes)
-        src_cols = inputs.src_cols if later is None else later.columns_carried(inputs.src_cols)
-        if summary is None:
-            summary = summarize(provider, batch_sql, routes, seqs, segment)
-        read_ahead = reading.read_ahead or use_spark
-        return plan_segment(
-            summary,
-            routes,
-            seqs,
-            src_cols,
-            range_events=inputs.range_events if read_ahead else None,
-            # A Spark task hands its whole part to the driver: there ranges bound memory.
-            # Two applying connections: a table in ranges starts its apply after a range.
-            whole_updates=not use_spark and not reading.apart,
-            merge_updates=inputs.merge_ranges,
-            binary=inputs.binary,
-            provider_types=inputs.provider_types,
-        )
+        return plan_inputs(self.shapes, self.settings, provider, local, routes)
 
     def _apply_segment(
         self,
         local: psycopg.Connection,
         provider: psycopg.Connection,
-        reading: _Reading,
+        reading: Reading,
         routes: dict[str, Route],
         segment: Segment,
         summary: list[SummaryRow] | None,
@@ -392,7 +337,8 @@ class Replayer:
             routes = later.provider_routes(routes)
         active = [r for r in routes.values() if r.applies]
         read_ahead = reading.read_ahead or use_spark
-        plan = self._plan(provider, local, reading, routes, segment, summary, later)
+        inputs = self._plan_inputs(provider, local, routes)
+        plan = segment_plan(provider, reading, routes, segment, summary, inputs, later)
         plan.tables = [w for w in plan.tables if w.table_name not in done]
         readers = None
         if use_spark and plan.tables:
@@ -423,7 +369,3 @@ class Replayer:
                                            **at)  # fmt: skip
         return apply_segment(local, self.stages, plan, batch_sql, segment, provider=provider,
                              readers=readers, **at)  # fmt: skip
-
-
-def _major(conn: psycopg.Connection) -> int:
-    return conn.info.server_version // 10000

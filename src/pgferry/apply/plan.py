@@ -75,6 +75,46 @@ class TableWork:
         )
 
 
+@dataclass(frozen=True)
+class PlanInputs:
+    """What planning a segment needs besides its summary: the tables' shapes as
+    :class:`~pgferry.apply.read.TableShapes` read them and the replay settings (gathered
+    on the worker's thread, where the shapes are cached, by
+    :func:`pgferry.apply.segment_plans.plan_inputs`)."""
+
+    src_cols: dict[str, frozenset[str] | None]
+    provider_types: dict
+    binary: bool
+    range_events: int
+    read_ahead_events: int  # smaller batches are read inline: no reads ahead
+    second_events: int = 0  # larger batches are applied on two connections (second_apply)
+    merge_ranges: bool = False  # tables with updates in ranges too, merged on the subscriber
+
+    def plan(
+        self,
+        summary: list[SummaryRow],
+        routes: dict[str, Route],
+        sequences: Iterable[str],
+        *,
+        ranges: bool,
+        whole_updates: bool = True,
+        source_columns: dict[str, frozenset[str] | None] | None = None,
+    ) -> SegmentPlan:
+        """:func:`plan_segment` with these inputs; ``ranges``: large tables in ev_id
+        ranges; ``source_columns`` replace the shapes' (columns a later script changes)."""
+        return plan_segment(
+            summary,
+            routes,
+            sequences,
+            self.src_cols if source_columns is None else source_columns,
+            range_events=self.range_events if ranges else None,
+            whole_updates=whole_updates,
+            merge_updates=self.merge_ranges,
+            binary=self.binary,
+            provider_types=self.provider_types,
+        )
+
+
 @dataclass
 class SegmentPlan:
     tables: list[TableWork]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import psycopg
 
 from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import count_scripts, plan_segment
+from pgferry.apply.plan import PlanInputs, count_scripts
 from pgferry.apply.read import APPLICATION_NAME, set_text_format, summarize
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import Route
@@ -74,20 +74,6 @@ def choose_tick(
     min_count = max(1, min(later[-1][1], min_events)) if len(later) > 1 else 1
     tick, count = next((t, n) for t, n in later if n >= min_count or t == later[-1][0])
     return tick, count, min_count
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """What planning the next batch's reads needs besides its summary (read on the
-    worker's thread before the prefetch starts: the shapes are cached there)."""
-
-    src_cols: dict[str, frozenset[str] | None]
-    provider_types: dict
-    binary: bool
-    range_events: int
-    read_ahead_events: int  # smaller batches are read inline: no reads ahead
-    second_events: int = 0  # larger batches are applied on two connections (second_apply)
-    merge_ranges: bool = False  # tables with updates in ranges too, merged on the subscriber
 
 
 @dataclass(frozen=True)
@@ -157,17 +143,8 @@ class Prefetch:
         summary = summarize(conn, batch_sql, routes, seqs, Segment(), scripts=True, removals=True)
         reads = False
         if plan_inputs and count > plan_inputs.read_ahead_events and not count_scripts(summary):
-            plan = plan_segment(
-                summary,
-                routes,
-                seqs,
-                plan_inputs.src_cols,
-                range_events=plan_inputs.range_events,
-                whole_updates=not (0 < plan_inputs.second_events < count),
-                merge_updates=plan_inputs.merge_ranges,
-                binary=plan_inputs.binary,
-                provider_types=plan_inputs.provider_types,
-            )
+            whole_updates = not (0 < plan_inputs.second_events < count)
+            plan = plan_inputs.plan(summary, routes, seqs, ranges=True, whole_updates=whole_updates)
             if len(plan.tables) > 1 and self._wait_reads_done():
                 queries = [(w.table_name, w.query(batch_sql, Segment()), w.binary)
                            for w in plan.tables]  # fmt: skip

@@ -32,8 +32,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment, SummaryRow, fold_summary, grouped_summary_query
-from pgferry.apply.plan import SegmentPlan, TableWork, plan_segment
-from pgferry.apply.prefetch import PlanInputs
+from pgferry.apply.plan import PlanInputs, SegmentPlan, TableWork
 from pgferry.apply.read import provider_named, read_only_results, summarize, summary_settings
 from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
@@ -117,8 +116,7 @@ def summarize_with_reads(
     # its columns and types.
     if estimate and len(active) <= GUESSED_TABLES:
         guess = [SummaryRow(r.table_name, row_events=1) for r in active]
-        plan = plan_segment(guess, routes, seqs, inputs.src_cols, binary=inputs.binary,
-                            provider_types=inputs.provider_types)  # fmt: skip
+        plan = inputs.plan(guess, routes, seqs, ranges=False)
         works = [work for work in plan.tables if _plain(work)]
     queries = [_array_query(work.query(batch_sql, Segment())) for work in works]
     summary_query = grouped_summary_query(batch_sql, seqs, Segment())
