@@ -1,13 +1,16 @@
-"""What a worker's loop reads on its own node, in one round trip.
+"""What a worker's loop reads on its own node, in one statement.
 
 Each loop reads the node (type, provider, position), the registry's signature, the
 replicated sequences, a pending compare request and whether every table is ``ok``.  Read
 one statement at a time, in their own transaction, that was eight round trips per loop
-(BEGIN, six queries, COMMIT), about a fifth of a small batch's cost under load.  Here the
-statements are sent together in psycopg's pipeline mode and their results read after one
-sync.  The queries are the ones their modules run alone (:data:`model.NODE_SQL`,
-:data:`routes.SIGNATURE_SQL`, ...); a compare request is read for every consumer of the
-queue, since the node's consumer name is only known from the node row read with it.
+(BEGIN, six queries, COMMIT); sent together in a pipeline, two (the COMMIT waits for the
+results' sync), and psycopg's pipeline and transaction machinery was a fifth of the
+worker's Python in a busy cycle.  Here they are one SELECT on the worker's autocommit
+connection to the node: one round trip, one snapshot, prepared by psycopg once it has run
+a few times.  Its parts are the queries their modules run alone
+(:data:`model.NODE_SQL`, :data:`routes.SIGNATURE_SQL`, ...); a compare request is read
+for every consumer of the queue, since the node's consumer name is only known from the
+node row read with it.
 """
 
 from __future__ import annotations
@@ -30,31 +33,38 @@ class LoopReads:
     tables_settled: bool
 
 
+# The node's columns (NULL when the database is not a node of the queue), then the reads.
+_LOOP_SQL = f"""
+select n.*, r.*
+  from (select ({routes.SIGNATURE_SQL}) as signature,
+               array({publish_seqs.SEQUENCES_SQL}) as seqs,
+               (select json_agg(json_build_array(q.consumer_name, q.tick_id, q.state,
+                                                 q.pause, q.overdue))
+                  from ({sync.REQUESTS_SQL}) q) as requests,
+               ({handover.SETTLED_SQL}) as settled) r
+  left join ({model.NODE_SQL}) n on true
+"""
+_NODE_COLUMNS = 11  # model.NodeInfo's fields, as NODE_SQL reads them
+
+
 def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, LoopReads]:
-    """The node and its loop reads, in one transaction and one round trip.
+    """The node and its loop reads, in one statement on ``conn`` (autocommit).
 
     The node's schema must exist (the caller checked it once): a missing relation is the
     server's error here.  A database that is not a node of ``queue`` raises NodeError as
     :func:`model.require_node` does.
     """
-    with conn.pipeline(), conn.transaction():
-        node_cur = conn.execute(model.NODE_SQL, (queue,))
-        sig_cur = conn.execute(routes.SIGNATURE_SQL, (queue,))
-        seq_cur = conn.execute(publish_seqs.SEQUENCES_SQL, (queue,))
-        req_cur = conn.execute(sync.REQUESTS_SQL, (sync.CHOOSE_LIMIT, queue))
-        settled_cur = conn.execute(handover.SETTLED_SQL, (queue,))
-        node_row = node_cur.fetchone()  # the first fetch sends them all and syncs
-        sig_row = sig_cur.fetchone()
-        seqs = [r[0] for r in seq_cur.fetchall()]
-        requests = req_cur.fetchall()
-        settled_row = settled_cur.fetchone()
-    if node_row is None:
+    params = (queue, queue, sync.CHOOSE_LIMIT, queue, queue, queue)
+    row = conn.execute(_LOOP_SQL, params).fetchone()
+    assert row is not None  # the reads' row is always there; the node's may be NULLs
+    node_row, (signature, seqs, requests, settled) = row[:_NODE_COLUMNS], row[_NODE_COLUMNS:]
+    if node_row[0] is None:
         raise model.node_missing(queue)
     node = model.NodeInfo(*node_row)
     reads = LoopReads(
-        signature=sig_row[0] if sig_row else "",
-        seqs=seqs,
-        request=sync.request_of(requests, node.consumer_name),
-        tables_settled=bool(settled_row and settled_row[0]),
+        signature=signature or "",
+        seqs=list(seqs),
+        request=sync.request_of([tuple(r) for r in requests or ()], node.consumer_name),
+        tables_settled=bool(settled),
     )
     return node, reads

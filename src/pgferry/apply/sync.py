@@ -69,7 +69,7 @@ class SyncPoint:
 # consumer name, then the fields of Request.
 REQUESTS_SQL = """
         select consumer_name, tick_id, state, pause,
-               now() - requested_at > make_interval(secs => %s)
+               now() - requested_at > make_interval(secs => %s) as overdue
           from ferry.sync_request
          where queue_name = %s
         """

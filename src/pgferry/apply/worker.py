@@ -173,16 +173,17 @@ class Worker(Service):
         self.ticker_watch.look(on, self.settings.queue)
         if self._idle.quiet(lock, self.conns.provider, self.settings.queue, copying=copying):
             return False
-        more = self._whole_loop(local)
+        more = self._whole_loop(local, lock)
         self._idle.loop_done(more)
         return more
 
-    def _whole_loop(self, local: psycopg.Connection) -> bool:
+    def _whole_loop(self, local: psycopg.Connection, lock: psycopg.Connection) -> bool:
         if local is not self._node_seen_on:  # is the schema there: once per connection
             with local.transaction():
                 model.require_node(local, self.settings.queue)
             self._node_seen_on = local
-        node, reads = loop_reads.read_loop(local, self.settings.queue)
+        # On the autocommit connection: one statement, no transaction to open and commit.
+        node, reads = loop_reads.read_loop(lock, self.settings.queue)
         # Whom the next idle loops look for on the provider (nobody: nothing to take).
         self._idle.consumer = (
             node.consumer_name
