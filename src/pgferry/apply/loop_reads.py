@@ -15,7 +15,7 @@ node row read with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import psycopg
 
@@ -44,7 +44,7 @@ select n.*, r.*
                ({handover.SETTLED_SQL}) as settled) r
   left join ({model.NODE_SQL}) n on true
 """
-_NODE_COLUMNS = 11  # model.NodeInfo's fields, as NODE_SQL reads them
+_NODE_COLUMNS = len(fields(model.NodeInfo))  # NODE_SQL reads them in the fields' order
 
 
 def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, LoopReads]:
