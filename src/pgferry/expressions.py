@@ -79,6 +79,21 @@ def as_sql(text: str, what: str = "condition") -> sql.Composable:
     return sql.SQL("({})").format(sql.SQL(boolean_expression(text, what)))
 
 
+# A row event's captured row image (its ev_data, JSON by column name) in replay's queries.
+EVENT_IMAGE = sql.SQL("e.ev_data")
+
+
+def on_row_image(
+    text: str, table: tuple[str, str], image: sql.Composable = EVENT_IMAGE
+) -> sql.Composable:
+    """``(select <expression> from <image as table's row type>)``: the expression, checked
+    as :func:`as_sql` does, evaluated on a captured row image (``image``, a JSON text; by
+    default the event's) as a row of ``table`` (schema, name), whose columns it names."""
+    return sql.SQL("(select {} from json_populate_record(null::{}, {}::json) as _r)").format(
+        as_sql(text), sql.Identifier(*table), image
+    )
+
+
 def check_on_table(conn: psycopg.Connection, schema: str, table: str, text: str, what: str) -> str:
     """Normalise ``text`` and have the server evaluate it once on ``schema.table``'s row type.
 

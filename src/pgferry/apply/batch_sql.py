@@ -271,10 +271,7 @@ def fold_summary(
 def _on_source(route: Route, expr: str) -> sql.Composable:
     """``expr`` evaluated on the event's row image as the SOURCE table's row type (copy
     conditions and handlers' filters and column expressions are written in its terms)."""
-    schema, name = split_name(route.source_type or route.table_name)
-    return sql.SQL(
-        "(select {expr} from json_populate_record(null::{src}, e.ev_data::json) as _r)"
-    ).format(expr=expressions.as_sql(expr), src=sql.Identifier(schema, name))
+    return expressions.on_row_image(expr, split_name(route.source_type or route.table_name))
 
 
 def _cond_expr(route: Route) -> sql.Composable:

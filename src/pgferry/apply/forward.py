@@ -52,10 +52,7 @@ def forward_events(
 
 
 def _image(route: Route, expr: str) -> sql.Composable:
-    schema, name = split_name(route.table_name)
-    return sql.SQL("(select {} from json_populate_record(null::{}, e.ev_data::json) as _r)").format(
-        expressions.as_sql(expr), sql.Identifier(schema, name)
-    )
+    return expressions.on_row_image(expr, split_name(route.table_name))
 
 
 def _row_event(route: Route) -> sql.Composable:

@@ -95,12 +95,5 @@ def _condition(route: Route, image: sql.Composable) -> sql.Composable:
     condition = route.image_condition
     if not condition:
         return sql.SQL("")
-    schema, name = split_name(route.table_name)
-    return sql.SQL(
-        " and coalesce((select {cond} from json_populate_record(null::{src}, {image}::json)"
-        " as _r), false)"
-    ).format(
-        cond=expressions.as_sql(condition),
-        src=sql.Identifier(schema, name),
-        image=image,
-    )
+    on_image = expressions.on_row_image(condition, split_name(route.table_name), image)
+    return sql.SQL(" and coalesce({}, false)").format(on_image)
