@@ -6,7 +6,8 @@ SELECT, and anything else (a second statement, a FROM or LIMIT, a comment that c
 the rest of the query, unbalanced parentheses) is refused with one line.  What pgferry runs
 is the parser's rendering of that expression, wrapped in parentheses, so what runs is
 exactly what was checked.  The server checks column names and the boolean type when the
-expression is first used, in a read-only transaction (see :func:`check_on_table`).
+expression is first used, in a read-only transaction (see :func:`check_on_table`).  Replay
+evaluates such an expression on an event's captured row image through :func:`on_row_image`.
 """
 
 from __future__ import annotations
