@@ -54,6 +54,8 @@ def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, Loo
     server's error here.  A database that is not a node of ``queue`` raises NodeError as
     :func:`model.require_node` does.
     """
+    # In the order of the parts' placeholders in _LOOP_SQL: signature, sequences,
+    # requests (their age limit, the queue), settled, node.
     params = (queue, queue, sync.CHOOSE_LIMIT, queue, queue, queue)
     row = conn.execute(_LOOP_SQL, params).fetchone()
     assert row is not None  # the reads' row is always there; the node's may be NULLs
