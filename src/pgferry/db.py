@@ -34,21 +34,75 @@ NETWORK_DEFAULTS = {
     "tcp_user_timeout": "60000",
 }
 
-# libpq keywords whose values must never reach a log line or the terminal.
-_SECRET_KEYS = ("password", "sslpassword", "sslkey")
-_URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)")
+# libpq keywords whose values must never reach a log line or the terminal (and PGPASSWORD,
+# should an environment be printed).  libpq's keywords are lower case; masking ignores case,
+# so a misspelt PASSWORD= that libpq refuses is not shown in the error that says so either.
+_SECRET_KEYS = ("pgpassword", "sslpassword", "password", "sslkey")
+# libpq's whitespace (isspace() in the C locale): a value ends at these, never at others.
+_SPACE = " \t\n\r\f\v"
+# ``password = value`` in key=value text or ``?password=value`` / ``&password=value`` in a
+# URI's query; what precedes the keyword must not be a word character (``my_password=``).
+_SECRET_KEYWORD = re.compile(
+    rf"(?<![\w])({'|'.join(_SECRET_KEYS)})([{_SPACE}]*=[{_SPACE}]*)", re.IGNORECASE
+)
+# A URI's user:password@, the password up to the last @ before the path or the line's end
+# (libpq takes the first @, and a raw space: neither may leave a password's tail in sight).
+_URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^/\n]*)(@)", re.IGNORECASE)
+# A Python dict's repr of conninfo parameters: 'password': '...'.
+_DICT_SECRET = re.compile(
+    rf"""(['"])({"|".join(_SECRET_KEYS)})\1(\s*:\s*)('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?)""",
+    re.IGNORECASE,
+)
+
+
+def _keyvalue_end(text: str, pos: int) -> int:
+    """Where the key=value value starting at ``pos`` ends, as libpq reads it: up to
+    whitespace, a backslash escaping the next character (``a\\ b``), a quoted part
+    ``'...'`` taking whitespace and ``\\'`` in.  Characters glued after a closing quote
+    (``'it''s'``, which libpq refuses) are taken too: masking errs on the long side."""
+    end = len(text)
+    while pos < end and text[pos] not in _SPACE:
+        if text[pos] == "'":
+            pos += 1
+            while pos < end and text[pos] != "'":
+                pos += 2 if text[pos] == "\\" else 1
+            pos += 1
+        elif text[pos] == "\\":
+            pos += 2
+        else:
+            pos += 1
+    return min(pos, end)
+
+
+def _uri_param_end(text: str, pos: int) -> int:
+    """Where a URI query value starting at ``pos`` ends: at ``&``, ``#`` or whitespace
+    (its own ``&`` and spaces are percent-encoded)."""
+    end = pos
+    while end < len(text) and text[end] not in f"&#{_SPACE}":
+        end += 1
+    return end
 
 
 def mask_connstr(connstr: str) -> str:
     """Return ``connstr`` with every secret replaced by ``[...]``.
 
-    Works on key=value strings and on URIs; text that is not a connection string is
-    returned with URI passwords masked only.
+    Works on key=value strings in every quoting libpq reads, on URIs (user:password@ and
+    query parameters), and on any text that holds either (a log line, an error message).
     """
     masked = _URI_PASSWORD.sub(r"\1[...]\3", connstr)
-    for key in _SECRET_KEYS:
-        masked = re.sub(rf"(\b{key}\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1[...]", masked, flags=re.I)
-    return masked
+    masked = _DICT_SECRET.sub(r"\1\2\1\3'[...]'", masked)
+    parts: list[str] = []
+    done = 0
+    for match in _SECRET_KEYWORD.finditer(masked):
+        if match.start() < done:  # inside a value already masked
+            continue
+        start = match.end()
+        in_query = match.start() > 0 and masked[match.start() - 1] in "?&"
+        end = _uri_param_end(masked, start) if in_query else _keyvalue_end(masked, start)
+        parts += [masked[done:start], "[...]"]
+        done = end
+    parts.append(masked[done:])
+    return "".join(parts)
 
 
 def describe(connstr: str) -> str:
