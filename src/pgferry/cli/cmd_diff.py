@@ -4,6 +4,9 @@
                  [--max-rows N] [--json] [--repair FILE] [--apply]
                  [--set spark_master=...] [--set spark.x=...] [--set spark_wait=SECONDS]
 
+A connect string may be given as ``@FILE`` or ``env:NAME`` (:mod:`pgferry.cli.connstr_arg`),
+so that no password stands in argv; the fix file is written mode 0600.
+
 The report names every differing key, in key order, the same on every run: ``-`` only in
 the source, ``+`` only in the destination, ``!`` on both with other values (as reladiff
 marks them), the rows of the first ``--max-rows`` (10) below their keys, and a count
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pgferry.cli.connstr_arg import read_connstr
 from pgferry.cli.registry import Context, command
 from pgferry.config import parse_set_options
 from pgferry.db import connect, describe
@@ -49,6 +53,9 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("-q", "--quiet", action="store_true")
     args = parser.parse_args(argv)
+    # @FILE and env:NAME keep a password out of argv (cli/connstr_arg.py).
+    args.src_connstr = read_connstr(args.src_connstr, "pgferry diff: SRC_CONNSTR").text
+    args.dst_connstr = read_connstr(args.dst_connstr, "pgferry diff: DST_CONNSTR").text
     overrides = {**ctx.overrides, **parse_set_options(args.set)}
     verbose = ctx.verbose + args.verbose
     if args.max_rows < 0:

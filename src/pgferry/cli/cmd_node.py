@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from pgferry.cli import output
+from pgferry.cli.connstr_arg import has_password, read_connstr, without_password
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.db import mask_connstr
 from pgferry.node import connect, model, setup, status
+
+log = logging.getLogger(__name__)
 
 
 def _create(ctx: Context, argv: list[str], node_type: str) -> int:
@@ -35,18 +39,46 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
     parser.add_argument("--nocheck", action="store_true", help="skip the public connstr check")
     args = parser.parse_args(argv)
     config = start(ctx)
+    command = f"create-{node_type}"
+    provider = getattr(args, "provider", None)
+    if provider is not None:  # used to connect, never stored
+        provider = read_connstr(provider, f"{command}: --provider").text
     req = setup.build_request(
         config,
         node_type,
         args.node,
-        args.location,
-        getattr(args, "provider", None),
+        _public_location(args.location, command),
+        provider,
         check_location=not args.nocheck,
         sync_watermark=getattr(args, "sync_watermark", None),
         merge=getattr(args, "merge", None),
     )
     setup.create_node(config, req)
     return 0
+
+
+def _public_location(value: str | None, command: str) -> str | None:
+    """PUBLIC_CONNSTR as it will be stored in the node tables of every member.
+
+    Read from a file or the environment, it is stored without its password: the
+    other nodes (and the public connstr check) then take it from their ``.pgpass``,
+    ``PGPASSWORD`` or service file.  Written in argv, it is stored as given, as londiste3
+    does, with a warning when it holds a password.
+    """
+    if value is None:
+        return None
+    arg = read_connstr(value, f"{command}: PUBLIC_CONNSTR")
+    if not has_password(arg.text):
+        return arg.text
+    if arg.indirect:
+        log.info("%s: the public connect string is stored without its password", command)
+        return without_password(arg.text, f"{command}: PUBLIC_CONNSTR")
+    log.warning(
+        "%s: the public connect string's password is stored in the node tables of every"
+        " member (give it as @FILE or env:NAME to keep it out of them and of argv)",
+        command,
+    )
+    return arg.text
 
 
 @command("create-root", "make this database the root node of the queue")

@@ -63,6 +63,9 @@ switches:
   -k, --kill      kill a running daemon
   --ini           print a commented config template (--ini ticker: the ticker's)
   --set KEY=VAL   override a config setting
+
+A CONNSTR argument may be @FILE (read from the file) or env:NAME (from the environment
+variable), so that no password stands on the command line.
 """
 
 _FLAG_SWITCHES = {
