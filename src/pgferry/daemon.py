@@ -3,9 +3,9 @@
 Implements the classic switches: ``-d`` detach (needs a pidfile), ``-s`` graceful stop
 (SIGINT), ``-r`` reload config (SIGHUP), ``-k`` kill (SIGTERM), and the pidfile rules:
 a pidfile locked by a live process refuses a second instance (the lock decides, so two
-started at the same instant cannot both run), a stale one is taken over, and the file is
-removed on exit.  A detached start reports success or its one-line failure back to the
-foreground process before that exits.
+started at the same instant cannot both run), a stale one is taken over, the file is mode
+0600, and it is removed on exit.  A detached start reports success or its one-line failure
+back to the foreground process before that exits.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pgferry.errors import AlreadyRunning, PgferryError
 from pgferry.log import reopen_logs
+from pgferry.private_files import open_private_fd
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def write_pidfile(pidfile: Path) -> None:
     which of two processes started at once goes on (a check-then-write cannot)."""
     global _held_pidfile
     pidfile.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(pidfile, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_private_fd(pidfile, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -2,7 +2,8 @@
 
 Log lines go to the console (unless detached) and to ``logfile`` when configured, rotated
 at ``log_size`` bytes with ``log_count`` files kept, and to syslog / the journal with
-``syslog = true``; ``log_format = json`` writes one JSON object per line.
+``syslog = true``; ``log_format = json`` writes one JSON object per line.  A log file
+pgferry creates (a rotation's new one too) is mode 0600 whatever the umask.
 :func:`reopen_logs` lets a daemon write to a fresh file after an outside rotation
 (logrotate, then ``-r``).  A filter masks passwords in every record, whatever code
 produced it.
@@ -19,6 +20,7 @@ from pathlib import Path
 from pgferry.config import Config
 from pgferry.db import mask_connstr
 from pgferry.errors import ConfigError
+from pgferry.private_files import open_log
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
 LOG_SIZE = 10 * 1024 * 1024
@@ -39,6 +41,13 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose files are created 0600: a log line may carry row values."""
+
+    def _open(self):  # type: ignore[override]  # the one place logging opens the file
+        return open_log(self.baseFilename, self.encoding, self.errors)
 
 
 class SecretMaskFilter(logging.Filter):
@@ -89,7 +98,7 @@ def setup_logging(
         root.addHandler(stream)
     if logfile is not None:
         logfile.parent.mkdir(parents=True, exist_ok=True)
-        filehandler = logging.handlers.RotatingFileHandler(
+        filehandler = PrivateRotatingFileHandler(
             logfile, maxBytes=size, backupCount=count, encoding="utf-8"
         )
         filehandler.setFormatter(formatter)

@@ -38,6 +38,7 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.events import EVENT_COLUMN_NAMES
 from pgferry.node import capture, cascade, model, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView
+from pgferry.private_files import open_private
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
@@ -294,7 +295,7 @@ def _document(queue: str, me: str, plan: _Plan, events: list[tuple]) -> dict[str
 def _write_dump(path: Path, document: dict[str, Any]) -> None:
     """Write the file; it must not exist (a second resurrect never overwrites the first's)."""
     try:
-        out = path.open("x", encoding="utf-8")
+        out = open_private(path, exclusive=True)  # the lost events' rows: 0600
     except OSError as exc:
         raise NodeError(f"Cannot write dump file {path}: {exc.strerror or exc}") from None
     try:

@@ -40,6 +40,7 @@ from pgferry.pipeline.repair_local import (
 from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
 from pgferry.pipeline.spark_errors import job_error
 from pgferry.pipeline.spark_tasks import describe_job, functions, parallelism
+from pgferry.private_files import open_private
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,7 @@ def _fix_sql(
 
 
 def _write_fix(path: Path, table: str, statements: list[str]) -> None:
-    with path.open("w", encoding="utf-8") as fh:
+    with open_private(path) as fh:  # row data: for the owner only (0600)
         fh.write(f"-- pgferry repair of {table}: {len(statements)} statements\n")
         fh.write("begin;\nset local session_replication_role = replica;\n")
         for stmt in statements:
