@@ -17,9 +17,11 @@ gives back the memory (some 300 MB) and the cluster's cores between uses.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -281,22 +283,31 @@ def _wheel_java_home(java: Path) -> Path:
     Spark's launcher always asks for ``--add-modules=jdk.incubator.vector``, a module the
     wheel's trimmed runtime leaves out (Spark uses it only when present); the JVM refuses
     to start on a missing module.  The shim drops that option and runs the real binary.
+
+    The directory is this process's own: made by ``mkdtemp`` (a name no one can guess,
+    mode 0700, refused if it exists), never one found in the shared temporary directory,
+    where another user could have put a ``bin/java`` of theirs.  It is removed when the
+    process exits (the JVM runs by then from the real binary the shim exec'd).
     """
-    home = Path(tempfile.gettempdir()) / f"pgferry-jdk-{os.getuid()}-{java.stat().st_mtime_ns}"
+    home = Path(tempfile.mkdtemp(prefix="pgferry-jdk-"))
+    (home / "bin").mkdir(mode=0o700)
     shim = home / "bin" / "java"
-    if not shim.exists():
-        staging = Path(tempfile.mkdtemp(prefix="pgferry-jdk-"))
-        (staging / "bin").mkdir()
-        (staging / "bin" / "java").write_text(
+    fd = os.open(shim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(
             "#!/bin/sh\n"
             "for arg; do shift\n"
             '  [ "$arg" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$arg"\n'
             "done\n"
-            f'exec "{java}" "$@"\n'
+            f'exec {shlex.quote(str(java))} "$@"\n'
         )
-        (staging / "bin" / "java").chmod(0o755)
-        with contextlib.suppress(OSError):  # another process made it first: use that one
-            staging.rename(home)
+    maker = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == maker:  # not in a forked child that inherited the hook
+            shutil.rmtree(home, ignore_errors=True)
+
+    atexit.register(remove)
     return home
 
 
