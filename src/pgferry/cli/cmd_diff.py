@@ -37,9 +37,9 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     )
     parser.prog = "pgferry diff"
     parser.usage = "pgferry diff " + parser.usage.split(" diff ", 1)[-1]
-    parser.add_argument("src_connstr")
+    parser.add_argument("src_connstr", help="a connect string, @FILE or env:NAME")
     parser.add_argument("src_table")
-    parser.add_argument("dst_connstr")
+    parser.add_argument("dst_connstr", help="a connect string, @FILE or env:NAME")
     parser.add_argument("dst_table")
     parser.add_argument("--where", help="WHERE expression applied on both sides")
     parser.add_argument(

@@ -20,10 +20,14 @@ def _create(ctx: Context, argv: list[str], node_type: str) -> int:
         "NODE [PUBLIC_CONNSTR]" + ("" if node_type == "root" else " --provider=CONNSTR")
     )
     parser.add_argument("node", nargs="?", metavar="NODE")
-    parser.add_argument("location", nargs="?", metavar="PUBLIC_CONNSTR")
+    parser.add_argument(
+        "location", nargs="?", metavar="PUBLIC_CONNSTR", help="a connect string, @FILE or env:NAME"
+    )
     if node_type != "root":
         parser.add_argument(
-            "--provider", metavar="CONNSTR", help="connect string of the provider node"
+            "--provider",
+            metavar="CONNSTR",
+            help="connect string of the provider node (or @FILE, env:NAME)",
         )
     if node_type == "branch":
         parser.add_argument(
