@@ -300,6 +300,7 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
                     log.info("%s: done", t.table_name)
                 done.add(t.table_name)
         if not pending:
+            ticker.check(now=True)  # fails, naming the ticker, when it counts as stopped
             log.info("All tables in sync")
             return 0
         msg = f"{len(pending)}/{len(tables)} table(s) to copy"
