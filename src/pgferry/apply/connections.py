@@ -1,12 +1,15 @@
 """The replication worker's connections: to its node, to its provider, and the one that
 holds the node's lock.
 
-The node's connection runs replay's transactions and is reopened after
-``connection_lifetime`` seconds; a subscriber sets ``session_replication_role = replica``
-on it once.  The provider's runs in autocommit and text format, listens for its queue's
-ticks, and is reopened when the provider moves (replay's readers follow it).  The lock
-connection (autocommit, on the node) holds :func:`model.lock_node` for as long as the
-worker runs; the idle checks read on it and a root hears its own queue's ticks on it.
+The node's connection runs replay's transactions; a subscriber sets
+``session_replication_role = replica`` on it once.  The provider's runs in autocommit and
+text format, listens for its queue's ticks, and is reopened when the provider moves
+(replay's readers follow it).  Both are reopened, with replay's own connections, once the
+node's is older than ``connection_lifetime`` seconds (:meth:`WorkerConnections.recycle`).
+The lock connection (autocommit, on the node) holds :func:`model.lock_node` for as long as
+the worker runs, and is kept when the others are recycled: an advisory lock cannot pass
+from one session to another, so reopening it would leave the node unlocked for a moment.
+The idle checks read on it and a root hears its own queue's ticks on it.
 :meth:`WorkerConnections.close` closes all three, so the lock is released while the
 worker waits to retry after an error.
 """
@@ -50,14 +53,21 @@ class WorkerConnections:
         self.lock: psycopg.Connection | None = None  # holds the node's lock
         self.root_listens = False  # the lock connection hears the root queue's ticks
         self._connected_at = 0.0
+        self.recycled = 0  # times the connections were reopened for their lifetime
         self._replica_conn: psycopg.Connection | None = None
 
-    def close(self) -> None:
+    def recycle(self) -> None:
+        """Close the node's and the provider's connections and replay's (the next loop
+        reopens them); the lock connection stays, and with it the node's lock."""
         for conn in (self.local, self.provider):
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
         self.local = self.provider = None
+        self.replay.close()
+
+    def close(self) -> None:
+        self.recycle()
         if self.lock is not None:
             # Released while we wait to retry: a worker started meanwhile takes the node
             # and this one stops at its next loop, so there is never more than one.
@@ -65,17 +75,18 @@ class WorkerConnections:
                 self.lock.close()
             self.lock = None
             self.root_listens = False
-        self.replay.close()
 
     def to_local(self) -> psycopg.Connection:
-        """The node's connection, reopened once older than ``connection_lifetime``."""
+        """The node's connection, reopened once older than ``connection_lifetime`` (with
+        the provider's and replay's: :meth:`recycle`)."""
         lifetime = self.settings.connection_lifetime
         if (
             self.local is not None
             and lifetime > 0
             and time.monotonic() - self._connected_at > lifetime
         ):
-            self.close()
+            self.recycle()
+            self.recycled += 1
         if self.local is None or self.local.closed:
             conn = connect(self.settings.local_dsn, application_name="pgferry-worker")
             # The provider forgets a batch once it is finished: the transaction recording

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from pgferry.cli import output
 from pgferry.cli.nodecommon import local_tx, start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import PgferryError, UsageError
-from pgferry.node import connect, copynode, model, resync, seqops, tableops, waits
+from pgferry.node import (
+    connect,
+    copynode,
+    model,
+    resync,
+    seqops,
+    status,
+    tableops,
+    waits,
+    worker_health,
+)
 from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
@@ -138,10 +149,13 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
     config = start(ctx)
     queue = connect.queue_name(config)
     with local_tx(config) as conn:
-        model.require_node(conn, queue)
+        node = model.require_node(conn, queue)
         tables = entries.list_tables(conn, queue)
+        worker = worker_health.read(conn, queue)
+        # A copy does not move while the worker is down: no rate or ETA then.
+        down = worker is not None and worker.down(worker_health.down_after(config))
         progress = {
-            p.table_name: p.text()
+            p.table_name: status.stalled_text(p) if down else p.text()
             for p in entries.copy_progress(conn, queue)
             if p.merge_state in ("in-copy", "catching-up") or p.error  # running or failed
         }
@@ -176,6 +190,11 @@ def cmd_tables(ctx: Context, argv: list[str]) -> int:
                 for t in tables
             ],
         )
+    if down and any(t.merge_state != "ok" for t in tables):
+        # Tables wait for a worker that does not run: a monitor must hear of it.
+        assert worker is not None
+        print(f"pgferry: tables: worker of {node.node_name} down: {worker.line()}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -300,6 +319,7 @@ def _wait_sync(ctx: Context, poll: float, timeout: float | None) -> int:
                     log.info("%s: done", t.table_name)
                 done.add(t.table_name)
         if not pending:
+            ticker.check(now=True)  # fails, naming the ticker, when it counts as stopped
             log.info("All tables in sync")
             return 0
         msg = f"{len(pending)}/{len(tables)} table(s) to copy"

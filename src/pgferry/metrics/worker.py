@@ -1,7 +1,9 @@
 """The replication worker's metrics: counts from the :class:`~pgferry.apply.worker.Worker`
 object (its counters, a histogram its per-batch callback fills, its last look at the root's
 ticker), positions, lag, table states and copy progress read from the node's database
-while the scrape runs.
+while the scrape runs, and whether the worker of each of the node's subscribers counts as
+down (:mod:`pgferry.node.worker_health`), read on the subscriber's database: a dead
+worker reports nothing itself, so its provider's worker does.
 ``docs/metrics.md`` lists every metric.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,8 +26,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pgferry.config import Config
 from pgferry.db import error_text
-from pgferry.metrics.server import scrape_connection
+from pgferry.errors import PgferryError
+from pgferry.metrics.server import APPLICATION_NAME, CONNECT_TIMEOUT, scrape_connection
 
 if TYPE_CHECKING:
     from pgferry.apply.stage_apply import ApplyStats
@@ -75,11 +80,15 @@ class NodeReading:
     error: bool = False
     tables: dict[str, str] = field(default_factory=dict)  # table -> state label
     copy_rows: dict[tuple[str, str], int] = field(default_factory=dict)  # (copy, table): rows
+    subscribers_down: dict[str, bool] = field(default_factory=dict)  # subscriber: worker down
 
 
-def read_node(conn: psycopg.Connection, queue: str) -> NodeReading | None:
+def read_node(
+    conn: psycopg.Connection, queue: str, config: Config | None = None
+) -> NodeReading | None:
     """Position, lag, health and table states of the local node of ``queue`` (None when
-    this database is not a node of it)."""
+    this database is not a node of it); with ``config``, its subscribers' workers too
+    (:func:`read_subscribers`)."""
     from pgferry.node import model
     from pgferry.queue import ticks as queue_ticks
     from pgferry.registry import entries
@@ -108,7 +117,46 @@ def read_node(conn: psycopg.Connection, queue: str) -> NodeReading | None:
     reading.copy_rows = {
         (copy_id, names.get(dest, dest)): rows for (copy_id, dest), rows in _copy_rows(conn).items()
     }
+    if config is not None:
+        reading.subscribers_down = read_subscribers(conn, queue, config)
     return reading
+
+
+def read_subscribers(conn: psycopg.Connection, queue: str, config: Config) -> dict[str, bool]:
+    """Whether the worker of each live subscriber of the node counts as down, read on the
+    subscriber's database in parallel (the rule of :mod:`pgferry.node.worker_health`, with
+    this node's ``exception_sleep``); a subscriber that cannot be read is left out."""
+    from pgferry.node import connect, model, worker_health
+
+    names = {name for name, _ in model.subscribers(conn, queue)}
+    where = [
+        (m.node_name, m.node_location)
+        for m in model.members(conn, queue)
+        if m.node_name in names and not m.dead
+    ]
+    if not where:
+        return {}
+    after = worker_health.down_after(config)
+
+    def one(member: tuple[str, str]) -> tuple[str, bool | None]:
+        name, location = member
+        try:
+            with connect.connect_remote(
+                config,
+                location,
+                autocommit=True,
+                application_name=APPLICATION_NAME,
+                connect_timeout=CONNECT_TIMEOUT,
+            ) as remote:
+                reading = worker_health.read(remote, queue)
+        except (PgferryError, psycopg.Error) as exc:
+            log.debug("metrics: cannot read subscriber %s: %s", name, exc)
+            return name, None
+        return name, None if reading is None else reading.down(after)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(where))) as pool:
+        found = list(pool.map(one, where))
+    return {name: down for name, down in found if down is not None}
 
 
 def _copy_rows(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
@@ -271,11 +319,20 @@ class WorkerCollector(Collector):
             for state in TABLE_STATES:
                 states.add_metric([*values, table, state], 1 if state == current else 0)
         yield states
+        down = GaugeMetricFamily(
+            "pgferry_subscriber_worker_down",
+            "1 while the worker of the subscriber counts as down (no heartbeat for"
+            " exception_sleep + 10 s and no session holds the node's lock), else 0.",
+            labels=[*labels, "subscriber"],
+        )
+        for name, flag in sorted(reading.subscribers_down.items()):
+            down.add_metric([*values, name], 1 if flag else 0)
+        yield down
 
 
 def _read_worker_node(worker: Worker) -> NodeReading | None:
     with scrape_connection(worker.settings.local_dsn) as conn:
-        return read_node(conn, worker.settings.queue)
+        return read_node(conn, worker.settings.queue, worker.config)
 
 
 def watch_worker(registry: CollectorRegistry, worker: Worker) -> WorkerCollector:

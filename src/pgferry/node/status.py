@@ -1,10 +1,11 @@
 """Gathering and drawing the cascade tree for ``status``.
 
 Every member listed in the local ``node_location`` is asked for its own view (type, provider,
-tick, error, table states, the divergence its replay repaired; on the root, whether its
-ticker counts as stopped, see :mod:`.ticker_health`) through its public location, in
-parallel.  Dead members are not contacted and unreachable ones are shown with the
-connection error, so ``status`` works from any node even when parts of the cascade are down.
+tick, error, table states, the divergence its replay repaired, whether its worker counts
+as down, see :mod:`.worker_health`; on the root, whether its ticker counts as stopped, see
+:mod:`.ticker_health`) through its public location, in parallel.  Dead members are not
+contacted and unreachable ones are shown with the connection error, so ``status`` works
+from any node even when parts of the cascade are down.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import psycopg
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
-from pgferry.node import connect, model, ticker_health
+from pgferry.node import connect, model, ticker_health, worker_health
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 
@@ -57,6 +58,9 @@ class NodeStatus:
     # stopped (no tick for ticker_stopped_after seconds while events wait).
     events_waiting: int | None = None
     ticker_stopped: str | None = None
+    # The worker's line when it counts as down, or as silent (holds its lock, no heartbeat).
+    worker_down: str | None = None
+    worker_silent: str | None = None
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -80,6 +84,8 @@ class StatusReport:
                 found.append(f"{n.name} unreachable")
             elif n.error:
                 found.append(f"{n.name} in ERR")
+            if n.worker_down:
+                found.append(f"worker of {n.name} down")
             if n.ticker_stopped:
                 found.append(f"ticker of root {n.name} stopped")
         return found
@@ -101,13 +107,32 @@ class StatusReport:
         }
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Seconds after which the root's ticker counts as stopped and a worker as down or
+    silent (:mod:`.ticker_health`, :mod:`.worker_health`), from the settings of ``config``."""
+
+    stopped_after: float = ticker_health.STOPPED_AFTER
+    down_after: float = worker_health.down_after(None)
+    silent_after: float = worker_health.silent_after(None)
+
+    @classmethod
+    def of(cls, config: Config | None) -> Thresholds:
+        return cls(
+            ticker_health.stopped_after(config),
+            worker_health.down_after(config),
+            worker_health.silent_after(config),
+        )
+
+
 def read_node_status(
     conn: psycopg.Connection,
     queue: str,
     name: str,
-    stopped_after: float = ticker_health.STOPPED_AFTER,
+    limits: Thresholds | None = None,
 ) -> NodeStatus:
-    """The view one node has of itself (``stopped_after``: ``ticker_stopped_after``)."""
+    """The view one node has of itself."""
+    limits = limits or Thresholds()
     node = model.load_node(conn, queue)
     if node is None:
         return NodeStatus(name=name, reachable=True, error="node not initialized here")
@@ -129,6 +154,11 @@ def read_node_status(
     if state is not None:
         st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
         st.paused, st.error, st.last_seen = state.paused, state.cur_error, state.last_seen
+    worker = worker_health.read(conn, queue)
+    if worker is not None and worker.down(limits.down_after):
+        st.worker_down = worker.line()
+    elif worker is not None and worker.silent(limits.silent_after):
+        st.worker_silent = worker.line()
     diverged = model.divergence(conn, queue, node.worker_name)
     if diverged is not None:
         st.diverged_rows, st.diverged_deletes = diverged.rows, diverged.deletes
@@ -136,7 +166,7 @@ def read_node_status(
         st.diverged_tables = diverged.tables
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     st.copies = [
-        f"{p.table_name}: {p.text()}"
+        f"{p.table_name}: {stalled_text(p) if st.worker_down else p.text()}"
         for p in entries.copy_progress(conn, queue)
         if p.merge_state in ("in-copy", "catching-up") or p.error
     ]
@@ -146,7 +176,7 @@ def read_node_status(
         ticker = ticker_health.read(conn, queue)
         if ticker is not None:
             st.events_waiting = ticker.waiting
-            if ticker.stopped(stopped_after):
+            if ticker.stopped(limits.stopped_after):
                 st.ticker_stopped = ticker.line()
     return st
 
@@ -158,9 +188,7 @@ def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStat
         with connect.connect_remote(
             config, member.node_location, autocommit=True, connect_timeout=REMOTE_TIMEOUT
         ) as conn:
-            st = read_node_status(
-                conn, queue, member.node_name, ticker_health.stopped_after(config)
-            )
+            st = read_node_status(conn, queue, member.node_name, Thresholds.of(config))
     except PgferryError as exc:
         return NodeStatus(name=member.node_name, reachable=False, error=str(exc))
     except psycopg.Error as exc:
@@ -178,9 +206,7 @@ def gather(
     """
     queue = connect.queue_name(config)
     local = model.require_node(conn, queue)
-    local_status = read_node_status(
-        conn, queue, local.node_name, ticker_health.stopped_after(config)
-    )
+    local_status = read_node_status(conn, queue, local.node_name, Thresholds.of(config))
     others = [
         model.Member(m.node_name, m.node_location, m.dead or m.node_name in assume_dead)
         for m in model.members(conn, queue)
@@ -192,6 +218,13 @@ def gather(
     _place_unreached(nodes)
     _fill_lag(nodes)
     return StatusReport(queue=queue, local_node=local.node_name, nodes=nodes)
+
+
+def stalled_text(p: entries.CopyProgress) -> str:
+    """A copy's progress while the worker is down: how far it got, no rate or ETA."""
+    if p.error and p.merge_state != "catching-up":
+        return p.text()  # the failure says more
+    return f"stalled at {p.rows:,} rows, worker down"
 
 
 def _place_unreached(nodes: list[NodeStatus]) -> None:
@@ -237,6 +270,10 @@ def _info_lines(n: NodeStatus) -> list[str]:
         )
         if n.ticker_stopped:
             lines.append(f"TICKER STOPPED: {n.ticker_stopped}")
+        if n.worker_down:
+            lines.append(f"WORKER DOWN: {n.worker_down}")
+        elif n.worker_silent:
+            lines.append(f"Worker silent: {n.worker_silent}")
         if n.paused:
             lines.append("PAUSED")
         lines += [f"Copy {line}" for line in n.copies]

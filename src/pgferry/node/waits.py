@@ -5,7 +5,10 @@ N has caught up with tick T" is simply ``last_tick_id >= T`` on N.  Events the r
 not ticked yet are in no tick: ``wait-root`` (and ``wait-provider`` on the root) waits for
 the tick that takes them, and every wait fails at once, naming the ticker, when the root's
 ticker counts as stopped (:mod:`.ticker_health`), instead of reporting a tick that leaves
-those events out.
+those events out.  ``wait-root`` and ``wait-provider`` also fail at once, naming the error,
+when the node waited on or a node between it and the root shows one (``ERR`` in
+``status``): its worker does not apply the tick until someone acts, so the wait would last
+for ever (:func:`path_error`).
 """
 
 from __future__ import annotations
@@ -39,14 +42,50 @@ def applied_tick(c: Cascade, name: str) -> int | None:
     return view.last_tick
 
 
-def wait_applied(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> int:
-    """Poll until ``name`` has applied ``tick``; ``timeout`` <= 0 waits for ever."""
+def path_error(c: Cascade, name: str) -> str | None:
+    """'Node leaf is in error: ...' when ``name`` or a node above it (not the root, whose
+    worker applies nothing) shows an error; else None.  A node above that cannot be
+    reached is left out: the wait's own reads say what is wrong with ``name``."""
+    seen: set[str] = set()
+    current: str | None = name
+    while current is not None and current not in seen:
+        seen.add(current)
+        try:
+            with c.on(current, autocommit=True) as conn:
+                node = model.load_node(conn, c.queue)
+                if node is None or node.node_type == "root":
+                    return None
+                state = model.local_state(conn, c.queue, node.worker_name)
+        except (PgferryError, psycopg.Error):
+            if current == name:
+                raise
+            return None
+        if state is not None and state.cur_error:
+            return f"Node {current} is in error: {state.cur_error}"
+        current = node.provider_node
+    return None
+
+
+def wait_applied(
+    c: Cascade, name: str, tick: int, timeout: float, poll: float, *, fail_on_error: bool = False
+) -> int:
+    """Poll until ``name`` has applied ``tick``; ``timeout`` <= 0 waits for ever.
+    ``fail_on_error``: fail at once, naming it, when :func:`path_error` finds an error (the
+    cascade operations leave it out: a worker that meets a changed provider records an
+    error once and goes on)."""
     current: int | None = None  # the last answer, for the timeout message
 
     def reached() -> int | None:
         nonlocal current
         current = applied_tick(c, name)
-        return current if current is not None and current >= tick else None
+        if current is not None and current >= tick:
+            return current
+        if fail_on_error:
+            error = path_error(c, name)
+            if error is not None:
+                at = current if current is not None else "?"
+                raise NodeError(f"{error} (waiting for tick {tick}, at tick {at})")
+        return None
 
     try:
         # A tick id is never 0, so the reached tick is a true value.
@@ -194,7 +233,7 @@ def wait_root(c: Cascade, timeout: float, poll: float) -> tuple[str, int | None]
         return root, tick
     if tick is not None:
         log.info("Waiting for tick %s of root %s", tick, root)
-        wait_applied(c, c.local.node_name, tick, _left(deadline), poll)
+        wait_applied(c, c.local.node_name, tick, _left(deadline), poll, fail_on_error=True)
     return root, tick
 
 
@@ -214,7 +253,7 @@ def wait_provider(c: Cascade, timeout: float, poll: float) -> tuple[str, int | N
         _check_far_root(c)  # a branch's ticks come from the root's ticker
     if tick is not None:
         log.info("Waiting for tick %s of provider %s", tick, provider)
-        wait_applied(c, c.local.node_name, tick, _left(deadline), poll)
+        wait_applied(c, c.local.node_name, tick, _left(deadline), poll, fail_on_error=True)
     return provider, tick
 
 
@@ -228,9 +267,11 @@ class RootTicker:
         self.config = config
         self._looked_at = float("-inf")
 
-    def check(self) -> None:
+    def check(self, *, now: bool = False) -> None:
+        """Look when a look is due; ``now``: whenever (before the wait reports success,
+        which a stopped ticker makes untrue: the node's tables stop following the root)."""
         every = min(ticker_health.CHECK_EVERY, ticker_health.stopped_after(self.config))
-        if time.monotonic() - self._looked_at < every:
+        if not now and time.monotonic() - self._looked_at < every:
             return
         self._looked_at = time.monotonic()
         try:
