@@ -246,7 +246,10 @@ def _installed(conn: psycopg.Connection) -> dict[str, tuple[int, str | None]]:
 
 def _prepare_registry(conn: psycopg.Connection, registry: str) -> None:
     """The schema_version table of ``registry``, with its functions_digest column."""
-    conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(registry)))
+    # Looked up first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+    # the schema is there, which a role that only uses an installed schema lacks.
+    if not conn.execute("select 1 from pg_namespace where nspname = %s", (registry,)).fetchone():
+        conn.execute(sql.SQL("create schema {}").format(sql.Identifier(registry)))
     table = sql.Identifier(registry, "schema_version")
     if not _registry_table(conn, registry):
         conn.execute(
