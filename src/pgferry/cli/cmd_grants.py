@@ -124,12 +124,10 @@ def grant_script(
         rol = _ident(role)
         out += [
             "",
-            f"-- {role}: what a subscriber's worker does to its replicated tables: replay",
-            "-- writes their rows, the initial copy empties them (TRUNCATE), add-table attaches",
-            "-- the deny triggers that stop other writers (TRIGGER).  Replay, the copy and",
-            "-- repair --apply run with session_replication_role = replica, so that the deny",
-            "-- triggers let them through: PostgreSQL 15 grants that setting; before 15 only a",
-            "-- superuser may set it.",
+            f"-- {role}: what a subscriber's worker needs beside owning its replicated",
+            "-- tables.  Replay, the copy and repair --apply run with session_replication_role",
+            "-- = replica, so that the deny triggers (which stop every other writer) let them",
+            "-- through: PostgreSQL 15 grants that setting; before 15 only a superuser may set it.",
             _make_role(role, login=False),
             f"GRANT {rol} TO {adm};",
             _do(
@@ -142,20 +140,17 @@ def grant_script(
                 "END IF;",
             ),
         ]
+        if schemas:
+            out.append("-- USAGE: its tables; CREATE: the copy builds their indexes again there")
+        out += [f"GRANT USAGE, CREATE ON SCHEMA {s} TO {rol};" for s in schemas]
         if relations:
             out += [
-                "-- The copy drops a table's indexes and keys for its load and builds them",
-                "-- again, which needs the table's ownership and CREATE on its schema; captured",
-                "-- DDL runs as the table's owner.  The admin owns the tables add-table --create",
-                "-- makes; for a table made otherwise make the admin its owner",
-                f"-- (ALTER TABLE .. OWNER TO {adm}) or a member of its owner.  A copy that",
-                "-- lacks a right says which before it changes anything.",
+                "-- The tables: the copy drops their indexes and keys for its load and builds",
+                "-- them again, which only their owner may do, and captured DDL runs as their",
+                "-- owner: the admin owns them (as it owns those add-table --create makes), and",
+                "-- so may write them.",
             ]
-        out += [f"GRANT USAGE, CREATE ON SCHEMA {s} TO {rol};" for s in schemas]
-        out += [
-            f"GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE, TRIGGER ON TABLE {r} TO {rol};"
-            for r in relations
-        ]
+        out += [f"ALTER TABLE {r} OWNER TO {adm};" for r in relations]
         if sequences:
             out.append("-- sequences: set to the provider's published values (setval)")
             out += [f"GRANT SELECT, UPDATE ON SEQUENCE {s} TO {rol};" for s in sequences]
