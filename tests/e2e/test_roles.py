@@ -50,20 +50,7 @@ def _run(line: str, cwd: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "writer",
-    [
-        "superuser",
-        pytest.param(
-            "application role",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="capture runs with the writer's rights: it needs USAGE on ferry_queue"
-                " and INSERT on the event tables until capture functions are SECURITY DEFINER",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("writer", ["superuser", "application role"])
 def test_readme_session_runs_without_a_superuser(
     pg_a, pg_b, new_db_a, new_db_b, tmp_path: Path, writer: str
 ) -> None:
