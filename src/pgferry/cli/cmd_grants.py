@@ -35,23 +35,28 @@ def _ident(*names: str) -> str:
     return _text(sql.Identifier(*names))
 
 
-def _relation(raw: str) -> str:
-    """``schema.name`` as typed (unquoted parts folded, ``"Quoted"`` kept) to an identifier."""
+def _names(raw: str) -> tuple[str, str]:
+    """``schema.name`` as typed (unquoted parts folded, ``"Quoted"`` kept): its two names."""
     parts = split_name(raw.strip())
     if len(parts) != 2 or any(p.is_glob for p in parts):
         raise UsageError(f"grants: expected schema.name, not {raw!r}")
     schema, name = (p.text if p.quoted else fold(p.text) for p in parts)
-    return _ident(schema, name)
-
-
-def _schema_of(raw: str) -> str:
-    parts = split_name(raw.strip())
-    return _ident(parts[0].text if parts[0].quoted else fold(parts[0].text))
+    return schema, name
 
 
 def _do(*statements: str) -> str:
     body = "\n".join(f"  {s}" for s in statements)
     return f"DO {_TAG}\nBEGIN\n{body}\nEND\n{_TAG};"
+
+
+def _if_exists(test: str, name: str, statement: str) -> str:
+    """``statement`` run only when ``test`` (a catalog lookup of ``name``) finds it: on a
+    subscriber, add-table --create / add-seq --create may make it later, as the admin's."""
+    return _do(f"IF {test.format(_text(sql.Literal(name)))} THEN", f"  {statement}", "END IF;")
+
+
+_SCHEMA_EXISTS = "EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = {})"
+_RELATION_EXISTS = "pg_catalog.to_regclass({}) IS NOT NULL"
 
 
 def _make_role(role: str, login: bool) -> str:
@@ -73,14 +78,17 @@ def grant_script(
     seqs: list[str],
 ) -> str:
     """The script's text; ``tables`` and ``seqs`` as the operator typed them."""
-    for name in (admin, prefix):
+    for name in (admin, prefix, *tables, *seqs):
         if _TAG in name:
-            raise UsageError(f"grants: a role name may not hold {_TAG}")
+            raise UsageError(f"grants: a name may not hold {_TAG}")
     if (tables or seqs) and not (provider or subscriber):
         raise UsageError("grants: --table and --seq go with --provider or --subscriber")
-    relations = [_relation(t) for t in tables]
-    sequences = [_relation(s) for s in seqs]
-    schemas = list(dict.fromkeys(_schema_of(r) for r in [*tables, *seqs]))
+    table_names = [_names(t) for t in tables]
+    seq_names = [_names(s) for s in seqs]
+    schema_names = list(dict.fromkeys(n[0] for n in [*table_names, *seq_names]))
+    relations = [_ident(*n) for n in table_names]
+    sequences = [_ident(*n) for n in seq_names]
+    schemas = [_ident(n) for n in schema_names]
     adm = _ident(admin)
     out = [
         "-- pgferry: the roles of one node, for the database this runs in.",
@@ -141,8 +149,14 @@ def grant_script(
             ),
         ]
         if schemas:
-            out.append("-- USAGE: its tables; CREATE: the copy builds their indexes again there")
-        out += [f"GRANT USAGE, CREATE ON SCHEMA {s} TO {rol};" for s in schemas]
+            out += [
+                "-- Schemas: USAGE, and CREATE: the copy builds the tables' indexes again there",
+                "-- (a schema not there yet is made by add-table --create, as the admin's).",
+            ]
+        out += [
+            _if_exists(_SCHEMA_EXISTS, n, f"GRANT USAGE, CREATE ON SCHEMA {_ident(n)} TO {rol};")
+            for n in schema_names
+        ]
         if relations:
             out += [
                 "-- The tables: the copy drops their indexes and keys for its load and builds",
@@ -150,10 +164,17 @@ def grant_script(
                 "-- owner: the admin owns them (as it owns those add-table --create makes), and",
                 "-- so may write them.",
             ]
-        out += [f"ALTER TABLE {r} OWNER TO {adm};" for r in relations]
+        out += [f"ALTER TABLE IF EXISTS {r} OWNER TO {adm};" for r in relations]
         if sequences:
             out.append("-- sequences: set to the provider's published values (setval)")
-            out += [f"GRANT SELECT, UPDATE ON SEQUENCE {s} TO {rol};" for s in sequences]
+            out += [
+                _if_exists(
+                    _RELATION_EXISTS,
+                    seq,
+                    f"GRANT SELECT, UPDATE ON SEQUENCE {seq} TO {rol};",
+                )
+                for seq in sequences
+            ]
     out += [
         "",
         "-- A writer of replicated tables (an application role, on any node) gets nothing",
