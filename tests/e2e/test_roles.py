@@ -1,4 +1,4 @@
-"""README.md's first replication without a superuser: every pgferry process as the node admin.
+"""The README's first replication and the lakehouse walkthrough without a superuser.
 
 The session is the one ``test_readme.py`` runs, read from README.md, with one step before
 its first ``pgferry`` line: a superuser runs the script ``pgferry CONFIG.ini grants`` prints
@@ -9,18 +9,26 @@ application's: the superuser makes the schema and tables, and the row written af
 copy is written by an application role with only INSERT on ``app.orders`` (and USAGE on its
 sequence) when ``writer`` says so.  Afterwards both sides hold the same rows, the pgferry
 schemas and the tables ``--create`` made are the admin's, and the admin is no superuser.
+
+docs/lakehouse.md's walkthrough (as ``test_lakehouse_doc.py`` runs it, on one cluster) runs
+the same way: ``PGUSER`` is the admin for every ``pgferry`` line and ``postgres`` for the
+others, the grants run before the first ``pgferry`` line, and the Delta table holds the
+990 rows the page says.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_lakehouse_doc import BLOCK
+from test_lakehouse_doc import section as lakehouse_section
 from test_readme import blocks
 
 from pgferry.daemon import pid_alive, read_pid
@@ -139,3 +147,80 @@ def _grant(cwd: Path, env: dict[str, str], prefix: str, src: str, dst: str, app:
 def _running(pidfile: Path) -> bool:
     pid = read_pid(pidfile)
     return pid is not None and process_running(pid)
+
+
+@pytest.mark.slow
+def test_lakehouse_walkthrough_runs_without_a_superuser(pg_a, tmp_path: Path) -> None:
+    pytest.importorskip("deltalake")
+    tag = f"{os.getpid()}_{next(_runs)}"
+    app, state, prefix = f"app_lkr_{tag}", f"lakestate_r_{tag}", f"lkr_{tag}_"
+    admin = f"{prefix}admin"
+    server = pg_a.connstr("").rsplit(" dbname=", 1)[0]
+    fields = dict(part.split("=", 1) for part in server.split())
+    lake = tmp_path / "lake"
+
+    def real(text: str) -> str:  # as test_lakehouse_doc.py, without a user: PGUSER says
+        server_ = f"host={fields['host']} port={fields['port']}"
+        text = text.replace("host=localhost", server_).replace("/tmp/lake", str(lake))
+        text = text.replace("dbname=app", f"{server_} dbname={app}")
+        text = text.replace("dbname=lakestate", f"{server_} dbname={state}")
+        text = re.sub(r"\blakestate\b", state, text)
+        return re.sub(r"(?<![\w./=])app\b", app, text)
+
+    env = dict(os.environ, PGHOST=fields["host"], PGPORT=fields["port"], PGUSER="postgres")
+    tools = [str(Path(sys.executable).parent), str(Path(find_pg_tool("psql")).parent)]
+    env["PATH"] = os.pathsep.join([*tools, env.get("PATH", "")])
+    as_admin = dict(env, PGUSER=admin)
+    psql = "psql -X -q -v ON_ERROR_STOP=1"
+    grants = [
+        f"pgferry root.ini grants --provider --table public.orders --role-prefix {prefix}"
+        f" | {psql} app",
+        f"pgferry leaf.ini grants --subscriber --table public.orders --role-prefix {prefix}"
+        f" | {psql} lakestate",
+    ]
+    python_blocks = []
+    granted = False
+    try:
+        for match in BLOCK.finditer(lakehouse_section()):
+            body = match["body"]
+            if match["file"]:
+                (tmp_path / match["file"]).write_text(real(body), encoding="utf-8")
+                continue
+            if match.group(1) == "python":
+                python_blocks.append(real(body))
+                continue
+            for line in re.sub(r"\n\s+(?=\S)", " ", body).splitlines():
+                if not line.strip():
+                    continue
+                if line.startswith("pgferry"):
+                    if not granted:
+                        for grant in grants:
+                            _run(real(grant), tmp_path, env)
+                        granted = True
+                    _run(real(line), tmp_path, as_admin)
+                else:
+                    _run(real(line), tmp_path, env)
+        read = subprocess.run(
+            [sys.executable, "-c", python_blocks[0]], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert read.returncode == 0, read.stderr
+        assert read.stdout.splitlines()[0].split()[-1] == "990", read.stdout
+    finally:
+        for ini in ("leaf.ini", "root.ini", "pgqd.ini"):
+            if (tmp_path / ini).exists():
+                subprocess.run(
+                    [sys.executable, "-m", "pgferry", "-s", ini], cwd=tmp_path, env=as_admin,
+                    capture_output=True, timeout=60,
+                )  # fmt: skip
+    base = pg_a.connstr("")
+    assert sql(base, f"select rolsuper from pg_roles where rolname = '{admin}'") == [(False,)]
+    for db in (app, state):
+        owners = sql(
+            f"{server} dbname={db}",
+            "select distinct nspowner::regrole::text from pg_namespace where nspname in"
+            " ('ferry_queue', 'ferry_node', 'ferry', 'ferry_copy')",
+        )
+        assert owners == [(admin,)], db
+    owner = "select relowner::regrole::text from pg_class where oid = 'public.orders'::regclass"
+    assert sql(f"{server} dbname={state}", owner) == [(admin,)]  # made by add-table --create
