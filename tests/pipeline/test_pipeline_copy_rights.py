@@ -16,7 +16,7 @@ from pipeline_sql import fetch, run_sql
 from pgferry import schema
 from pgferry.db import connect
 from pgferry.errors import DatabaseError
-from pgferry.pipeline.copy import CopyTask, chunked
+from pgferry.pipeline.copy import CopyTask, chunked, copy_tables
 
 ROWS = 500
 KEYS = (
@@ -54,7 +54,10 @@ def _setup(src: str, dst: str, role: str, owner: bool) -> None:
             f"grant select on app.t to {role}")  # fmt: skip
 
 
-def _copy(src: str, dst: str) -> dict:
+def _copy(src: str, dst: str, one_snapshot: bool = False) -> dict:
+    """The chunked copy, or the one-snapshot copy (small: on the driver's threads)."""
+    if one_snapshot:
+        return copy_tables(lambda: None, src, dst, [CopyTask("app.t", "app.t")]).rows
     return chunked.copy_chunked(
         src, dst, [CopyTask("app.t", "app.t")], copy_id=uuid.uuid4().hex, chunk_rows=100
     )
@@ -69,15 +72,16 @@ def _copy(src: str, dst: str) -> dict:
          "alter table app.t owner to {role}; grant create on schema app to {role}"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("one_snapshot", [False, True], ids=["chunked", "one snapshot"])
 def test_a_copy_without_a_right_it_needs_changes_nothing(
-    both, owner: bool, lacking: str, grant: str
+    both, owner: bool, lacking: str, grant: str, one_snapshot: bool
 ) -> None:
     src, dst = both
     role = f"copier_{uuid.uuid4().hex[:10]}"
     _setup(src, dst, role, owner)
     before = fetch(dst, ROWS_SQL)
     with pytest.raises(DatabaseError) as failed:
-        _copy(_as(src, role), _as(dst, role))
+        _copy(_as(src, role), _as(dst, role), one_snapshot)
     message = str(failed.value)
     assert "\n" not in message
     assert f"copy of app.t: role {role} {lacking}; nothing was changed" in message
@@ -85,7 +89,7 @@ def test_a_copy_without_a_right_it_needs_changes_nothing(
     assert fetch(dst, ROWS_SQL) == before
     assert fetch(dst, "select count(*) from ferry_copy.saved_index") == [(0,)]
     run_sql(dst, grant.format(role=role))
-    assert _copy(_as(src, role), _as(dst, role)) == {"app.t": ROWS}
+    assert _copy(_as(src, role), _as(dst, role), one_snapshot) == {"app.t": ROWS}
     assert fetch(dst, KEYS) == [("t_pkey",)]
     assert fetch(dst, ROWS_SQL) == fetch(src, ROWS_SQL)
 
