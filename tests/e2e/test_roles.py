@@ -7,8 +7,10 @@ leaf's as ``--subscriber``).  Every ``pgferry`` line, ini file and connect strin
 names the admin role that script makes, which is no superuser; ``psql`` lines stay the
 application's: the superuser makes the schema and tables, and the row written after the
 copy is written by an application role with only INSERT on ``app.orders`` (and USAGE on its
-sequence) when ``writer`` says so.  Afterwards both sides hold the same rows, the pgferry
-schemas and the tables ``--create`` made are the admin's, and the admin is no superuser.
+sequence) when ``writer`` says so, and the leaf's tables are made by ``add-table
+--create`` or beforehand by the superuser (``grants --subscriber --table`` then makes them
+the admin's).  Afterwards both sides hold the same rows, the pgferry schemas and the leaf's
+tables are the admin's, and the admin is no superuser.
 
 docs/lakehouse.md's walkthrough (as ``test_lakehouse_doc.py`` runs it, on one cluster) runs
 the same way: ``PGUSER`` is the admin for every ``pgferry`` line and ``postgres`` for the
@@ -43,6 +45,11 @@ GRANTS_ROOT = (
     " --role-prefix {prefix}"
 )
 GRANTS_LEAF = "grants --subscriber --role-prefix {prefix}"
+# The leaf's tables made beforehand by the superuser: the grants make them the admin's.
+GRANTS_LEAF_TABLES = (
+    "grants --subscriber --table app.orders app.customers --seq app.orders_id_seq"
+    " --role-prefix {prefix}"
+)
 
 
 def _as(connstr: str, role: str) -> str:
@@ -58,9 +65,12 @@ def _run(line: str, cwd: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("writer", ["superuser", "application role"])
+@pytest.mark.parametrize(
+    ("writer", "leaf_tables"),
+    [("superuser", "made by add-table --create"), ("application role", "made beforehand")],
+)
 def test_readme_session_runs_without_a_superuser(
-    pg_a, pg_b, new_db_a, new_db_b, tmp_path: Path, writer: str
+    pg_a, pg_b, new_db_a, new_db_b, tmp_path: Path, writer: str, leaf_tables: str
 ) -> None:
     name = f"app_roles_{os.getpid()}_{next(_runs)}"
     prefix = f"{name}_"  # roles are the cluster's: one set per run
@@ -74,6 +84,7 @@ def test_readme_session_runs_without_a_superuser(
         "database_list = app": f"database_list = {name}",
     }
     writes = {APP_DB1: src if writer == "superuser" else _as(src, app), APP_DB2: dst}
+    beforehand = leaf_tables == "made beforehand"
 
     def real(text: str, swaps: dict[str, str]) -> str:
         for old, new in swaps.items():
@@ -98,9 +109,11 @@ def test_readme_session_runs_without_a_superuser(
                     after_copy = granted and "insert" in line
                     _run(real(line, writes if after_copy else {APP_DB1: src, APP_DB2: dst}),
                          tmp_path, env)  # fmt: skip
+                    if beforehand and "create table" in line:  # the same tables on the leaf
+                        _run(real(line.replace(APP_DB1, APP_DB2), {APP_DB2: dst}), tmp_path, env)
                     continue
                 if not granted:
-                    _grant(tmp_path, env, prefix, src, dst, app)
+                    _grant(tmp_path, env, prefix, src, dst, app, beforehand)
                     granted = True
                 _run(real(line, ferry), tmp_path, env)
         pids = [tmp_path / "pid" / f"{job}.pid" for job in ("src_node", "dst_node", "pgqd")]
@@ -127,13 +140,19 @@ def test_readme_session_runs_without_a_superuser(
         assert owners == [(admin,)]
     assert sql(dst, "select distinct relowner::regrole::text from pg_class c"
                " where relnamespace = 'app'::regnamespace") == [(admin,)]  # fmt: skip
+    if beforehand:  # the superuser's tables, given to the admin by the grants
+        assert sql(dst, "select nspowner::regrole::text from pg_namespace"
+                   " where nspname = 'app'") == [("postgres",)]  # fmt: skip
 
 
-def _grant(cwd: Path, env: dict[str, str], prefix: str, src: str, dst: str, app: str) -> None:
+def _grant(
+    cwd: Path, env: dict[str, str], prefix: str, src: str, dst: str, app: str, beforehand: bool
+) -> None:
     """What a superuser runs once per side: the printed grants, and the application's role."""
     psql = "psql -X -q -v ON_ERROR_STOP=1"
+    leaf = (GRANTS_LEAF_TABLES if beforehand else GRANTS_LEAF).format(prefix=prefix)
     _run(f'pgferry src.ini {GRANTS_ROOT.format(prefix=prefix)} | {psql} "{src}"', cwd, env)
-    _run(f'pgferry dst.ini {GRANTS_LEAF.format(prefix=prefix)} | {psql} "{dst}"', cwd, env)
+    _run(f'pgferry dst.ini {leaf} | {psql} "{dst}"', cwd, env)
     # Run twice, nothing changes and nothing fails.
     _run(f'pgferry src.ini {GRANTS_ROOT.format(prefix=prefix)} | {psql} "{src}"', cwd, env)
     app_role = (
