@@ -116,7 +116,7 @@ def grant_script(
             f"-- {role}: what a provider (the root or a branch) lets its admin do to the",
             "-- replicated tables: read them (the subscribers' copies, compare, repair and",
             "-- replay read them as this node's admin) and attach the capture triggers",
-            "-- (add-table).  A table under row-level security is read whole only by its owner",
+            "-- (add-table).  A table under row-level security is read only by its owner",
             f"-- or a role with BYPASSRLS (ALTER ROLE {adm} BYPASSRLS); otherwise the copy stops",
             "-- and names it.",
             _make_role(role, login=False),
