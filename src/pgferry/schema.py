@@ -255,7 +255,10 @@ def _prepare_registry(conn: psycopg.Connection, registry: str) -> None:
     """The schema_version table of ``registry``, with its functions_digest column."""
     # Looked up first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
     # the schema is there, which a role that only uses an installed schema lacks.
-    if not conn.execute("select 1 from pg_namespace where nspname = %s", (registry,)).fetchone():
+    found = conn.execute(
+        "select 1 from pg_catalog.pg_namespace where nspname = %s", (registry,)
+    ).fetchone()
+    if not found:
         conn.execute(sql.SQL("create schema {}").format(sql.Identifier(registry)))
     table = sql.Identifier(registry, "schema_version")
     if not _registry_table(conn, registry):
