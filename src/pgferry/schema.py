@@ -27,6 +27,13 @@ the highest version applied and a digest of the function files applied, in a
 ``schema_version`` table: ``ferry_queue.schema_version`` for queue, node and ferry,
 ``ferry_copy.schema_version`` for copy.
 
+After its function files, a component's functions are closed to PUBLIC (EXECUTE revoked
+from every function of its schema: PostgreSQL grants it to PUBLIC on each CREATE), so that
+only their owner, the role that installs pgferry, and roles it grants EXECUTE to may call
+them; and the queue's generated capture functions are rewritten, so that a database
+upgraded from a version whose capture ran with the writer's rights gets today's at once
+(docs/security.md).  A fresh install and an upgrade end with the same privileges.
+
 Installing runs in ONE transaction under an advisory lock, so a failure leaves nothing
 half-installed.  The function files of a component are re-applied when a version ran or when
 their digest differs from the recorded one; otherwise a re-run changes nothing and applies
@@ -246,7 +253,13 @@ def _installed(conn: psycopg.Connection) -> dict[str, tuple[int, str | None]]:
 
 def _prepare_registry(conn: psycopg.Connection, registry: str) -> None:
     """The schema_version table of ``registry``, with its functions_digest column."""
-    conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(registry)))
+    # Looked up first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when
+    # the schema is there, which a role that only uses an installed schema lacks.
+    found = conn.execute(
+        "select 1 from pg_catalog.pg_namespace where nspname = %s", (registry,)
+    ).fetchone()
+    if not found:
+        conn.execute(sql.SQL("create schema {}").format(sql.Identifier(registry)))
     table = sql.Identifier(registry, "schema_version")
     if not _registry_table(conn, registry):
         conn.execute(
@@ -291,6 +304,22 @@ def _apply_functions(conn: psycopg.Connection, name: str) -> list[str]:
     return [file_name for file_name, _ in files]
 
 
+def _close_functions(conn: psycopg.Connection, name: str) -> None:
+    """EXECUTE on every function of component ``name``'s schema for its owner alone; for the
+    queue, its capture functions rewritten as the current function files make them."""
+    schema = component(name).schema
+    conn.execute(
+        sql.SQL("revoke all on all routines in schema {} from public").format(
+            sql.Identifier(schema)
+        )
+    )
+    if name == "queue":
+        conn.execute(
+            "select ferry_queue.refresh_capture_functions(queue_id) from ferry_queue.queue"
+            " order by queue_id"
+        )
+
+
 def install(conn: psycopg.Connection, components: tuple[str, ...] = ("queue",)) -> list[str]:
     """Bring ``components`` (and those they require) up to date.
 
@@ -324,6 +353,7 @@ def install(conn: psycopg.Connection, components: tuple[str, ...] = ("queue",)) 
             digest = functions_digest(name)
             if have != had or digest != had_digest:
                 files = _apply_functions(conn, name)
+                _close_functions(conn, name)
                 if files:
                     log.info("Applied %s/%s/ (%d files)", name, FUNCTIONS, len(files))
                     applied.append(f"{name}/{FUNCTIONS}/ ({len(files)} files)")

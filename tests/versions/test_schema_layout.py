@@ -191,6 +191,13 @@ EDITED_SINCE_THE_CHAIN = {
         "tick_due(ferry_queue.queue)",
         # capture functions open with the sleeping ticker's wake-up
         "install_capture_function(integer, text, text)",
+        # the queue is a trust boundary: capture with its owner's rights, pinned search_path
+        "insert_event(text, text, text, text, text, text, text)",
+        "capture_insert(text, text, text, text[], text, text)",
+        "capture_image(text, text[])",
+        "plain_capture_template(text[])",
+        "capture_truncate()",
+        "deny_write()",
     },
     "ferry_node": {
         "find_node(text)",

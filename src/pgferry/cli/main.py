@@ -40,6 +40,7 @@ COMMAND_MODULES = {
     "pgferry.cli.cmd_execute": ("execute",),
     "pgferry.cli.cmd_skip": ("skip-event",),
     "pgferry.cli.cmd_ddl": ("capture-ddl",),
+    "pgferry.cli.cmd_grants": ("grants",),
     "pgferry.cli.cmd_cascade": (
         "pause", "resume", "tag-dead", "tag-alive", "drop-node", "change-provider",
         "takeover", "resurrect", "wait-root", "wait-provider",

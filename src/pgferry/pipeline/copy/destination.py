@@ -1,8 +1,13 @@
 """The destination side of a copy, on the driver: before and after the Spark tasks run.
 
-Before: the ``ferry_copy`` bookkeeping schema exists, the tables are emptied (TRUNCATE unless
-``skip_truncate``) and their secondary indexes dropped, and their primary key and unique
-constraints where that is safe (:mod:`.keys`), remembered in ``ferry_copy.saved_index``.
+Before: the ``ferry_copy`` bookkeeping schema exists, the copy's role is checked for every
+right the copy will use on each table (:func:`missing_right`), the tables are emptied
+(TRUNCATE unless ``skip_truncate``) and their secondary indexes dropped, and their primary
+key and unique constraints where that is safe (:mod:`.keys`), remembered in
+``ferry_copy.saved_index``.  The check comes first because the rows are committed chunk by
+chunk before the indexes are built again: a role that may drop a key but not build it
+(the table's owner without CREATE on its schema) would otherwise leave the table without
+its key until a copy by a role that may.
 After: those indexes and keys are built again, the copy's rows in ``ferry_copy.range_done``
 forgotten, and the tables analyzed.  While the tasks run, the rows
 they recorded in ``range_done`` give the progress and, at the end, the row counts.
@@ -18,7 +23,7 @@ from psycopg import sql
 from pgferry import schema
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
-from pgferry.pipeline.copy.keys import drop_for_load, rebuild
+from pgferry.pipeline.copy.keys import drop_for_load, droppable, rebuild
 from pgferry.pipeline.copy.plan import CopyTask
 from pgferry.pipeline.tables import TableInfo
 
@@ -30,6 +35,62 @@ def ensure_bookkeeping(conn: psycopg.Connection) -> None:
     a repair's destination; concurrent first copies are serialised by the installer's lock.
     """
     schema.install(conn, ("copy",))
+
+
+# What the copy does to a table, and the right each needs (PostgreSQL's own checks).
+_RIGHTS_SQL = """
+select current_user,
+       has_table_privilege(c.oid, 'INSERT'),
+       has_table_privilege(c.oid, 'TRUNCATE'),
+       pg_has_role(c.relowner, 'USAGE'),
+       has_schema_privilege(c.relnamespace, 'CREATE'),
+       c.relnamespace::regnamespace::text
+from pg_class c where c.oid = %s::regclass
+"""
+
+
+def missing_right(
+    conn: psycopg.Connection, dst: TableInfo, truncate: bool, key: tuple[str, ...]
+) -> str | None:
+    """What the copy's role lacks on ``dst``, in words (``role R lacks ...``); None when none.
+
+    Loading needs INSERT and the right to set ``session_replication_role``; emptying needs
+    TRUNCATE; dropping indexes and keys for the load needs the table's ownership (or
+    membership in its owner), and building them again CREATE on the table's schema.
+    Indexes are dropped only from a table the copy empties.
+    """
+    replica = _may_set_replica(conn)
+    row = conn.execute(_RIGHTS_SQL, (dst.display,)).fetchone()
+    assert row is not None
+    role, insert, may_truncate, owner, create, schema_name = row
+    lacking = None
+    if not insert:
+        lacking = "INSERT on the table"
+    elif not replica:
+        lacking = (
+            "the right to set session_replication_role (the load runs without triggers;"
+            f" PostgreSQL 15: GRANT SET ON PARAMETER session_replication_role TO {role})"
+        )
+    elif truncate and not may_truncate:
+        lacking = "TRUNCATE on the table"
+    elif truncate and droppable(conn, dst, key):
+        if not owner:
+            lacking = "ownership of the table (its indexes are dropped for the load)"
+        elif not create:
+            lacking = f"CREATE on schema {schema_name} (the indexes are built again after the load)"
+    return None if lacking is None else f"role {role} lacks {lacking}"
+
+
+def _may_set_replica(conn: psycopg.Connection) -> bool:
+    """Whether this session may set ``session_replication_role``, as every chunk does; tried
+    in a savepoint rolled back, the setting left as it was."""
+    try:
+        with conn.transaction():
+            conn.execute("set local session_replication_role = replica")
+            raise psycopg.Rollback()
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
 
 
 def prepare_destination(
@@ -53,6 +114,13 @@ def prepare_destination(
                     for task, dst, key in zip(tasks, dests, keys, strict=True)
                     if not task.skip_truncate
                 }
+                for task, dst, key in zip(tasks, dests, keys, strict=True):
+                    lacking = missing_right(conn, dst, not task.skip_truncate, key)
+                    if lacking is not None:
+                        raise DatabaseError(
+                            f"{describe(dst_connstr)}: copy of {dst.display}: {lacking};"
+                            " nothing was changed"
+                        )
                 if emptied:
                     # One statement: tables of the copy may reference each other by FK.
                     idents = sql.SQL(", ").join(d.ident for d, _ in emptied.values())

@@ -108,6 +108,13 @@ def copied_key(src: TableInfo, plan: TablePlan) -> tuple[str, ...]:
     return ()
 
 
+def droppable(conn: psycopg.Connection, dst: TableInfo, key: tuple[str, ...]) -> bool:
+    """Whether :func:`drop_for_load` would drop anything of ``dst`` (a read only)."""
+    if conn.execute(_KEYS_SQL, {"table": dst.display, "key": list(key)}).fetchone():
+        return True
+    return conn.execute(_SECONDARY_SQL, (dst.display,)).fetchone() is not None
+
+
 def drop_for_load(conn: psycopg.Connection, dst: TableInfo, key: tuple[str, ...]) -> None:
     """Record and drop ``dst``'s secondary indexes and droppable keys (``key``: the
     columns the copied rows are unique on, :func:`copied_key`), in the caller's transaction."""

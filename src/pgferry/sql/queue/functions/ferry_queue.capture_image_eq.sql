@@ -13,7 +13,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.capture_image_eq(i_cols text[]) returns text
 language sql immutable as $$
-    select format('record_image_eq(row(%s), row(%s))',
+    select format('pg_catalog.record_image_eq(row(%s), row(%s))',
                   (select string_agg(format('old.%I', c), ', ') from unnest(i_cols) c),
                   (select string_agg(format('new.%I', c), ', ') from unnest(i_cols) c))
 $$;

@@ -23,13 +23,13 @@ language sql immutable as $$
     select case when i_from is null then
         format(E'insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data,'
                ' ev_extra1, ev_extra2, ev_extra3, ev_extra4)\n            values'
-               ' (@@ferry_part@@, nextval(@@ferry_event_seq@@), %L || tg_argv[2], %s,'
+               ' (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), %L || tg_argv[2], %s,'
                ' tg_argv[1], %s, %s, %s);',
                i_kind || ':', i_data, i_extra[1], i_extra[2], i_extra[3])
     else
         format(E'insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data,'
                ' ev_extra1, ev_extra2, ev_extra3, ev_extra4)\n            select'
-               ' @@ferry_part@@, nextval(@@ferry_event_seq@@), %L || tg_argv[2], %s,'
+               ' @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), %L || tg_argv[2], %s,'
                ' tg_argv[1], %s, %s, %s\n              from (select %s.*) as %s%s;',
                i_kind || ':', i_data, i_extra[1], i_extra[2], i_extra[3], i_row, i_from,
                coalesce(' where (' || i_where || ')', ''))

@@ -2,7 +2,17 @@
 -- Function: ferry_queue.install_capture_function(integer, text, text)
 --
 --     (Re)write function i_name from a template, for the queue's current rotation table,
---     its body opening with the ticker's wake-up (wake_ticker).  Returns i_name.
+--     its body opening with the ticker's wake-up (wake_ticker) and the check that the table
+--     written is the table its events name.  Returns i_name.
+--
+--     The queue is a trust boundary: a writer of a captured table needs only its table
+--     privileges, never a right on ferry_queue.  So the function runs with its owner's rights
+--     (SECURITY DEFINER: the role that ran add-table or the rotation, which owns the event
+--     tables), with search_path pinned to pg_catalog, and nobody else may run it (EXECUTE
+--     revoked from PUBLIC: CREATE TRIGGER asks for it, firing does not), so that no other
+--     role can attach it to a table of its own.  Its events name the table of the trigger's
+--     second argument: a trigger firing on another table (its own partitions aside) is
+--     refused, so that no trigger, however made, queues rows under a name they do not have.
 --
 -- Parameters:
 --     i_queue_id integer
@@ -18,7 +28,7 @@
 create or replace function ferry_queue.install_capture_function(
     i_queue_id integer, i_name text, i_template text)
 returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q      ferry_queue.queue;
     v_body text;
@@ -39,14 +49,30 @@ begin
     if v_at > 0 then
         select * into v_key from ferry_queue.ticker_asleep();
         v_body := overlay(v_body placing format(
-            E'    if not pg_try_advisory_xact_lock_shared(%s, %s)\n'
-            '       and current_setting(''ferry_queue.ticker_woken'', true) is distinct from ''1'' then\n'
+            E'    if not pg_catalog.pg_try_advisory_xact_lock_shared(%s, %s)\n'
+            '       and pg_catalog.current_setting(''ferry_queue.ticker_woken'', true)'
+            ' is distinct from ''1'' then\n'
             '        perform ferry_queue.wake_ticker();\n'
+            '    end if;\n'
+            -- The name the events carry is the table written.  to_regclass of a name
+            -- nothing has any more (a rename capture did not follow) is null: the events
+            -- keep the name the subscribers know.  A partition fires its parent's trigger.
+            -- Nested, so that the common case stays one simple expression.
+            '    if tg_relid is distinct from pg_catalog.to_regclass(tg_argv[1]) then\n'
+            '        if pg_catalog.to_regclass(tg_argv[1]) is not null and not exists (\n'
+            '               select from pg_catalog.pg_partition_ancestors(tg_relid) a\n'
+            '                where a.relid = pg_catalog.to_regclass(tg_argv[1])) then\n'
+            '            raise exception ''capture of %%: trigger on %%, another table'','
+            ' tg_argv[1], tg_relid::pg_catalog.regclass using errcode = ''42501'';\n'
+            '        end if;\n'
             '    end if;\n',
             v_key.k1, v_key.k2) from v_at + length(E'begin\n') for 0);
     end if;
     execute format('create or replace function ferry_queue.%I() returns trigger'
-                   ' language plpgsql as %L', i_name, v_body);
+                   ' language plpgsql security definer set search_path = pg_catalog, pg_temp'
+                   ' as %L', i_name, v_body);
+    -- A new function is anyone's to run; CREATE OR REPLACE keeps the privileges it has.
+    execute format('revoke all on function ferry_queue.%I() from public', i_name);
     return i_name;
 end;
 $$;

@@ -19,19 +19,19 @@ begin
 begin
     if tg_op = 'INSERT' then
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (@@ferry_part@@, nextval(@@ferry_event_seq@@), 'I:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+        values (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), 'I:' || tg_argv[2], pg_catalog.row_to_json(new)::text, tg_argv[1]);
     elsif tg_op = 'DELETE' then
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (@@ferry_part@@, nextval(@@ferry_event_seq@@), 'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
+        values (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), 'D:' || tg_argv[2], pg_catalog.row_to_json(old)::text, tg_argv[1]);
     elsif @KEY_CHANGED@ then
         -- Key change: a delete of the old key, then an insert of the new row.
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (@@ferry_part@@, nextval(@@ferry_event_seq@@), 'D:' || tg_argv[2], row_to_json(old)::text, tg_argv[1]);
+        values (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), 'D:' || tg_argv[2], pg_catalog.row_to_json(old)::text, tg_argv[1]);
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (@@ferry_part@@, nextval(@@ferry_event_seq@@), 'I:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+        values (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), 'I:' || tg_argv[2], pg_catalog.row_to_json(new)::text, tg_argv[1]);
     else
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
-        values (@@ferry_part@@, nextval(@@ferry_event_seq@@), 'U:' || tg_argv[2], row_to_json(new)::text, tg_argv[1]);
+        values (@@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@), 'U:' || tg_argv[2], pg_catalog.row_to_json(new)::text, tg_argv[1]);
     end if;
     return null;
 end;
