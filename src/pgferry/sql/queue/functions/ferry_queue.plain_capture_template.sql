@@ -13,7 +13,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.plain_capture_template(i_pkey text[]) returns text
-language plpgsql immutable as $$
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
 declare
     v_body text;
 begin
