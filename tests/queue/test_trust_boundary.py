@@ -352,3 +352,18 @@ def test_the_writers_search_path_does_not_reach_into_capture(pair, make_role) ->
     pair.catch_up()
     assert pair.leaf("select count(*) from app.p") == [(0,)]
     assert pair.leaf("select id, v from app.o order by id") == [(1, "c"), (2, "c")]
+
+
+def test_a_rename_capture_did_not_follow_keeps_capturing(qconn) -> None:
+    """A table renamed behind pgferry's back (capture-ddl off) is still captured under the
+    name the subscribers know it by: the check refuses only a name that finds another table."""
+    qconn.execute("select ferry_queue.create_queue('q')")
+    qconn.execute("create table public.t (id int primary key)")
+    qconn.execute("select ferry_queue.attach_capture('q', 'public.t')")
+    qconn.execute("alter table public.t rename to t_new")
+    qconn.execute("insert into public.t_new values (1)")
+    qconn.execute("create table public.t (id int primary key)")  # the old name, another table
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="another table"):
+        qconn.execute("insert into public.t_new values (2)")
+    rows = qconn.execute("select ev_type, ev_data, ev_extra1 from ferry_queue.event").fetchall()
+    assert rows == [("I:id", '{"id":1}', "public.t")]
