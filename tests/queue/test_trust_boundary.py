@@ -262,8 +262,14 @@ def test_only_the_owner_holds_privileges(pair) -> None:
          order by 1
         """
     )
-    assert len(captures) >= 4  # two capture functions, truncate, wake-up
-    assert all(c[1] and c[2] == ["search_path=pg_catalog, pg_temp"] for c in captures), captures
+    # A plain capture function names every object with its schema instead of pinning the
+    # path (which costs on every row); the others pin it.
+    assert [(name, secdef, config) for name, secdef, config in captures] == [
+        ("capture_1_1", True, None),
+        ("capture_1_2", True, ["search_path=pg_catalog, pg_temp"]),
+        ("capture_truncate", True, ["search_path=pg_catalog, pg_temp"]),
+        ("wake_ticker", True, ["search_path=pg_catalog, pg_temp"]),
+    ]
 
 
 def test_upgrade_takes_back_old_grants_on_queue_tables(db_a: str) -> None:
@@ -303,3 +309,61 @@ def test_upgrade_takes_back_old_grants_on_queue_tables(db_a: str) -> None:
         ("event_1_0", oid, "SELECT"),
         ("event_1_id_seq", oid, "SELECT"),
     ]
+
+
+HIJACK = """
+create function app.spy(text, text) returns boolean language sql as
+  $$ select pg_catalog.set_config('app.spied', current_user::text, false) is null $$;
+create function app.spy_oid(oid, oid) returns boolean language sql as
+  $$ select pg_catalog.set_config('app.spied', current_user::text, false) is null $$;
+create function app.spy_cat(text, text) returns text language sql as
+  $$ select pg_catalog.set_config('app.spied', current_user::text, false) $$;
+create operator app.= (leftarg = text, rightarg = text, function = app.spy);
+create operator app.<> (leftarg = text, rightarg = text, function = app.spy);
+create operator app.<> (leftarg = oid, rightarg = oid, function = app.spy_oid);
+create operator app.|| (leftarg = text, rightarg = text, function = app.spy_cat);
+"""
+
+
+def test_the_writers_search_path_does_not_reach_into_capture(pair, make_role) -> None:
+    """A writer that puts operators of its own before pg_catalog in its search_path gets
+    none of them run by capture, which runs as the queue's owner: plain and templated."""
+    for node in (pair.root, pair.leaf):
+        node("create schema app")
+        node("create table app.p (id int primary key, v text)")
+        node("create table app.o (id int primary key, v text, w text)")
+    root_add(pair, "app.p")
+    root_add(pair, "app.o", "ignore=w")
+    pair.cascade.add("leafnode", "app.p", "app.o")
+    pair.catch_up()
+    writer = make_role("writer")
+    pair.root(sql.SQL("grant usage, create on schema app to {}").format(sql.Identifier(writer)))
+    for table in ("app.p", "app.o"):
+        grant_table(pair, table, writer, "insert, update, delete")
+    with as_role(pair, writer) as conn:
+        conn.execute(HIJACK)  # type: ignore[arg-type]
+        conn.execute("set search_path = app, pg_catalog")
+        for table in ("app.p", "app.o"):
+            conn.execute(f"insert into {table} (id, v) values (1, 'a'), (2, 'b')")  # type: ignore[arg-type]
+            conn.execute(f"update {table} set v = 'c'")  # type: ignore[arg-type]
+        conn.execute("delete from app.p")
+        spied = conn.execute("select pg_catalog.current_setting('app.spied', true)").fetchone()
+    assert spied in ((None,), ("",))
+    pair.catch_up()
+    assert pair.leaf("select count(*) from app.p") == [(0,)]
+    assert pair.leaf("select id, v from app.o order by id") == [(1, "c"), (2, "c")]
+
+
+def test_a_rename_capture_did_not_follow_keeps_capturing(qconn) -> None:
+    """A table renamed behind pgferry's back (capture-ddl off) is still captured under the
+    name the subscribers know it by: the check refuses only a name that finds another table."""
+    qconn.execute("select ferry_queue.create_queue('q')")
+    qconn.execute("create table public.t (id int primary key)")
+    qconn.execute("select ferry_queue.attach_capture('q', 'public.t')")
+    qconn.execute("alter table public.t rename to t_new")
+    qconn.execute("insert into public.t_new values (1)")
+    qconn.execute("create table public.t (id int primary key)")  # the old name, another table
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="another table"):
+        qconn.execute("insert into public.t_new values (2)")
+    rows = qconn.execute("select ev_type, ev_data, ev_extra1 from ferry_queue.event").fetchall()
+    assert rows == [("I:id", '{"id":1}', "public.t")]

@@ -198,6 +198,11 @@ EDITED_SINCE_THE_CHAIN = {
         "plain_capture_template(text[])",
         "capture_truncate()",
         "deny_write()",
+        "attach_capture(text, regclass, boolean)",
+        "attach_capture_spec(text, regclass, jsonb)",
+        "plain_capture(jsonb)",
+        "refresh_capture_functions(integer)",
+        "prune_capture_functions(integer)",
     },
     "ferry_node": {
         "find_node(text)",

@@ -152,7 +152,11 @@ def insert_event(
     extra3: str | None = None,
     extra4: str | None = None,
 ) -> None:
-    """Queue one event (as the capture triggers do, from Python: scripts, sequences)."""
+    """Queue one event (as the capture triggers do, from Python: scripts, sequences).
+
+    Only the queue's owner may: ``ferry_queue.insert_event`` is closed to PUBLIC and runs
+    with the caller's rights, so that no other role queues an event (an ``EXECUTE`` event
+    runs on every subscriber)."""
     conn.execute(
         "select ferry_queue.insert_event(%s, %s, %s, %s, %s, %s, %s)",
         (queue, ev_type, data, extra1, extra2, extra3, extra4),

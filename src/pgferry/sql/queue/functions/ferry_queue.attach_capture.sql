@@ -18,7 +18,7 @@
 create or replace function ferry_queue.attach_capture(
     queue text, tbl regclass, deny boolean default false)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_queue text := attach_capture.queue;
     v_row   text := '_ferry_' || attach_capture.queue || '_capture';

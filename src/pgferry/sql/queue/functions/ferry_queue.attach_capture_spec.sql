@@ -39,7 +39,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.attach_capture_spec(queue text, tbl regclass, spec jsonb)
 returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_queue  text := attach_capture_spec.queue;
     v_key    text[];

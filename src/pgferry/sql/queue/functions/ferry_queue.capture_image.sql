@@ -11,7 +11,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.capture_image(i_row text, i_cols text[]) returns text
-language sql immutable as $$
+language sql immutable set search_path = pg_catalog, pg_temp as $$
     select case when i_cols is null then format('pg_catalog.row_to_json(%s)::text', i_row)
                 else format('(select pg_catalog.row_to_json(_ferry_image)::text'
                             ' from (select %s) as _ferry_image)',

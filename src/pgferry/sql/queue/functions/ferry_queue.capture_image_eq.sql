@@ -12,7 +12,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.capture_image_eq(i_cols text[]) returns text
-language sql immutable as $$
+language sql immutable set search_path = pg_catalog, pg_temp as $$
     select format('pg_catalog.record_image_eq(row(%s), row(%s))',
                   (select string_agg(format('old.%I', c), ', ') from unnest(i_cols) c),
                   (select string_agg(format('new.%I', c), ', ') from unnest(i_cols) c))

@@ -19,7 +19,7 @@
 create or replace function ferry_queue.capture_insert(
     i_kind text, i_row text, i_data text, i_extra text[], i_from text, i_where text)
 returns text
-language sql immutable as $$
+language sql immutable set search_path = pg_catalog, pg_temp as $$
     select case when i_from is null then
         format(E'insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data,'
                ' ev_extra1, ev_extra2, ev_extra3, ev_extra4)\n            values'

@@ -12,7 +12,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.capture_template(i_table regclass, i_spec jsonb) returns text
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     v_key    text[] := array(select jsonb_array_elements_text(coalesce(i_spec->'key', '[]')));
     v_ignore text[] := array(select jsonb_array_elements_text(coalesce(i_spec->'ignore', '[]')));

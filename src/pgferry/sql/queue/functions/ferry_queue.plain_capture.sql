@@ -10,7 +10,7 @@
 --     boolean
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.plain_capture(i_spec jsonb) returns boolean
-language sql immutable as $$
+language sql immutable set search_path = pg_catalog, pg_temp as $$
     select jsonb_array_length(coalesce(i_spec->'key', '[]')) > 0
        and jsonb_array_length(coalesce(i_spec->'ignore', '[]')) = 0
        and i_spec->>'when' is null and i_spec->>'ev_extra2' is null

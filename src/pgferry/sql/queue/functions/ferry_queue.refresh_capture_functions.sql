@@ -15,7 +15,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.refresh_capture_functions(i_queue_id integer)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     r record;
     v_count integer := 0;

@@ -20,7 +20,7 @@
 create or replace function ferry_queue.templated_capture_function(
     i_queue_id integer, i_key text[], i_template text)
 returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_name text;
 begin
