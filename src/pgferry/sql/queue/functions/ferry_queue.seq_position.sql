@@ -10,4 +10,4 @@
 --     bigint
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.seq_position(i_seq regclass) returns bigint
-language sql volatile as $$ select coalesce(pg_sequence_last_value(i_seq), 0) $$;
+language sql volatile set search_path = pg_catalog, pg_temp as $$ select coalesce(pg_sequence_last_value(i_seq), 0) $$;
