@@ -20,7 +20,7 @@ create schema "Fn";
 create function "Fn"."Log Event"(conf text, tick_id bigint, ev_id bigint,
     ev_time timestamptz, ev_txid bigint, ev_retry integer, ev_type text, ev_data text,
     e1 text, e2 text, e3 text, e4 text) returns void language sql as $$
-    insert into ev_log (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
+    insert into public.ev_log (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
                         e1, e2, e3, e4)
     values (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
             e1, e2, e3, e4)
