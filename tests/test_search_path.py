@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from pgferry import db
 from pgferry.apply.worker import Worker
 from pgferry.config import load_config
 from pgferry.queue.ticker import TickerService
@@ -199,3 +200,18 @@ def test_no_planted_function_is_called(
         run(root_db, "insert into public.t values (1000, 'after')")
     assert planted_calls(root_db) == []
     assert planted_calls(leaf_db) == []
+
+
+def test_the_connect_string_options_are_kept_and_the_path_pinned_over_them(
+    db_a: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given = "-c statement_timeout=1234 -c search_path=public -c row_security=on"
+    with db.connect(f"{db_a} options='{given}'") as conn:
+        shown = [conn.execute(f"show {s}").fetchone()[0]
+                 for s in ("statement_timeout", "search_path", "row_security")]  # fmt: skip
+    assert shown == ["1234ms", "pg_catalog, pg_temp", "off"]
+    # libpq reads PGOPTIONS only for a string without options: merged, it is kept too.
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=4321")
+    with db.connect(db_a) as conn:
+        shown = [conn.execute(f"show {s}").fetchone()[0] for s in ("lock_timeout", "search_path")]
+    assert shown == ["4321ms", "pg_catalog, pg_temp"]

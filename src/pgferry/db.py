@@ -94,8 +94,9 @@ def error_text(exc: BaseException) -> str:
 
 def session_options(options: str | None) -> str:
     """libpq ``options`` with :data:`SESSION_SETTINGS` after those given (the last wins)."""
+    # libpq splits options on spaces: one inside a value is escaped with a backslash.
     pinned = " ".join(
-        f"-c {key}={value.replace(' ', '')}" for key, value in SESSION_SETTINGS.items()
+        f"-c {key}=" + value.replace(" ", "\\ ") for key, value in SESSION_SETTINGS.items()
     )
     return f"{options} {pinned}" if options and options.strip() else pinned
 
