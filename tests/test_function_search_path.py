@@ -47,6 +47,8 @@ UNPINNED = {
     "ferry_queue.refresh_capture_functions",
     "ferry_queue.templated_capture_function",
     "ferry_queue.wake_ticker",
+    # Inlined into the ticker's round, once per queue: schema-qualified instead (its file).
+    "ferry_queue.seq_position",
 }
 
 
