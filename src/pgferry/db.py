@@ -12,7 +12,7 @@ Every connection also gets :data:`SESSION_SETTINGS`, whatever its connect string
 in ``public`` (or any schema) is picked by a name pgferry writes unqualified, and
 ``row_security = off``, so that a row-level security policy that would hide rows from the
 role makes the statement fail instead of reading or writing a silent subset
-(docs/security.md).
+(docs/nodes.md, "What every session runs with").
 """
 
 from __future__ import annotations
