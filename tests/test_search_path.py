@@ -5,7 +5,8 @@ that grant) defines look-alikes of the functions pgferry calls, with argument ty
 match a call better than pg_catalog's own (``pg_advisory_xact_lock(integer)`` for an int4
 parameter, ``format(text, text)`` beside ``format(text, variadic "any")``) and others of the
 same name.  Each records who called it.  The whole command set then runs on a root and a
-leaf, the ticker and the leaf's worker looping: nothing may have been called.
+leaf (and ``diff`` between them), the ticker and the leaf's worker looping: nothing may have
+been called.
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ def test_no_planted_function_is_called(
         ok(leaf, "repair", "--apply", "--dir", tmp_path)
         assert rows(leaf_db) == rows(root_db)
         ok(leaf, "compare")
+        res = cli("diff", root_db, "t", leaf_db, "public.t")  # a bare name is public's
+        assert res.code == 0, res.err
         script = tmp_path / "add_w.sql"
         script.write_text("alter table public.t add column w int;\n")
         ok(root, "execute", script)
