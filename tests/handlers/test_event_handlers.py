@@ -77,6 +77,23 @@ def test_applyfn_calls_the_function_per_event_in_order(pair):
     assert c.sql("leaf", "select * from other") == [(1,)]  # the other table as usual
 
 
+def test_applyfn_bare_name_is_public(pair):
+    """pgferry's sessions have no user schema on their path: a bare func_name is public's."""
+    c = pair
+    c.sql("leaf", LOG_FUNCTION)
+    c.sql(
+        "leaf",
+        "create function public.log_event(text, bigint, bigint, timestamptz, bigint, integer,"
+        " text, text, text, text, text, text) returns void language sql as $$"
+        ' select "Fn"."Log Event"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) $$',
+    )
+    c.add("leaf", "t", handler="applyfn", handler_args=["func_name=Log_Event"])
+    c.catch_up("leaf")
+    c.sql("root", "insert into t values (7, 'x')")
+    c.catch_up("leaf")
+    assert c.sql("leaf", "select ev_type, e1 from ev_log") == [("I:id", "public.t")]
+
+
 def test_applyfn_needs_the_function(pair):
     c = pair
     with pytest.raises(HandlerError, match="no function nosuch"):
