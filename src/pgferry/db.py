@@ -6,10 +6,18 @@ Every connection goes through :func:`connect`, which turns driver errors into on
 network stops answering (packets dropped, not refused) breaks the connection within a
 bounded time instead of leaving a read or a write waiting forever.  The same libpq keywords
 in a connect string win (docs/nodes.md, "A network that stops answering").
+
+Every connection also gets :data:`SESSION_SETTINGS`, whatever its connect string says:
+``search_path = pg_catalog, pg_temp``, so that no function or operator a role could create
+in ``public`` (or any schema) is picked by a name pgferry writes unqualified, and
+``row_security = off``, so that a row-level security policy that would hide rows from the
+role makes the statement fail instead of reading or writing a silent subset
+(docs/nodes.md, "What every session runs with").
 """
 
 from __future__ import annotations
 
+import os
 import re
 import select
 from collections.abc import Iterator
@@ -33,6 +41,17 @@ NETWORK_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "60000",
 }
+
+# Server settings every session runs with, after (so over) any ``-c`` of the connect
+# string's ``options`` or of PGOPTIONS: pgferry's own SQL relies on them.
+SESSION_SETTINGS = {
+    "search_path": "pg_catalog, pg_temp",
+    "row_security": "off",
+}
+
+# What a policy that would filter rows says with row_security off (sqlstate 42501).
+_RLS_REFUSED = "query would be affected by row-level security policy"
+RLS_FIX = "run it as the table's owner or as a role with BYPASSRLS"
 
 # libpq keywords whose values must never reach a log line or the terminal (and PGPASSWORD,
 # should an environment be printed).  libpq's keywords are lower case; masking ignores case,
@@ -121,7 +140,36 @@ def error_text(exc: BaseException) -> str:
     """One line describing a driver error, secrets masked."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else exc.__class__.__name__
+    if first.startswith(_RLS_REFUSED):
+        # The server's line names the table; pgferry never reads or writes a subset.
+        first = f"{first}: {RLS_FIX}"
     return mask_connstr(first)
+
+
+def session_options(options: str | None) -> str:
+    """libpq ``options`` with :data:`SESSION_SETTINGS` after those given (the last wins)."""
+    # libpq splits options on spaces: one inside a value is escaped with a backslash.
+    pinned = " ".join(
+        f"-c {key}=" + value.replace(" ", "\\ ") for key, value in SESSION_SETTINGS.items()
+    )
+    return f"{options} {pinned}" if options and options.strip() else pinned
+
+
+def session_conninfo(
+    connstr: str, application_name: str = APPLICATION_NAME, connect_timeout: int = 10
+) -> str:
+    """``connstr`` with every connection's defaults and its pinned session settings.
+
+    Raises psycopg.ProgrammingError for a string libpq cannot parse.
+    """
+    params = conninfo.conninfo_to_dict(connstr)
+    params.setdefault("application_name", application_name)
+    params.setdefault("connect_timeout", str(connect_timeout))
+    for key, value in NETWORK_DEFAULTS.items():
+        params.setdefault(key, value)
+    # libpq reads PGOPTIONS only when the string has no options: keep it by merging.
+    params["options"] = session_options(params.get("options") or os.environ.get("PGOPTIONS"))
+    return conninfo.make_conninfo(**params)
 
 
 def connect(
@@ -134,15 +182,11 @@ def connect(
 ) -> psycopg.Connection:
     """Open a connection; failures raise DatabaseError naming the target without secrets."""
     try:
-        params = conninfo.conninfo_to_dict(connstr)
+        dsn = session_conninfo(connstr, application_name, connect_timeout)
     except psycopg.ProgrammingError as exc:
         raise DatabaseError(f"invalid connection string: {error_text(exc)}") from None
-    params.setdefault("application_name", application_name)
-    params.setdefault("connect_timeout", str(connect_timeout))
-    for key, value in NETWORK_DEFAULTS.items():
-        params.setdefault(key, value)
     try:
-        return psycopg.connect(conninfo.make_conninfo(**params), autocommit=autocommit, **kwargs)
+        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot connect to {describe(connstr)}: {error_text(exc)}") from None
 

@@ -10,7 +10,7 @@ COUNTER = """
 create table applied (n bigint);
 insert into applied values (0);
 create function count_applied() returns trigger language plpgsql as $$
-begin update applied set n = n + 1; return null; end $$;
+begin update public.applied set n = n + 1; return null; end $$;
 create trigger count_applied after insert or update or delete on public.t
     for each row execute function count_applied();
 -- replay runs as replica: only an ALWAYS trigger sees it

@@ -20,7 +20,7 @@ create schema "Fn";
 create function "Fn"."Log Event"(conf text, tick_id bigint, ev_id bigint,
     ev_time timestamptz, ev_txid bigint, ev_retry integer, ev_type text, ev_data text,
     e1 text, e2 text, e3 text, e4 text) returns void language sql as $$
-    insert into ev_log (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
+    insert into public.ev_log (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
                         e1, e2, e3, e4)
     values (conf, tick_id, ev_id, ev_time, ev_txid, ev_retry, ev_type, ev_data,
             e1, e2, e3, e4)
@@ -75,6 +75,23 @@ def test_applyfn_calls_the_function_per_event_in_order(pair):
     last_tick = c.sql("leaf", "select last_tick_id from ferry_node.local_state")[0][0]
     assert max(r[4] for r in rows) <= last_tick
     assert c.sql("leaf", "select * from other") == [(1,)]  # the other table as usual
+
+
+def test_applyfn_bare_name_is_public(pair):
+    """pgferry's sessions have no user schema on their path: a bare func_name is public's."""
+    c = pair
+    c.sql("leaf", LOG_FUNCTION)
+    c.sql(
+        "leaf",
+        "create function public.log_event(text, bigint, bigint, timestamptz, bigint, integer,"
+        " text, text, text, text, text, text) returns void language sql as $$"
+        ' select "Fn"."Log Event"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) $$',
+    )
+    c.add("leaf", "t", handler="applyfn", handler_args=["func_name=Log_Event"])
+    c.catch_up("leaf")
+    c.sql("root", "insert into t values (7, 'x')")
+    c.catch_up("leaf")
+    assert c.sql("leaf", "select ev_type, e1 from ev_log") == [("I:id", "public.t")]
 
 
 def test_applyfn_needs_the_function(pair):

@@ -203,6 +203,8 @@ EDITED_SINCE_THE_CHAIN = {
         "plain_capture(jsonb)",
         "refresh_capture_functions(integer)",
         "prune_capture_functions(integer)",
+        # inlined into the ticker's round: its one call schema-qualified
+        "seq_position(regclass)",
     },
     "ferry_node": {
         "find_node(text)",
@@ -210,6 +212,9 @@ EDITED_SINCE_THE_CHAIN = {
         "global_watermark(text)",
     },
 }
+
+
+_PINNED_PATH = re.compile(r"^[ \t]*SET search_path TO 'pg_catalog', 'pg_temp'\n", re.MULTILINE)
 
 
 def dump_objects(lines: list[str]) -> dict[tuple[str, str, str], str]:
@@ -241,8 +246,15 @@ def test_the_old_chain_built_what_a_fresh_install_builds(
     fresh = dump_objects(databases.fresh_dump(components))
     functions = {key for key in old if key[1] == "FUNCTION"}
     assert len(functions) > 5
+
+    def text(objects: dict[tuple[str, str, str], str], key: tuple[str, str, str]) -> str:
+        # Every function has since pinned its search_path: not an edit of its body.
+        return _PINNED_PATH.sub("", objects.get(key, ""))
+
     differ = {
-        (ns, name) for ns, _, name in functions if old[ns, _, name] != fresh.get((ns, _, name))
+        (ns, name)
+        for ns, _, name in functions
+        if text(old, (ns, _, name)) != text(fresh, (ns, _, name))
     }
     edited = {(ns, name) for ns, names in EDITED_SINCE_THE_CHAIN.items() for name in names}
     assert differ <= edited

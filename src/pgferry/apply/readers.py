@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import psycopg
-from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgferry.apply.batch_sql import Segment
@@ -42,7 +41,7 @@ from pgferry.apply.read import (
     read_many,
     set_text_format,
 )
-from pgferry.db import NETWORK_DEFAULTS, connect, describe, error_text
+from pgferry.db import connect, describe, error_text, session_conninfo
 from pgferry.errors import DatabaseError
 
 # Chunks a reader may hold before it waits for the apply (bounds memory per table).
@@ -129,13 +128,8 @@ RemoteRead = Callable[[str, bool], Iterable[bytes]]
 
 
 def _reader_conninfo(dsn: str) -> str:
-    """``dsn`` with the reader's defaults, as :func:`pgferry.db.connect` would add them."""
-    params = conninfo.conninfo_to_dict(dsn)
-    params.setdefault("application_name", APPLICATION_NAME)
-    params.setdefault("connect_timeout", "10")
-    for key, value in NETWORK_DEFAULTS.items():
-        params.setdefault(key, value)
-    return conninfo.make_conninfo(**params)
+    """``dsn`` with what :func:`pgferry.db.connect` adds to every connection."""
+    return session_conninfo(dsn, APPLICATION_NAME)
 
 
 class ReaderPool:

@@ -24,12 +24,21 @@ class ApplyFn(Handler):
     mode = "events"
     needs_table = False
     params = (
-        Param("func_name", "the function, [schema.]name as SQL writes it", required=True),
+        Param(
+            "func_name",
+            "the function, [schema.]name as SQL writes it (without a schema: public)",
+            required=True,
+        ),
         Param("func_conf", "text passed as the function's first argument", default=""),
     )
 
     def _func(self) -> sql.Composable:
-        return sql.SQL(".").join(map(sql.Identifier, _name_parts(self.args["func_name"])))
+        # The session's search_path holds no user schema: a bare name is public's, as for
+        # table names.
+        parts = _name_parts(self.args["func_name"])
+        if len(parts) == 1:
+            parts = ["public", *parts]
+        return sql.SQL(".").join(map(sql.Identifier, parts))
 
     def validate(self) -> None:
         _name_parts(self.args["func_name"])

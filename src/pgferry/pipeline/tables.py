@@ -1,8 +1,10 @@
 """Table metadata the pipeline jobs need: real name, columns with types, primary key, size.
 
-Names are parsed by PostgreSQL itself (``to_regclass``), so ``"My Schema"."Tbl"``, unquoted
-names on the search_path and unicode all behave exactly as in SQL.  Everything here is plain
-values (strings, numbers, tuples), so it pickles for Spark executors.
+Names are parsed by PostgreSQL itself (``parse_ident``, ``to_regclass``), so
+``"My Schema"."Tbl"``, unquoted names and unicode all behave exactly as in SQL; a name
+without a schema is ``public``'s (pgferry's sessions have no other schema on their path).
+Everything here is plain values (strings, numbers, tuples), so it pickles for Spark
+executors.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ select c.oid, n.nspname, c.relname, c.relkind,
         end / current_setting('block_size')::int)::bigint,
        c.reltuples::bigint, format('%%I.%%I', n.nspname, c.relname)
 from pg_class c join pg_namespace n on n.oid = c.relnamespace
-where c.oid = to_regclass(%s)
+where c.oid = to_regclass(case when cardinality(parse_ident(%(name)s)) = 1
+                                then 'public.' || %(name)s else %(name)s end)
 """
 
 _COLUMNS_SQL = """
@@ -103,7 +106,7 @@ def resolve_table(conn: psycopg.Connection, name: str, where: str = "") -> Table
     """Look ``name`` up in the database of ``conn``; TableError when it is not a table."""
     label = f" on {where}" if where else ""
     try:
-        row = conn.execute(_TABLE_SQL, (name,)).fetchone()
+        row = conn.execute(_TABLE_SQL, {"name": name}).fetchone()
     except psycopg.Error as exc:
         if not conn.autocommit:
             conn.rollback()

@@ -14,7 +14,7 @@
 --     integer
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.attach_deny(i_queue text, i_table regclass) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_name text;
 begin

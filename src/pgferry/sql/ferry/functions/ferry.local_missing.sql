@@ -20,7 +20,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.local_missing(i_queue text)
 returns table (obj_kind text, obj_name text)
-language sql stable
+language sql stable set search_path = pg_catalog, pg_temp
 as $$
     select kind, name
       from (

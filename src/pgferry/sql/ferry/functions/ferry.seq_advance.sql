@@ -12,7 +12,7 @@
 --     bigint
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.seq_advance(seq regclass, value bigint) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     cur bigint;
 begin

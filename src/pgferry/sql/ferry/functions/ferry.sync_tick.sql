@@ -15,7 +15,7 @@
 --     bigint
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.sync_tick(i_queue text, i_snapshot pg_snapshot) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     if (ferry_queue.find_queue(i_queue)).queue_external_ticker then
         raise exception 'Queue % is ticked by its provider: compare against the root', i_queue;

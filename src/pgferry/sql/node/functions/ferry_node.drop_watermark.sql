@@ -15,7 +15,7 @@
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.drop_watermark(i_queue text, i_node text) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_count integer := 0;
 begin

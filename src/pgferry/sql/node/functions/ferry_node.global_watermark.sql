@@ -16,7 +16,7 @@
 --     ferry_node.node_info
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.global_watermark(i_queue text) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_type text;
     v_tick bigint;

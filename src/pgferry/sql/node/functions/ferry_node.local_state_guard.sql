@@ -12,7 +12,7 @@
 drop trigger if exists local_state_guard on ferry_node.local_state;
 
 create or replace function ferry_node.local_state_guard() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     if new.paused is distinct from old.paused then
         new.uptodate := false;

@@ -16,7 +16,7 @@
 --     ferry_node.node_info
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.local_watermark(i_queue text) returns bigint
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     n     ferry_node.node_info;
     v_own bigint;

@@ -15,7 +15,7 @@
 --     ferry_node.node_info
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.set_global_watermark(i_queue text, i_tick bigint) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     perform 1 from ferry_node.node_info where queue_name = i_queue and node_type = 'branch';
     if not found or i_tick is null then

@@ -21,7 +21,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.set_subscriber_watermark(i_queue text, i_node text, i_tick bigint)
 returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_type text;
 begin

@@ -10,4 +10,4 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_node.watermark_hold(i_node text) returns text
-language sql immutable as $$ select '.' || i_node || '.watermark' $$;
+language sql immutable set search_path = pg_catalog, pg_temp as $$ select '.' || i_node || '.watermark' $$;

@@ -10,7 +10,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.batch_event_sql(i_batch_id bigint) returns text
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.batch_event_sql(i_batch_id, true)
 $$;
 
@@ -31,7 +31,7 @@ $$;
 --     ferry_queue.subscription
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.batch_event_sql(i_batch_id bigint, i_ordered boolean) returns text
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     s ferry_queue.subscription;
 begin

@@ -17,7 +17,7 @@
 --     ferry_queue.event
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.create_queue(i_queue text) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_id  integer;
     v_ev  text;

@@ -34,7 +34,7 @@ create or replace function ferry_queue.cut_after(
     out ev_type text, out ev_data text,
     out ev_extra1 text, out ev_extra2 text, out ev_extra3 text, out ev_extra4 text)
 returns setof record
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 #variable_conflict use_column
 declare
     q      ferry_queue.queue;

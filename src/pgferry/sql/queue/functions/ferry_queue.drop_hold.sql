@@ -15,7 +15,7 @@
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.drop_hold(i_queue text, i_name text) returns boolean
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

@@ -20,7 +20,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.drop_queue(i_queue text, i_force boolean default false)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
     t record;

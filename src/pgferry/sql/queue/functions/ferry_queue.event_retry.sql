@@ -18,7 +18,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.event_retry(i_batch_id bigint, i_ev_id bigint,
                                                   i_retry_time timestamptz) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     s  ferry_queue.subscription;
     e  record;
@@ -56,7 +56,7 @@ $$;
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.event_retry(i_batch_id bigint, i_ev_id bigint, i_retry_seconds integer)
 returns integer
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.event_retry(i_batch_id, i_ev_id,
                                    now() + make_interval(secs => i_retry_seconds))
 $$;

@@ -15,7 +15,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.find_batch(i_batch_id bigint)
 returns ferry_queue.subscription
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.require_row((select s from ferry_queue.subscription s where s.sub_batch = i_batch_id),
                              format('Batch not found: %s', i_batch_id))
 $$;

@@ -13,7 +13,7 @@
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.find_queue(i_queue text) returns ferry_queue.queue
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

@@ -17,7 +17,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.find_subscription(i_queue text, i_consumer text)
 returns ferry_queue.subscription
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     s ferry_queue.subscription;
 begin

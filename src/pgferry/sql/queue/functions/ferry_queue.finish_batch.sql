@@ -14,7 +14,7 @@
 --     ferry_queue.subscription (written)
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.finish_batch(i_batch_id bigint) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     update ferry_queue.subscription
        set sub_last_tick = sub_next_tick, sub_next_tick = null, sub_batch = null,

@@ -15,7 +15,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.force_tick(i_queue text) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

@@ -31,7 +31,7 @@ create or replace function ferry_queue.forward_events(
     i_ev_type text[], i_ev_data text[],
     i_ev_extra1 text[], i_ev_extra2 text[], i_ev_extra3 text[], i_ev_extra4 text[])
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q       ferry_queue.queue;
     v_count integer;

@@ -31,7 +31,7 @@ create or replace function ferry_queue.get_batch_cursor(
     out ev_type text, out ev_data text,
     out ev_extra1 text, out ev_extra2 text, out ev_extra3 text, out ev_extra4 text)
 returns setof record
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_sql text;
     v_cur refcursor := i_cursor_name;

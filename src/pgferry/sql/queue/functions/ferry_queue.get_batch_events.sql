@@ -25,7 +25,7 @@ create or replace function ferry_queue.get_batch_events(
     out ev_type text, out ev_data text,
     out ev_extra1 text, out ev_extra2 text, out ev_extra3 text, out ev_extra4 text)
 returns setof record
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 begin
     return query execute ferry_queue.batch_event_sql(i_batch_id);
 end;

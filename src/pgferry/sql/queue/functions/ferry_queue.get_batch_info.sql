@@ -33,7 +33,7 @@ create or replace function ferry_queue.get_batch_info(
     out prev_tick_id bigint, out tick_id bigint, out lag interval,
     out seq_start bigint, out seq_end bigint,
     out prev_snapshot text, out snapshot text)
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 begin
     select q.queue_name, s.sub_consumer, t1.tick_time, t2.tick_time,
            t1.tick_id, t2.tick_id, now() - t2.tick_time,

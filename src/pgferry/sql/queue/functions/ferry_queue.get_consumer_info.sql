@@ -31,7 +31,7 @@ create or replace function ferry_queue.get_consumer_info(
     out last_seen interval, out last_tick bigint, out current_batch bigint,
     out next_tick bigint, out pending_events bigint, out lag_seconds double precision)
 returns setof record
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 begin
     if i_queue is not null then
         perform ferry_queue.find_queue(i_queue);

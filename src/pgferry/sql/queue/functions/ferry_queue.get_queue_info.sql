@@ -33,7 +33,7 @@ create or replace function ferry_queue.get_queue_info(
     out queue_ticker_idle_period interval, out ticker_lag interval,
     out ev_per_sec double precision, out ev_new bigint, out last_tick_id bigint)
 returns setof record
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select q.queue_name, q.queue_ntables, q.queue_cur_table, q.queue_rotation_period,
            q.queue_switch_time, q.queue_external_ticker, q.queue_ticker_paused,
            q.queue_ticker_max_count, q.queue_ticker_max_lag, q.queue_ticker_idle_period,
@@ -96,7 +96,7 @@ create or replace function ferry_queue.get_queue_info(
     out ev_new bigint,
     out last_tick_id bigint)
 returns setof record
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 begin
     perform ferry_queue.find_queue(i_queue);
     return query select * from ferry_queue.get_queue_info() i where i.queue_name = i_queue;

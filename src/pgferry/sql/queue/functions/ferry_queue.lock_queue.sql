@@ -19,7 +19,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.lock_queue(i_queue text, i_exclusive boolean default false)
 returns ferry_queue.queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

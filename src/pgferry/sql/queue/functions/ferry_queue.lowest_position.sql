@@ -18,7 +18,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.lowest_position(i_queue text, i_except text[] default '{}')
 returns bigint
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select coalesce(
         (select min(s.sub_last_tick)
            from ferry_queue.subscription s

@@ -13,7 +13,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.maint_operations(out func_name text, out func_arg text)
 returns setof record
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
     v_step2 boolean := false;

@@ -13,7 +13,7 @@
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.maint_retry_events() returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_count integer;
 begin

@@ -18,7 +18,7 @@
 --     ferry_queue.subscription
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.maint_rotate_tables_step1(i_queue text) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q        ferry_queue.queue;
     v_xmin   xid8;

@@ -11,7 +11,7 @@
 --     ferry_queue.queue (written)
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.maint_rotate_tables_step2() returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     update ferry_queue.queue set queue_switch_step2 = pg_current_xact_id()
      where queue_switch_step2 is null;

@@ -20,7 +20,7 @@
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.make_tick(i_queue text, i_snapshot pg_snapshot) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q      ferry_queue.queue;
     v_last pg_snapshot;

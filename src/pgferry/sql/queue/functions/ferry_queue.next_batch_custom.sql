@@ -25,7 +25,7 @@ create or replace function ferry_queue.next_batch_custom(
     i_queue text, i_consumer text,
     i_min_lag interval, i_min_count integer, i_min_interval interval)
 returns bigint
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.open_next_batch(i_queue, i_consumer, i_min_lag, i_min_count, i_min_interval,
                                         null)
 $$;

@@ -22,6 +22,6 @@
 create or replace function ferry_queue.next_batch_upto(
     i_queue text, i_consumer text, i_upto bigint, i_min_count integer)
 returns bigint
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.open_next_batch(i_queue, i_consumer, null, i_min_count, null, i_upto)
 $$;

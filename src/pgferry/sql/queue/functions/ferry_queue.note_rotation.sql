@@ -14,7 +14,7 @@
 drop trigger if exists note_rotation on ferry_queue.queue;
 
 create or replace function ferry_queue.note_rotation() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_xmin xid8;
 begin

@@ -15,7 +15,7 @@
 drop trigger if exists notify_tick on ferry_queue.tick;
 
 create or replace function ferry_queue.notify_tick() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     perform pg_notify('ferry_queue_tick',
                       (select queue_name from ferry_queue.queue where queue_id = new.tick_queue));

@@ -15,7 +15,7 @@
 --     ferry_queue.subscription (written)
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.open_batch(i_sub_id integer, i_next bigint) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_batch bigint;
 begin

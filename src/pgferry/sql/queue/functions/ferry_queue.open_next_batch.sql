@@ -31,7 +31,7 @@ create or replace function ferry_queue.open_next_batch(
     i_queue text, i_consumer text,
     i_min_lag interval, i_min_count integer, i_min_interval interval, i_upto bigint)
 returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     s       ferry_queue.subscription;
     v_prev  ferry_queue.tick;

@@ -12,7 +12,7 @@
 --     ferry_queue.queue      q
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.own_ticks(q ferry_queue.queue) returns ferry_queue.queue
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     if q.queue_external_ticker then
         raise exception 'Queue % has an external ticker', q.queue_name;

@@ -19,7 +19,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.register_consumer_at(i_queue text, i_consumer text, i_tick_id bigint)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

@@ -14,7 +14,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.require_row(i_row anyelement, i_message text)
 returns anyelement
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     if i_row is null then
         raise exception '%', i_message using errcode = 'P0002';

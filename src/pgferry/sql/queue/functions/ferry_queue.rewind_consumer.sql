@@ -20,7 +20,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.rewind_consumer(i_queue text, i_consumer text, i_tick_id bigint)
 returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q      ferry_queue.queue;
     s      ferry_queue.subscription;

@@ -22,7 +22,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.set_hold(i_queue text, i_name text, i_tick bigint) returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q      ferry_queue.queue;
     v_tick bigint;

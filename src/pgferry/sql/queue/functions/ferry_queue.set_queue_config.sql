@@ -18,7 +18,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.set_queue_config(i_queue text, i_param text, i_value text)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
     v_col text;

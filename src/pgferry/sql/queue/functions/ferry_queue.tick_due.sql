@@ -27,7 +27,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.tick_due(q ferry_queue.queue, out due boolean, out waiting boolean)
-language plpgsql set plan_cache_mode = force_generic_plan as $$
+language plpgsql set plan_cache_mode = force_generic_plan set search_path = pg_catalog, pg_temp as $$
 declare
     v_last  ferry_queue.tick;
     v_new   bigint;

@@ -9,7 +9,7 @@
 drop trigger if exists tick_durable on ferry_queue.tick;
 
 create or replace function ferry_queue.tick_durable() returns trigger
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     perform set_config('synchronous_commit', 'on', true);
     return null;

@@ -26,7 +26,7 @@
 create or replace function ferry_queue.tick_range_sql(
     i_queue_id integer, i_sub_id integer, i_prev_tick bigint, i_next_tick bigint,
     i_ordered boolean) returns text
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     s1     pg_snapshot;
     s2     pg_snapshot;

@@ -16,7 +16,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.tick_usable(i_queue text, i_tick bigint) returns boolean
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select exists (
         select 1
           from ferry_queue.queue q

@@ -11,7 +11,7 @@
 --     bigint
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.ticker(i_queue text) returns bigint
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select tick_id from ferry_queue.ticker_step(i_queue)
 $$;
 
@@ -28,7 +28,7 @@ $$;
 --     ferry_queue.queue
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.ticker() returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_name text;
     v_count integer := 0;
@@ -69,7 +69,7 @@ $$;
 create or replace function ferry_queue.ticker(
     i_queue text, i_tick_id bigint, i_tick_time timestamptz, i_event_seq bigint)
 returns bigint
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q ferry_queue.queue;
 begin

@@ -13,6 +13,6 @@
 --         k2 integer
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.ticker_asleep(out k1 integer, out k2 integer)
-language sql immutable as $$
+language sql immutable set search_path = pg_catalog, pg_temp as $$
     select hashtext('pgferry-ticker'), hashtext('asleep')
 $$;

@@ -18,7 +18,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.ticker_step(i_queue text, out tick_id bigint, out waiting boolean)
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     q      ferry_queue.queue;
     v_due  boolean;

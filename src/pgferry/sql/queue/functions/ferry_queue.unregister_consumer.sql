@@ -15,7 +15,7 @@
 --     ferry_queue.subscription (written)
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.unregister_consumer(i_queue text, i_consumer text) returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     s ferry_queue.subscription;
 begin

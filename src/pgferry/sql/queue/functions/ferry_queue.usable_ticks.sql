@@ -16,7 +16,7 @@
 --     ferry_queue.tick
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.usable_ticks(i_queue text, out oldest bigint, out newest bigint)
-language sql stable as $$
+language sql stable set search_path = pg_catalog, pg_temp as $$
     select min(t.tick_id) filter (where q.queue_rotated_xid is null
                                      or pg_snapshot_xmin(t.tick_snapshot) >= q.queue_rotated_xid),
            max(t.tick_id)

@@ -7,4 +7,4 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.version() returns text
-language sql immutable as $$ select '1.0' $$;
+language sql immutable set search_path = pg_catalog, pg_temp as $$ select '1.0' $$;

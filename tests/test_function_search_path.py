@@ -1,0 +1,70 @@
+"""Every function pgferry installs pins its search_path (``pg_proc.proconfig``).
+
+A function that runs with its caller's path resolves a bare name by whatever that caller
+(a psql session of a superuser, an application) has on it, ``public`` included.  pgferry's
+own sessions pin the path too (``db.connect``); the functions' own setting keeps them
+safe from any other caller.  Names of the functions that do not pin it, each with the
+reason, are in :data:`UNPINNED`; the test fails for any other function, and for a name
+of :data:`UNPINNED` that pins it after all (so that the list stays true).
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from pgferry import schema
+
+PINNED = "search_path=pg_catalog, pg_temp"
+SCHEMAS = ("ferry_queue", "ferry_node", "ferry", "ferry_copy")
+
+# Capture and deny triggers, their code generators and what a capture calls on every
+# write (wake_ticker, insert_event), and the DDL capture's event-trigger functions: their
+# rights and paths are set with the queue's write boundary and the DDL capture's checks.
+UNPINNED = {
+    "ferry.ddl_isolate",
+    "ferry.ddl_queue",
+    "ferry.ddl_replicated",
+    "ferry.ddl_statements",
+    "ferry.ddl_trigger_table",
+    "ferry.ddl_volatile_fill",
+    "ferry_queue.attach_capture",
+    "ferry_queue.attach_capture_spec",
+    "ferry_queue.capture_function",
+    "ferry_queue.capture_image",
+    "ferry_queue.capture_image_eq",
+    "ferry_queue.capture_insert",
+    "ferry_queue.capture_template",
+    "ferry_queue.capture_truncate",
+    "ferry_queue.deny_write",
+    "ferry_queue.detach_capture",
+    "ferry_queue.drop_capture_triggers",
+    "ferry_queue.insert_event",
+    "ferry_queue.install_capture_function",
+    "ferry_queue.next_capture_name",
+    "ferry_queue.plain_capture",
+    "ferry_queue.plain_capture_template",
+    "ferry_queue.prune_capture_functions",
+    "ferry_queue.refresh_capture_functions",
+    "ferry_queue.templated_capture_function",
+    "ferry_queue.wake_ticker",
+    # Inlined into the ticker's round, once per queue: schema-qualified instead (its file).
+    "ferry_queue.seq_position",
+}
+
+
+def test_every_function_pins_its_search_path(db_a: str) -> None:
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        schema.install(conn, (*schema.COMPONENTS, "copy"))
+        rows = conn.execute(
+            "select n.nspname || '.' || p.proname, p.oid::regprocedure::text,"
+            " coalesce(p.proconfig, '{}')"
+            " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+            " where n.nspname = any(%s)",
+            (list(SCHEMAS),),
+        ).fetchall()
+    assert len(rows) > 60  # the whole install, not an empty schema
+    unpinned = sorted(sig for name, sig, config in rows
+                      if PINNED not in config and name not in UNPINNED)  # fmt: skip
+    assert unpinned == []
+    stale = sorted({name for name, _, config in rows if name in UNPINNED and PINNED in config})
+    assert stale == []
