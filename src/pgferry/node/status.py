@@ -57,6 +57,10 @@ class NodeStatus:
     # stopped (no tick for ticker_stopped_after seconds while events wait).
     events_waiting: int | None = None
     ticker_stopped: str | None = None
+    # Captured DDL events replay refused to run here (ferry.refused_event): how many, and
+    # the last one's event id, name and reason.
+    refused_ddl: int = 0
+    refused_last: str | None = None
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -134,6 +138,16 @@ def read_node_status(
         st.diverged_rows, st.diverged_deletes = diverged.rows, diverged.deletes
         st.diverged_since, st.diverged_last = diverged.since, diverged.last
         st.diverged_tables = diverged.tables
+    refused = conn.execute(
+        """
+        select count(*) over (), format('event %%s (%%s): %%s', ev_id, ev_extra1, reason)
+          from ferry.refused_event where queue_name = %s
+         order by refused_at desc, ev_id desc limit 1
+        """,
+        (queue,),
+    ).fetchone()
+    if refused is not None:
+        st.refused_ddl, st.refused_last = refused
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     st.copies = [
         f"{p.table_name}: {p.text()}"
@@ -242,6 +256,8 @@ def _info_lines(n: NodeStatus) -> list[str]:
         lines += [f"Copy {line}" for line in n.copies]
         if n.diverged_rows or n.diverged_deletes:
             lines.append(divergence_line(n))
+        if n.refused_ddl:
+            lines.append(f"Refused captured DDL: {n.refused_ddl}, last {n.refused_last}")
     if n.error:
         lines.append(f"ERR: {n.error}")
     return lines
