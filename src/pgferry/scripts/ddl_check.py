@@ -99,10 +99,11 @@ def statement_table(stmt: ast.Node) -> str | None:
         _subcommands(stmt)
         return qualified(stmt.relation.schemaname, stmt.relation.relname)
     if isinstance(stmt, ast.RenameStmt) and stmt.renameType in _RENAMES and stmt.relation:
-        if stmt.renameType != enums.ObjectType.OBJECT_TABLE and (
-            stmt.relationType != enums.ObjectType.OBJECT_TABLE
-        ):
-            raise DdlRefused("a rename of something other than a table's is not captured DDL")
+        # RENAME COLUMN says what it renames a column of (ALTER VIEW ... RENAME COLUMN
+        # too); the other two kinds are a table's alone.
+        column = enums.ObjectType.OBJECT_COLUMN
+        if stmt.renameType == column and stmt.relationType != enums.ObjectType.OBJECT_TABLE:
+            raise DdlRefused("a rename of a column of something other than a table")
         return qualified(stmt.relation.schemaname, stmt.relation.relname)
     if (
         isinstance(stmt, ast.AlterObjectSchemaStmt)

@@ -18,8 +18,8 @@
 --     not run here; every subscriber parses the statement again before it runs it), and
 --     an ALTER TABLE may not hand out what the table's rights do not cover on a subscriber:
 --     OWNER TO, ENABLE / DISABLE TRIGGER, RULE or ROW LEVEL SECURITY, ATTACH / DETACH
---     PARTITION (the words anywhere in the text).  Anything else fails the transaction
---     with one line.
+--     PARTITION, [NO] INHERIT, [NOT] OF (the words anywhere in the text, a constraint's NO
+--     INHERIT too).  Anything else fails the transaction with one line.
 --
 -- Parameters:
 --     i_outer text
@@ -90,7 +90,7 @@ begin
     if i_tag = 'ALTER TABLE' then
         -- Strict: these words anywhere in the text refuse it, strings and names included.
         v_word := pg_catalog.substring(pg_catalog.lower(v_stmt),
-            '(\mowner\s+to\M|\m(enable|disable)\s+((always|replica)\s+)?(trigger|rule)\M|\m(enable|disable|force)\s+row\s+level\s+security\M|\m(attach|detach)\s+partition\M)');
+            '(\mowner\s+to\M|\m(enable|disable)\s+((always|replica)\s+)?(trigger|rule)\M|\m(enable|disable|force)\s+row\s+level\s+security\M|\m(attach|detach)\s+partition\M|\m(no\s+)?inherit\M|\m(not\s+)?of\M)');
         if v_word is not null then
             raise exception 'pgferry: ALTER TABLE on replicated table % refused by capture-ddl (%): it would change rights, triggers, rules or other tables on every subscriber; run the DDL with capture-ddl off on each node, or through execute',
                 i_what, pg_catalog.regexp_replace(v_word, '\s+', ' ', 'g');
