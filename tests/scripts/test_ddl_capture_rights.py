@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from pgferry.metrics.worker import read_node
 from pgferry.testing.cascade import Cascade
 
 _roles = itertools.count()
@@ -173,6 +174,9 @@ def test_forged_captured_events_are_refused_on_the_leaf(pair) -> None:
     status = c.cli("leaf", "status")
     last = max(forged)
     assert f"Refused captured DDL: 5, last event {last} (ddl " in status.out, status.out
+    with psycopg.connect(c.dsns["leaf"]) as conn:
+        reading = read_node(conn, c.queue)
+    assert reading is not None and reading.refused_ddl == 5  # pgferry_refused_ddl_total
 
 
 def test_a_captured_statement_runs_as_the_leaf_tables_owner(pair) -> None:
