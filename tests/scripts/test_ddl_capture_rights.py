@@ -15,7 +15,9 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from pgferry.errors import PgferryError
 from pgferry.metrics.worker import read_node
+from pgferry.scripts import ddl_check
 from pgferry.testing.cascade import Cascade
 
 _roles = itertools.count()
@@ -207,3 +209,19 @@ def test_execute_refuses_a_file_named_like_captured_ddl(pair, tmp_path) -> None:
     assert result.code != 0 and "named as capture-ddl names" in result.err
     assert len(result.err.strip().splitlines()) == 1
     assert _columns(c, "root", "app.t") == ["id", "v"]
+
+
+def test_a_worker_that_may_not_become_the_owner_is_told_the_grant(pair) -> None:
+    c, app, owner = pair
+    with psycopg.connect(_as(c, "leaf", app)) as conn, pytest.raises(PgferryError) as failure:
+        ddl_check.table_owner(conn, "app.t")
+    assert str(failure.value) == (
+        f"captured DDL on app.t runs as its owner {owner}, and role {app} may not SET ROLE"
+        f" to it: grant {owner} to {app}, or skip-event"
+    )
+    c.sql("leaf", f"grant {owner} to {app}")
+    try:
+        with psycopg.connect(_as(c, "leaf", app)) as conn:
+            assert ddl_check.table_owner(conn, "app.t") == owner
+    finally:
+        c.sql("leaf", f"revoke {owner} from {app}")
