@@ -46,7 +46,7 @@ def roles(new_db_a, new_db_b) -> Iterator[tuple[str, str, str, str]]:
 
 
 @pytest.fixture
-def pair(make_cascade, roles) -> tuple[Cascade, str, str]:
+def owned(make_cascade, roles) -> tuple[Cascade, str, str]:
     """root (A) -> leaf (B) replicating app.t, capture-ddl on; the cascade, app, owner."""
     root, leaf, app, owner = roles
     c = make_cascade()
@@ -91,8 +91,8 @@ def _columns(c: Cascade, node: str, table: str) -> list[str]:
     ]
 
 
-def test_smuggled_statements_are_refused_on_the_root(pair) -> None:
-    c, app, _ = pair
+def test_smuggled_statements_are_refused_on_the_root(owned) -> None:
+    c, app, _ = owned
     attack = (
         "alter table app.t add column €$q$x int;"
         " create function app.f() returns void language plpgsql as"
@@ -144,8 +144,8 @@ def _forge(c: Cascade, text: str, attrs: str = "") -> int:
     return rows[0][0]
 
 
-def test_forged_captured_events_are_refused_on_the_leaf(pair) -> None:
-    c, app, _ = pair
+def test_forged_captured_events_are_refused_on_the_leaf(owned) -> None:
+    c, app, _ = owned
     forged = {
         _forge(c, f"alter table app.t add column f1 int; alter role {app} superuser"): (
             "2 statements"
@@ -181,8 +181,8 @@ def test_forged_captured_events_are_refused_on_the_leaf(pair) -> None:
     assert reading is not None and reading.refused_ddl == 5  # pgferry_refused_ddl_total
 
 
-def test_a_captured_statement_runs_as_the_leaf_tables_owner(pair) -> None:
-    c, app, owner = pair
+def test_a_captured_statement_runs_as_the_leaf_tables_owner(owned) -> None:
+    c, app, owner = owned
     with psycopg.connect(_as(c, "root", app), autocommit=True) as conn:
         conn.execute("alter table app.t add column who text default current_user")
         conn.execute("comment on column app.t.who is 'who added it'")
@@ -201,8 +201,8 @@ def test_a_captured_statement_runs_as_the_leaf_tables_owner(pair) -> None:
     assert c.sql("leaf", "select cur_error from ferry_node.local_state") == [(None,)]
 
 
-def test_execute_refuses_a_file_named_like_captured_ddl(pair, tmp_path) -> None:
-    c, _, _ = pair
+def test_execute_refuses_a_file_named_like_captured_ddl(owned, tmp_path) -> None:
+    c, _, _ = owned
     script = tmp_path / "ddl 0123456789ab: x.sql"
     script.write_text("alter table app.t add column z int;\n")
     result = c.cli("root", "execute", script)
@@ -211,8 +211,8 @@ def test_execute_refuses_a_file_named_like_captured_ddl(pair, tmp_path) -> None:
     assert _columns(c, "root", "app.t") == ["id", "v"]
 
 
-def test_a_worker_that_may_not_become_the_owner_is_told_the_grant(pair) -> None:
-    c, app, owner = pair
+def test_a_worker_that_may_not_become_the_owner_is_told_the_grant(owned) -> None:
+    c, app, owner = owned
     with psycopg.connect(_as(c, "leaf", app)) as conn, pytest.raises(PgferryError) as failure:
         ddl_check.table_owner(conn, "app.t")
     assert str(failure.value) == (
@@ -225,3 +225,25 @@ def test_a_worker_that_may_not_become_the_owner_is_told_the_grant(pair) -> None:
             assert ddl_check.table_owner(conn, "app.t") == owner
     finally:
         c.sql("leaf", f"revoke {owner} from {app}")
+
+
+def test_the_root_refuses_subcommands_that_reach_past_the_table(owned) -> None:
+    c, app, _ = owned
+    triggers = "select tgname, tgenabled from pg_trigger order by 1"
+    before = c.sql("root", triggers)
+    for query, words in (
+        ("alter table app.t disable trigger all", "disable trigger"),
+        ("alter table app.t enable trigger user", "enable trigger"),
+        ("alter table app.t force row level security", "force row level security"),
+    ):
+        with (
+            psycopg.connect(_as(c, "root", app), autocommit=True) as conn,
+            pytest.raises(psycopg.Error) as failure,
+        ):
+            conn.execute(query)
+        assert (failure.value.diag.message_primary or "") == (
+            f"pgferry: ALTER TABLE on replicated table app.t refused by capture-ddl ({words}):"
+            " it would change rights, triggers, rules or other tables on every subscriber;"
+            " run the DDL with capture-ddl off on each node, or through execute"
+        )
+    assert c.sql("root", triggers) == before
