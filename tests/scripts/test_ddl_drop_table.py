@@ -35,8 +35,17 @@ def test_capture_ddl_refuses_dropping_a_registered_table(three: Cascade) -> None
     c.add("root", ODD)
     c.add("full", ODD)
     c.catch_up("full", "part")
+    # A role's objects, for DROP OWNED (its owner set before capture, which refuses OWNER TO).
+    c.sql("root", "drop role if exists ddl_drop_owner; create role ddl_drop_owner")
+    c.sql("root", "alter table public.plain owner to ddl_drop_owner")
     assert c.cli("root", "capture-ddl", "on").code == 0
-    assert "_ferry_ddl_drop_table" not in c.cli("root", "capture-ddl").out  # none missing
+    assert "missing" not in c.cli("root", "capture-ddl").out
+    # A root whose capture was turned on before this trigger existed: status says so, and
+    # capture-ddl on again makes it.
+    c.sql("root", "drop event trigger _ferry_ddl_drop_table")
+    assert "missing: _ferry_ddl_drop_table" in c.cli("root", "capture-ddl").out
+    assert c.cli("root", "capture-ddl", "on").code == 0
+    assert "missing" not in c.cli("root", "capture-ddl").out
 
     refusals = {
         "drop table app.t": "DROP TABLE would drop replicated table app.t (queue",
@@ -44,6 +53,7 @@ def test_capture_ddl_refuses_dropping_a_registered_table(three: Cascade) -> None
         # Reached by CASCADE: the schema's replicated tables are named, the rest not.
         "drop schema app cascade": "DROP SCHEMA would drop replicated table app.other, app.t",
         "drop table app.local_only, public.plain": "replicated table public.plain (queue",
+        "drop owned by ddl_drop_owner": "DROP OWNED would drop replicated table public.plain",
     }
     for query, words in refusals.items():
         text = _refused(c, query)
@@ -67,6 +77,8 @@ def test_capture_ddl_refuses_dropping_a_registered_table(three: Cascade) -> None
     assert c.cli("root", "capture-ddl", "off").code == 0
     c.sql("root", "drop table app.other")  # capture off: nothing refuses it any more
     assert not _exists(c, "root", "app.other")
+    c.sql("root", "drop owned by ddl_drop_owner; drop role ddl_drop_owner")
+    assert not _exists(c, "root", "public.plain")
 
 
 def test_compare_names_a_dropped_table_and_compares_the_others(three: Cascade) -> None:  # noqa: F811
