@@ -32,13 +32,45 @@ def node_db(db_a: str, pg_a) -> str:
          ["do $x$ begin perform 1; end $x$", "select $$;$$"]),
         ("-- a; comment\nselect 1; /* b; /* nested; */ c; */ select 2",
          ["-- a; comment\nselect 1", "/* b; /* nested; */ c; */ select 2"]),
-        ("select a$b; select 2", ["select a$b", "select 2"]),
+        # As the server's lexer: a dollar-quote tag of any identifier character, a '$'
+        # after a number or an operator opens one, a string is E'' only after a lone e.
+        ("select $é$;$é$; select 2", ["select $é$;$é$", "select 2"]),
+        ("select 1+$a$;$a$; select 2", ["select 1+$a$;$a$", "select 2"]),
+        ("select le';'; select 2", ["select le';'", "select 2"]),
+        ("select U&\"a;\", U&';'; select 2", ["select U&\"a;\", U&';'", "select 2"]),
+        ("select $1; select 2", ["select $1", "select 2"]),
+        ("select a$b", ["select a$b"]),  # one statement, whatever it holds
     ],
 )  # fmt: skip
 def test_statements_split_where_they_end(node_db: str, query: str, statements: list[str]) -> None:
     with psycopg.connect(node_db) as conn:
         got = conn.execute("select ferry.ddl_statements(%s)", (query,)).fetchone()[0]
     assert got == statements
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        # The server reads one name "€$q$x" here, and no dollar quote.
+        ('alter table t add €$q$x int; select 1; select 1 as "$q$"', "a $ inside a name"),
+        ("select a$b; select 2", "a $ inside a name"),
+        ("select 1$a$;$a$; select 2", "a $ right after a number"),
+        ("select 'a\\'; select 2", "a backslash in a string"),
+        ("select 1; select 'a", "an unterminated string"),
+        ("select 1; select $a$ x", "an unterminated dollar quote"),
+        ("select 1; /* /* */ select 2", "an unterminated comment"),
+        ('select 1; select "a', "an unterminated quoted name"),
+    ],
+)  # fmt: skip
+def test_what_might_split_otherwise_is_refused(node_db: str, query: str, why: str) -> None:
+    with (
+        psycopg.connect(node_db) as conn,
+        pytest.raises(psycopg.errors.RaiseException) as failure,
+    ):
+        conn.execute("select ferry.ddl_statements(%s)", (query,))
+    line = failure.value.diag.message_primary or ""
+    assert line.startswith("pgferry: capture-ddl cannot be sure how the server split")
+    assert why in line
 
 
 def test_a_rename_through_execute_is_followed(pair, tmp_path) -> None:

@@ -5,7 +5,10 @@ after it with the shapes the script left.  The script runs in a savepoint of the
 transaction: one that fails stops replay there (the transaction rolls back, the node's
 position is kept) and is raised as :class:`~pgferry.scripts.skip.EventFailed`, which the
 worker records so that ``skip-event`` can name it; a script the operator skipped is passed
-over.  What the script does to the local tables is :mod:`pgferry.scripts.execute`'s.
+over.  A captured DDL statement that :mod:`pgferry.scripts.ddl_check` refuses (not one
+statement of the kinds capture-ddl queues, on the table it names) stops nothing: it is
+logged, recorded in ``ferry.refused_event`` (which ``status`` shows) and passed over.
+What the script does to the local tables is :mod:`pgferry.scripts.execute`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pgferry.errors import PgferryError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.node import model
 from pgferry.queue.batches import Batch
-from pgferry.scripts import skip
+from pgferry.scripts import ddl_check, skip
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,13 @@ def run_script(
                 local_names={r.table_name: r.dest_fq for r in routes.values()},
                 local_seqs=frozenset(seqs),
             )
+    except ddl_check.DdlRefused as exc:
+        # Nothing of it ran (the savepoint is gone); a forged or malformed statement must
+        # not hold up the rows behind it.
+        log.error("event %s (%s): refused, not run: %s", ev_id, file_name, exc)
+        ddl_check.record_refusal(
+            local, queue, batch.tick_id, ev_id, file_name, script.sql, str(exc)
+        )
     except (psycopg.Error, PgferryError) as exc:
         error = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
         raise skip.EventFailed(

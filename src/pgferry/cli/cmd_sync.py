@@ -34,7 +34,12 @@ def _tasks(config: Config, names: list[str]):
 
     handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
-        routes = load_routes(conn, queue_name(config))
+        try:
+            routes = load_routes(conn, queue_name(config))
+        except TableError:
+            conn.rollback()
+            _gone_here(conn, queue_name(config))
+            raise
         merged = merge.merged_tables(conn, queue_name(config))
     routes = {t: r for t, r in routes.items() if r.handler.needs_table}  # holding rows here
     chosen = [t for t in routes if t not in merged]
@@ -66,6 +71,27 @@ def _tasks(config: Config, names: list[str]):
         )
         for t in chosen
     ]
+
+
+def _gone_here(conn, queue: str) -> None:
+    """Fail with one line if registered tables are gone from this node's database (dropped
+    without ``remove-table``): replay stops at them too, so no sync point can be taken."""
+    from pgferry.handlers import registry as handler_registry
+    from pgferry.node.model import require_node
+
+    rows = conn.execute(
+        "select coalesce(dest_table, table_name), table_attrs from ferry.table_info"
+        " where queue_name = %s and local and to_regclass(coalesce(dest_table, table_name))"
+        " is null order by 1",
+        (queue,),
+    ).fetchall()
+    gone = [t for t, attrs in rows if handler_registry.from_attrs(attrs or {}).needs_table]
+    if gone:
+        node = require_node(conn, queue).node_name
+        raise TableError(
+            f"table {', '.join(gone)} does not exist on node {node}: remove-table it or add it"
+            " back (replay stops at it too)"
+        )
 
 
 def _spark(config: Config, verbose: int):
@@ -132,6 +158,37 @@ def _narrowed(config: Config, tasks, where: str):
     ]
 
 
+def _present(config: Config, point, tasks: list) -> tuple[list, list[str]]:
+    """The tasks whose table both nodes have, and a line for each of the others: a table
+    dropped on either node without ``remove-table`` cannot be compared, the others can."""
+    from pgferry.db import connection
+    from pgferry.node.connect import queue_name
+    from pgferry.node.model import require_node
+
+    if not tasks:
+        return [], []
+    exists = "select to_regclass(%s) is not null"
+    kept, lines = [], []
+    with (
+        connection(point.local_dsn, autocommit=True) as local,
+        connection(point.provider_dsn, autocommit=True) as provider,
+    ):
+        node = require_node(local, queue_name(config))
+        for task in tasks:
+            if not provider.execute(exists, (task.source_table,)).fetchone()[0]:
+                name, where = task.source_table, node.provider_node
+            elif not local.execute(exists, (task.dest_table,)).fetchone()[0]:
+                name, where = task.dest_table, node.node_name
+            else:
+                kept.append(task)
+                continue
+            lines.append(
+                f"{task.dest_table}: table {name} does not exist on node {where}:"
+                " remove-table it or add it back"
+            )
+    return kept, lines
+
+
 @command("compare", "compare tables with the provider at one tick (exit 1 on difference)")
 def cmd_compare(ctx: Context, argv: list[str]) -> int:
     parser = ctx.parser("[TABLE...] [--count-only]")
@@ -147,6 +204,8 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     differ = 0
     with sync_point(config) as point:
         log.info("Comparing at tick %s", point.tick_id)
+        tasks, missing = _present(config, point, tasks)
+        lakes, missing_lakes = _present(config, point, lakes)
         # Tables kept in a lake; Spark only for large ones.
         results = lake_sync.compare(point, lakes, lambda: _spark(config, ctx.verbose))
         if tasks:
@@ -168,7 +227,9 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
         if (res.src_rows, res.src_checksum) != (res.dst_rows, res.dst_checksum) or res.ranges:
             print(f"{res.dest_table}: Results do not match!")
             differ += 1
-    return 1 if differ else 0
+    for line in missing + missing_lakes:
+        print(line)
+    return 1 if differ or missing or missing_lakes else 0
 
 
 @command("repair", "find rows that differ from the provider; write (or --apply) the fix")

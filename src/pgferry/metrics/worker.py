@@ -78,6 +78,7 @@ class NodeReading:
     lag_seconds: float | None = None
     paused: bool = False
     error: bool = False
+    refused_ddl: int = 0  # captured DDL events replay refused to run (ferry.refused_event)
     tables: dict[str, str] = field(default_factory=dict)  # table -> state label
     copy_rows: dict[tuple[str, str], int] = field(default_factory=dict)  # (copy, table): rows
     subscribers_down: dict[str, bool] = field(default_factory=dict)  # subscriber: worker down
@@ -108,6 +109,10 @@ def read_node(
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
         reading.last_tick_id, tick_time = queue_ticks.last_tick(conn, queue)
+    refused = conn.execute(
+        "select count(*) from ferry.refused_event where queue_name = %s", (queue,)
+    ).fetchone()
+    reading.refused_ddl = refused[0] if refused else 0
     if tick_time is not None:
         reading.lag_seconds = max(0.0, (now - tick_time).total_seconds())
     names: dict[str, str] = {}  # destination -> the table's name in the queue (the label of both)
@@ -310,6 +315,13 @@ class WorkerCollector(Collector):
             gauge = GaugeMetricFamily(name, doc, labels=labels)
             gauge.add_metric(values, 1 if flag else 0)
             yield gauge
+        refused = CounterMetricFamily(
+            "pgferry_refused_ddl_total",
+            "Captured DDL events this node refused to run and passed over.",
+            labels=labels,
+        )
+        refused.add_metric(values, reading.refused_ddl)
+        yield refused
         states = GaugeMetricFamily(
             "pgferry_table_state",
             "1 for the table's current replication state, 0 for the others.",

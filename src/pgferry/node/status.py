@@ -61,6 +61,10 @@ class NodeStatus:
     # The worker's line when it counts as down, or as silent (holds its lock, no heartbeat).
     worker_down: str | None = None
     worker_silent: str | None = None
+    # Captured DDL events replay refused to run here (ferry.refused_event): how many, and
+    # the last one's event id, name and reason.
+    refused_ddl: int = 0
+    refused_last: str | None = None
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -164,6 +168,16 @@ def read_node_status(
         st.diverged_rows, st.diverged_deletes = diverged.rows, diverged.deletes
         st.diverged_since, st.diverged_last = diverged.since, diverged.last
         st.diverged_tables = diverged.tables
+    refused = conn.execute(
+        """
+        select count(*) over (), format('event %%s (%%s): %%s', ev_id, ev_extra1, reason)
+          from ferry.refused_event where queue_name = %s
+         order by refused_at desc, ev_id desc limit 1
+        """,
+        (queue,),
+    ).fetchone()
+    if refused is not None:
+        st.refused_ddl, st.refused_last = refused
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     st.copies = [
         f"{p.table_name}: {stalled_text(p) if st.worker_down else p.text()}"
@@ -279,6 +293,8 @@ def _info_lines(n: NodeStatus) -> list[str]:
         lines += [f"Copy {line}" for line in n.copies]
         if n.diverged_rows or n.diverged_deletes:
             lines.append(divergence_line(n))
+        if n.refused_ddl:
+            lines.append(f"Refused captured DDL: {n.refused_ddl}, last {n.refused_last}")
     if n.error:
         lines.append(f"ERR: {n.error}")
     return lines

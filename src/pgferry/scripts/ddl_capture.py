@@ -4,7 +4,9 @@ With capture on, event triggers on the root (``ferry.ddl_capture_end`` on
 ``ddl_command_end``; ``ferry.ddl_capture_drop_start`` and ``ferry.ddl_capture_drop`` for
 ``DROP INDEX``) queue each ``ALTER TABLE``, ``COMMENT`` and (unless ``--no-indexes``)
 ``CREATE INDEX`` / ``DROP INDEX`` that touches a replicated table as an ``EXECUTE`` event in
-the statement's own transaction.  Subscribers replay it exactly like a script queued by
+the statement's own transaction, and ``ferry.ddl_capture_drop_table`` fails a ``DROP TABLE``,
+``DROP SCHEMA`` or ``DROP OWNED`` that would drop a replicated table (``remove-table``
+first).  Subscribers replay a queued statement exactly like a script queued by
 ``execute`` (:mod:`pgferry.scripts.execute`): translated to their own table names, skipped
 where the table is not replicated, a failure stopping only that node until ``skip-event``.
 The statement is isolated on the root, in SQL (``ferry.ddl_isolate``), and a statement it
@@ -31,6 +33,8 @@ EVENT_TRIGGERS = (
      "ddl_capture_end"),
     ("_ferry_ddl_drop_start", "ddl_command_start", ("DROP INDEX",), "ddl_capture_drop_start"),
     ("_ferry_ddl_drop", "sql_drop", ("DROP INDEX",), "ddl_capture_drop"),
+    ("_ferry_ddl_drop_table", "sql_drop", ("DROP TABLE", "DROP SCHEMA", "DROP OWNED"),
+     "ddl_capture_drop_table"),
 )  # fmt: skip
 CAPTURED = "ALTER TABLE, COMMENT ON TABLE / COLUMN"
 CAPTURED_INDEXES = "CREATE INDEX, DROP INDEX"
@@ -51,7 +55,9 @@ class CaptureState:
             lines = [
                 f"capture-ddl: on for queue {self.queue}",
                 f"  captured on replicated tables: {what}",
-                "  not captured: CREATE TABLE, DROP TABLE, other objects (use execute)",
+                "  not captured: CREATE TABLE, other objects (use execute)",
+                "  refused: DROP TABLE / SCHEMA / OWNED reaching a replicated table"
+                " (remove-table first)",
             ]
             missing = [t[0] for t in EVENT_TRIGGERS if t[0] not in self.triggers]
             if missing:

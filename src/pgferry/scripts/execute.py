@@ -5,6 +5,9 @@ On the root, each file runs in one transaction together with the insertion of an
 changes that came before and after it.  Each node runs a script once: it is recorded in
 ``ferry.applied_execute`` by file name and content hash.
 
+A script that ``capture-ddl`` queued (named ``ddl <id>: ...``) is checked by
+:mod:`.ddl_check` before it runs on a subscriber, and runs as the local table's owner.
+
 Event layout: ``ev_data`` = the script, ``ev_extra1`` = file name, ``ev_extra2`` = header
 attributes, ``ev_extra3`` = sha256 of the script, ``ev_extra4`` = JSON list of the tables the
 queue replicated when the script was queued (so every node can tell "a replicated table I
@@ -29,6 +32,7 @@ from pgferry.node import capture, merge
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
 from pgferry.registry import entries
+from pgferry.scripts import ddl_check
 from pgferry.scripts.attrs import (
     NodeObjects,
     ScriptAttrs,
@@ -108,6 +112,11 @@ def execute_on_root(
     todo: list[tuple[Script, list[str]]] = []
     messages: list[str] = []
     for script in scripts:
+        if ddl_check.is_captured(script.name):
+            raise PgferryError(
+                f"{script.name}: a script may not be named as capture-ddl names its"
+                " statements (ddl <id>: ...); rename the file"
+            )
         seen = _applied_hash(conn, queue, script.name)
         if seen == script.sha256 and not force:
             messages.append(f"{script.name}: already executed, skipping")
@@ -180,6 +189,8 @@ def apply_script_event(
 
     ``local_names`` maps each table replicated here (source name) to its local name.
     Returns False when the script was skipped (already applied or not for this node).
+    A captured DDL statement that :mod:`.ddl_check` refuses raises
+    :class:`~pgferry.scripts.ddl_check.DdlRefused` before anything runs.
     """
     script = Script.from_text(file_name, script_sql)
     if _applied_hash(conn, queue, file_name) == script.sha256:
@@ -190,6 +201,10 @@ def apply_script_event(
         return False
     attrs = ScriptAttrs.from_text(attrs_text)
     queue_tables = set(json.loads(queue_tables_json)) if queue_tables_json else set(local_names)
+    captured = ddl_check.is_captured(file_name)
+    source = ddl_check.captured_table(script_sql, attrs) if captured else None
+    if source is not None and source not in queue_tables and source not in local_names:
+        raise ddl_check.DdlRefused(f"it is on {source}, which the queue does not replicate")
     if attrs:
         if not applies_here(attrs, node_objects(conn, set(local_names), local_names, local_seqs)):
             log.info("%s: does not need to run on this node", file_name)
@@ -208,12 +223,28 @@ def apply_script_event(
                 log.info("%s: translated (%s)", file_name, step.note)
         statements = [p.sql for p in plan if p.run]
     log.info("Executing: %s", file_name)
-    _run_statements(conn, statements)
+    if source is not None and statements:
+        _run_captured(conn, statements, local_names.get(source))
+    else:
+        _run_statements(conn, statements)
     for old, new in table_renames(script_sql, queue_tables) if not attrs else []:
         entries.rename_table(conn, queue, old, new)  # the source's new name, here too
     _record(conn, queue, script)
     log.info("Execute finished: %s", file_name)
     return True
+
+
+def _run_captured(conn: psycopg.Connection, statements: list[str], local: str | None) -> None:
+    """Run a captured statement, translated for this node, as its local table's owner."""
+    if local is None or len(statements) != 1:
+        raise ddl_check.DdlRefused("it would run here on a table this node does not replicate")
+    ddl_check.check_local(conn, statements[0], local)
+    owner = ddl_check.table_owner(conn, local)
+    # The owner's rights, not the worker's (often a superuser): a default or a USING
+    # expression runs as the role that could have typed the statement here.
+    conn.execute(sql.SQL("set local role {}").format(sql.Identifier(owner)))
+    _run_statements(conn, statements)
+    conn.execute("reset role")
 
 
 def node_objects(

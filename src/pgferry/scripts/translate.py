@@ -124,7 +124,7 @@ def plan_script(
             )
         collector = _Collector()
         collector(stmt)
-        commented = _comment_relation(stmt)
+        commented = comment_relation(stmt)
         if commented is not None:
             collector.relations.append(commented)
         named = [
@@ -176,7 +176,7 @@ def plan_script(
     return plan
 
 
-def _comment_relation(stmt: ast.Node) -> ast.RangeVar | None:
+def comment_relation(stmt: ast.Node) -> ast.RangeVar | None:
     """The table of ``COMMENT ON TABLE`` / ``COMMENT ON COLUMN`` (a name list, not a
     RangeVar), as a RangeVar that translation can rename like any other."""
     kinds = (enums.ObjectType.OBJECT_TABLE, enums.ObjectType.OBJECT_COLUMN)

@@ -18,13 +18,13 @@ language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
     v_map jsonb;
 begin
-    select jsonb_object_agg(i.indexrelid::text, jsonb_build_array(t.queue_name, t.table_name))
+    select pg_catalog.jsonb_object_agg(i.indexrelid::text, pg_catalog.jsonb_build_array(t.queue_name, t.table_name))
       into v_map
       from ferry.ddl_capture d
       join ferry_node.node_info n on n.queue_name = d.queue_name and n.node_type = 'root'
       join ferry.table_info t on t.queue_name = d.queue_name and t.local
-      join pg_index i on i.indrelid = to_regclass(t.table_name)
+      join pg_catalog.pg_index i on i.indrelid = pg_catalog.to_regclass(t.table_name)
      where d.indexes;
-    perform set_config('ferry.ddl_drop_indexes', coalesce(v_map, '{}')::text, true);
+    perform pg_catalog.set_config('ferry.ddl_drop_indexes', coalesce(v_map, '{}')::text, true);
 end;
 $$;

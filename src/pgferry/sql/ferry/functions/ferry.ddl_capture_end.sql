@@ -34,10 +34,10 @@ begin
     for r in
         select distinct c.command_tag,
                case when c.object_type = 'index'
-                    then (select i.indrelid from pg_index i where i.indexrelid = c.objid)
+                    then (select i.indrelid from pg_catalog.pg_index i where i.indexrelid = c.objid)
                     else c.objid end as relid
-          from pg_event_trigger_ddl_commands() c
-         where not c.in_extension and c.classid = 'pg_class'::regclass
+          from pg_catalog.pg_event_trigger_ddl_commands() c
+         where not c.in_extension and c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
            and ((c.command_tag = 'ALTER TABLE' and c.object_type in ('table', 'table column'))
                 or (c.command_tag = 'COMMENT' and c.object_type in ('table', 'table column'))
                 or (c.command_tag = 'CREATE INDEX' and c.object_type = 'index'))
@@ -48,21 +48,21 @@ begin
             if v_ctx is null then  -- read only for DDL on a replicated table
                 get diagnostics v_ctx = pg_context;
                 -- The first line is this function; what is left is whatever ran the DDL.
-                v_outer := case when strpos(v_ctx, E'\n') > 0
-                                then substr(v_ctx, strpos(v_ctx, E'\n') + 1) end;
+                v_outer := case when pg_catalog.strpos(v_ctx, E'\n') > 0
+                                then pg_catalog.substr(v_ctx, pg_catalog.strpos(v_ctx, E'\n') + 1) end;
             end if;
-            select format('%I.%I', n.nspname, c.relname) into v_now
-              from pg_class c join pg_namespace n on n.oid = c.relnamespace
+            select pg_catalog.format('%I.%I', n.nspname, c.relname) into v_now
+              from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
              where c.oid = r.relid;
             v_stmt := ferry.ddl_isolate(
                 v_outer, r.command_tag,
-                array[(parse_ident(q.table_name))[2], (parse_ident(v_now))[2]],
+                array[(pg_catalog.parse_ident(q.table_name))[2], (pg_catalog.parse_ident(v_now))[2]],
                 q.table_name);
             -- The schema the statement found the table in (before a SET SCHEMA) must be
             -- written in it, but for public.
-            v_schema := (parse_ident(q.table_name))[1];
+            v_schema := (pg_catalog.parse_ident(q.table_name))[1];
             if v_schema <> 'public'
-               and v_stmt !~* ('(^|[^[:alnum:]_$])"?' || regexp_replace(v_schema, '([^[:alnum:]_ ])', '\\\1', 'g') || '"?\s*\.') then
+               and v_stmt !~* ('(^|[^[:alnum:]_$])"?' || pg_catalog.regexp_replace(v_schema, '([^[:alnum:]_ ])', '\\\1', 'g') || '"?\s*\.') then
                 raise exception 'pgferry: name table % with its schema in DDL on replicated tables (subscribers read unqualified names as public)',
                     q.table_name;
             end if;
@@ -76,7 +76,7 @@ begin
             -- One event per statement and queue, however many tables it touched.
             if not (q.queue_name || E'\n' || v_stmt) = any(v_done) then
                 v_done := v_done || (q.queue_name || E'\n' || v_stmt);
-                select coalesce(json_agg(t.table_name order by t.table_name)::text, '[]')
+                select coalesce(pg_catalog.json_agg(t.table_name order by t.table_name)::text, '[]')
                   into v_tables
                   from ferry.table_info t where t.queue_name = q.queue_name;
                 perform ferry.ddl_queue(q.queue_name, v_stmt, '', v_tables);
@@ -91,9 +91,9 @@ begin
             if v_now <> q.table_name
                or (q.capture is not null and not ferry_queue.plain_capture(q.capture)) then
                 if q.capture is not null then
-                    perform ferry_queue.attach_capture_spec(q.queue_name, v_relid::regclass, q.capture);
+                    perform ferry_queue.attach_capture_spec(q.queue_name, v_relid::pg_catalog.regclass, q.capture);
                 else
-                    perform ferry_queue.attach_capture(q.queue_name, v_relid::regclass);
+                    perform ferry_queue.attach_capture(q.queue_name, v_relid::pg_catalog.regclass);
                 end if;
             end if;
         end loop;

@@ -22,7 +22,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.ddl_replicated(i_relid oid)
 returns table (queue_name text, table_name text, capture jsonb, indexes boolean)
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     d      record;
     v_name text;
@@ -35,7 +35,7 @@ begin
         -- table's own name: one primary-key lookup either way.
         v_name := ferry.ddl_trigger_table(i_relid, d.queue_name);
         if v_name is null then
-            select format('%I.%I', n.nspname, c.relname) into v_name
+            select pg_catalog.format('%I.%I', n.nspname, c.relname) into v_name
               from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
              where c.oid = i_relid;
         end if;

@@ -14,7 +14,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.ddl_trigger_table(i_relid oid, i_queue text) returns text
-language plpgsql stable as $$
+language plpgsql stable set search_path = pg_catalog, pg_temp as $$
 declare
     v_args bytea;
     v_cut  integer;
@@ -25,9 +25,9 @@ begin
         return null;
     end if;
     -- Arguments are NUL-terminated: skip the queue name, read the table name.
-    v_args := substring(v_args from position('\x00'::bytea in v_args) + 1);
-    v_cut := position('\x00'::bytea in v_args);
-    return convert_from(substring(v_args from 1 for v_cut - 1),
+    v_args := pg_catalog.substring(v_args, pg_catalog.position(v_args, '\x00'::bytea) + 1);
+    v_cut := pg_catalog.position(v_args, '\x00'::bytea);
+    return pg_catalog.convert_from(pg_catalog.substring(v_args, 1, v_cut - 1),
                         pg_catalog.current_setting('server_encoding'));
 end;
 $$;

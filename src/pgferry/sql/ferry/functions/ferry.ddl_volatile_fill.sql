@@ -16,7 +16,7 @@
 --     text
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry.ddl_volatile_fill(i_relid oid, i_stmt text) returns text
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_col  text;
     v_rows boolean;
@@ -33,14 +33,14 @@ begin
                 ~* '\m(nextval|random|clock_timestamp|timeofday|gen_random_uuid|uuid_generate_v[14]|txid_current|pg_current_xact_id|statement_timestamp)\s*\('
             or exists (select 1 from pg_catalog.pg_depend p
                          join pg_catalog.pg_proc f on f.oid = p.refobjid
-                        where p.classid = 'pg_attrdef'::regclass and p.objid = d.oid
-                          and p.refclassid = 'pg_proc'::regclass and f.provolatile = 'v'))
+                        where p.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass and p.objid = d.oid
+                          and p.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass and f.provolatile = 'v'))
      order by a.attnum
      limit 1;
     if v_col is null then
         return null;
     end if;
-    execute format('select exists (select 1 from %s)', i_relid::regclass) into v_rows;
+    execute pg_catalog.format('select exists (select 1 from %s)', i_relid::pg_catalog.regclass) into v_rows;
     return case when v_rows then v_col end;
 end;
 $$;
