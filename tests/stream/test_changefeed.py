@@ -161,6 +161,9 @@ def test_operations_with_their_images(root, feed, spark, tmp_path):
         {"id": 3},
         {"id": 4},
     ]
+    # The key's text as the docs show it: compact, one text per key value (jsonb's order).
+    assert got[0].key == '{"id": 1}'
+    assert others[1].key == '{"C": "c", "a,b": 5}'
     assert all(r.committed_at is not None and r.ev_time is not None for r in got)
     # One micro-batch: Spark has not yet told the source it is done with it (it does so when
     # it plans the next), so the queue still holds it for a replay.
@@ -237,8 +240,8 @@ def failure(df, tmp_path: Path) -> BaseException:
 
 def test_bad_input_is_one_line(root, feed, spark, tmp_path):
     """A wrong queue, an unreachable provider, a consumer that is not the feed's to move,
-    a missing option: the failure carries one line saying so, no Python traceback, and
-    nothing is registered."""
+    a table the queue does not replicate, a missing option: the failure carries one line
+    saying so, no Python traceback, and nothing is registered."""
     port = root.split("port=")[1].split()[0]
     cases = [
         (feed(root, queue="nope"), "pgferry change feed: no queue 'nope' on 127.0.0.1:"),
@@ -249,6 +252,10 @@ def test_bad_input_is_one_line(root, feed, spark, tmp_path):
         (
             feed(root, consumer="leaf.copy.1"),
             "pgferry change feed: consumer 'leaf.copy.1' of queue 'replika'",
+        ),
+        (
+            feed(root, tables="public.t, s.nosuch"),
+            "pgferry change feed: table s.nosuch is not replicated by queue 'replika' on",
         ),
     ]
     for n, (df, wanted) in enumerate(cases):

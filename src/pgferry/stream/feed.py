@@ -22,6 +22,7 @@ from pgferry.db import connect, describe, error_text
 from pgferry.errors import ConfigError, DatabaseError, QueueError
 from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
+from pgferry.registry import entries
 
 # Event positions per partition: one Spark task reads about this many events.
 DEFAULT_PARTITION_EVENTS = 50_000
@@ -135,8 +136,10 @@ class Feed:
                     f"pgferry change feed: consumer {opts.consumer!r} of queue {opts.queue!r}"
                     f" on {where} is {taken}; a change feed needs a consumer of its own"
                 )
-            queue_api.register_consumer(conn, opts.queue, opts.consumer)
+            # Tables first: a query refused for its options registers nothing.
             self.tables = tuple(_quoted_table(conn, name) for name in opts.tables)
+            _check_tables(conn, opts.queue, self.tables, where)
+            queue_api.register_consumer(conn, opts.queue, opts.consumer)
         except psycopg.Error as exc:
             raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
 
@@ -279,11 +282,29 @@ def _quoted_table(conn: psycopg.Connection, name: str) -> str:
     return row[0]
 
 
+def _check_tables(
+    conn: psycopg.Connection, queue: str, tables: tuple[str, ...], where: str
+) -> None:
+    """ConfigError naming the first of ``tables`` that the queue does not replicate: a
+    misspelt name would otherwise give an empty feed, silently. A provider without
+    pgferry's registry (a queue filled by an application) has no list to check against."""
+    if not tables or not conn.execute("select to_regclass('ferry.table_info')").fetchone()[0]:
+        return
+    known = {e.table_name for e in entries.list_tables(conn, queue, local_only=False)}
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        raise ConfigError(
+            f"pgferry change feed: table {unknown[0]} is not replicated by queue {queue!r}"
+            f" on {where} (option tables)"
+        )
+
+
 # --- executors -----------------------------------------------------------------------------
 # The key of a row event: its columns in quote_ident form, split where a quoted name may
-# itself hold a comma, unquoted, each paired with its value in the row image.
+# itself hold a comma, unquoted, each paired with its value in the row image. As jsonb's
+# text: compact ({"id": 42}) and one text per key value, so a sink can group on it.
 _KEY_SQL = (
-    "case when e.ev_type ~ '^[IUD]:.' then (select json_object_agg(k.n, e.ev_data::json -> k.n)"
+    "case when e.ev_type ~ '^[IUD]:.' then (select jsonb_object_agg(k.n, e.ev_data::jsonb -> k.n)"
     " from (select case when m[1] like '\"%' then replace(substr(m[1], 2, length(m[1]) - 2),"
     " '\"\"', '\"') else m[1] end as n"
     ' from regexp_matches(substr(e.ev_type, 3), \'("(?:[^"]|"")*"|[^,]+)\', \'g\') m) k)::text'
