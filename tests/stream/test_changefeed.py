@@ -5,6 +5,9 @@ one line for bad options."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -268,3 +271,74 @@ def test_bad_input_is_one_line(root, feed, spark, tmp_path):
     with pytest.raises(Exception) as caught:
         spark.readStream.format("pgferry").option("queue", QUEUE).load()
     assert stream.error_line(caught.value) == ("pgferry change feed: option 'provider' is required")
+
+
+JOB = """
+import sys
+sys.path.insert(0, sys.argv[1])  # this tree's pgferry in the driver, as a venv's would be
+from pyspark.sql import SparkSession
+import pgferry.stream
+
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+pgferry.stream.register(spark)
+df = (
+    spark.readStream.format("pgferry").option("provider", sys.argv[2])
+    .option("queue", "replika").option("consumer", "venv_feed").load()
+)
+query = (
+    df.writeStream.format("parquet").option("path", sys.argv[3] + "/out")
+    .option("checkpointLocation", sys.argv[3] + "/ck").trigger(availableNow=True).start()
+)
+query.awaitTermination(120)
+assert query.exception() is None, query.exception()
+print("rows", spark.read.parquet(sys.argv[3] + "/out").count())
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_virtualenv_python_not_activated(root, tmp_path):
+    """A job run as ``/venv/bin/python job.py``, with a ``python3`` on PATH that has no
+    pgferry (nor psycopg): the source's workers run the job's interpreter, and the feed
+    reads its rows (PySpark alone would start that ``python3`` and fail in Java's stack)."""
+    register(root, "venv_feed")
+    sql(root, "insert into t values (1, 'a', 1), (2, 'b', 2)")
+    tick(root)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").symlink_to("/usr/bin/python3")
+    (tmp_path / "job.py").write_text(JOB)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    env["PATH"] = f"{shim}:/usr/bin:/bin"
+    src = Path(stream.__file__).parents[2]
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "job.py"), str(src), root, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rows 2" in done.stdout.splitlines()
+
+
+def test_worker_python_choice():
+    """Which interpreter the source's workers get (no Spark needed to decide it)."""
+    here = sys.executable
+    other = {"PATH": "/nonexistent"}
+    assert (
+        stream.worker_python({"PYSPARK_PYTHON": "/x/python", **other}, None, "local", "/x/python")
+        is None
+    )
+    assert stream.worker_python(other, "/y/python", "local[2]", "python3") == "/y/python"
+    assert stream.worker_python(other, None, "local[2]", "python3") == here
+    assert stream.worker_python(other, None, "spark://h:7077", "python3") is None
+    bindir = str(Path(here).parent)
+    if (Path(bindir) / "python3").resolve() == Path(here).resolve() and Path(
+        here
+    ).name == "python3":
+        assert stream.worker_python({"PATH": bindir}, None, "local", "python3") is None
