@@ -16,6 +16,7 @@ import pytest
 from pgferry import stream
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks
+from pgferry.stream.feed import Feed, FeedOptions, read_chunks, script_rows
 
 QUEUE = "replika"
 
@@ -33,6 +34,14 @@ def tick(db: str) -> int:
         made = ticks.tick(conn, QUEUE)
     assert made is not None
     return made
+
+
+def ticks_now(conn: psycopg.Connection) -> int:
+    return conn.execute(
+        "select max(t.tick_id) from ferry_queue.tick t join ferry_queue.queue q"
+        " on q.queue_id = t.tick_queue where q.queue_name = %s",
+        (QUEUE,),
+    ).fetchone()[0]
 
 
 def consumer_tick(db: str, consumer: str) -> int | None:
@@ -342,3 +351,70 @@ def test_worker_python_choice():
         here
     ).name == "python3":
         assert stream.worker_python({"PATH": bindir}, None, "local", "python3") is None
+
+
+def test_schema_changes_are_rows(root, feed, spark, write_ini, cli, tmp_path):
+    """With capture-ddl on, each captured statement comes as an ``S`` row of the table it
+    changes, between the rows written before and after it; scripts queued by ``execute``
+    too, statement by statement. DDL on a table the query leaves out is not in it;
+    ``ddl=false`` leaves them all out."""
+    ini = write_ini("feedroot", root)
+    assert cli(ini, "capture-ddl", "on").code == 0
+    register(root)
+    sql(root, "insert into t values (1, 'a', 1)")
+    sql(root, "alter table t add column c int")
+    sql(root, "insert into t values (2, 'b', 2, 7)")
+    sql(root, "alter table u add column x int")  # u: not in the query
+    sql(root, "create index t_v on public.t (v)")
+    sql(root, 'alter table k2 rename column "C" to "Ç"')
+    script = tmp_path / "more.sql"
+    script.write_text("alter table t add column d text;\nupdate t set d = 'x';\n")
+    res = cli(ini, "execute", script)
+    assert res.code == 0, res.err
+    sql(root, "drop index t_v")
+    tick(root)
+
+    run_available_now(feed(root, tables="t,k2"), tmp_path / "out", tmp_path / "ck")
+    got = [(r.table, r.op, r.data if r.op == "S" else None) for r in rows(spark, tmp_path / "out")]
+    assert got == [
+        ("public.t", "I", None),
+        ("public.t", "S", "alter table t add column c int"),
+        ("public.t", "I", None),
+        ("public.t", "S", "create index t_v on public.t (v)"),
+        ("public.k2", "S", 'alter table k2 rename column "C" to "Ç"'),
+        ("public.t", "S", "alter table t add column d text"),
+        # A script runs on each node as it is: its DML's rows are not row events.
+        ("public.t", "S", "update t set d = 'x'"),
+        ("public.t", "S", "drop index t_v"),
+    ]
+    # The option off: the same events without their S rows (read as an executor would).
+    with psycopg.connect(root, autocommit=True) as conn:
+        end = ticks_now(conn)
+    plain = FeedOptions(root, QUEUE, "spark_feed", ("public.t",), None, 1000, ddl=False)
+    f = Feed(plain)
+    f.open()
+    try:
+        spans = [s for part in f.partitions(consumer_tick(root, "spark_feed"), end) for s in part]
+    finally:
+        f.close()
+    ops = [r[3] for chunk in read_chunks(root, ("public.t",), tuple(spans), False) for r in chunk]
+    assert ops == ["I", "I"]
+
+
+def test_script_rows_name_their_tables():
+    """Which tables a queued script's statements are rows of (no Spark, no database)."""
+    queued = json.dumps(["public.t", '"Sales"."Öl"'])
+    script = (
+        'alter table "Sales"."Öl" add column "é" int; create function f() returns int'
+        " language sql as $$select 1$$;\ncomment on table t is 'x'"
+    )
+    assert script_rows(script, "", queued, ()) == [
+        ('"Sales"."Öl"', 'alter table "Sales"."Öl" add column "é" int'),
+        ("public.t", "comment on table t is 'x'"),
+    ]
+    assert script_rows(script, "", queued, ("public.t",)) == [
+        ("public.t", "comment on table t is 'x'")
+    ]
+    assert script_rows("drop index i", "local-table: public.t", queued, ()) == [
+        ("public.t", "drop index i")
+    ]

@@ -9,7 +9,7 @@
         .option("tables", "public.orders,public.items")  # default: every table
         .load()
 
-Rows: ``tick_id``, ``ev_id``, ``table``, ``op`` (I, U, D, T), ``data``, ``key``,
+Rows: ``tick_id``, ``ev_id``, ``table``, ``op`` (I, U, D, T, S), ``data``, ``key``,
 ``committed_at``, ``ev_time``, ``old_data`` (``docs/changefeed.md``).  The source is
 :mod:`pgferry.stream.source`; its PostgreSQL side, free of PySpark, is
 :mod:`pgferry.stream.feed` over :mod:`pgferry.queue.ranges`.

@@ -11,6 +11,7 @@ for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,10 +20,13 @@ import psycopg
 from psycopg import sql
 
 from pgferry.db import connect, describe, error_text
-from pgferry.errors import ConfigError, DatabaseError, QueueError
+from pgferry.errors import ConfigError, DatabaseError, PgferryError, QueueError
+from pgferry.events import EXECUTE_EVENT
 from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
 from pgferry.registry import entries
+from pgferry.scripts.attrs import ScriptAttrs
+from pgferry.scripts.translate import ScriptTranslateError, statements_naming
 
 # Event positions per partition: one Spark task reads about this many events.
 DEFAULT_PARTITION_EVENTS = 50_000
@@ -53,6 +57,7 @@ class FeedOptions:
     tables: tuple[str, ...]  # as given; empty: every table
     max_events: int | None  # maxEventsPerTrigger
     partition_events: int
+    ddl: bool = True  # queued scripts as op S rows
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,17 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
         max_events=_positive(opts, "maxeventspertrigger", "maxEventsPerTrigger"),
         partition_events=_positive(opts, "partitionevents", "partitionEvents")
         or DEFAULT_PARTITION_EVENTS,
+        ddl=_boolean(opts, "ddl", True),
     )
+
+
+def _boolean(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    value = (opts.get(key) or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise ConfigError(f"pgferry change feed: option {key} must be true or false")
+    return value == "true"
 
 
 def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
@@ -312,30 +327,75 @@ _KEY_SQL = (
 )
 
 
-def row_query(span: Span, tables: tuple[str, ...]) -> sql.Composed:
-    """The feed's rows of one span: row events and truncates (of ``tables`` only, when
-    given) in ev_id order; scripts and removal events are the cascade's business."""
+def row_query(span: Span, tables: tuple[str, ...], ddl: bool = True) -> sql.Composed:
+    """The feed's events of one span in ev_id order: row events and truncates (of
+    ``tables`` only, when given) and, with ``ddl``, queued scripts (captured DDL and
+    ``execute``), whose tables :func:`script_rows` finds; removal events are the cascade's
+    business.  Columns: ev_id, table, op, data, key, ev_time, old_data, and for a script
+    its header attributes (in old_data's place) and the queue's tables when it was queued."""
     only = (
         sql.SQL(" and e.ev_extra1 = any({})").format(sql.Literal(list(tables)))
         if tables
         else sql.SQL("")
     )
+    scripts = (
+        sql.SQL(" or e.ev_type = {}").format(sql.Literal(EXECUTE_EVENT)) if ddl else sql.SQL("")
+    )
     if span.pieces > 1:
-        only += sql.SQL(" and e.ev_id % {} = {}").format(
+        piece = sql.SQL(" and e.ev_id % {} = {}").format(
             sql.Literal(span.pieces), sql.Literal(span.piece)
         )
+    else:
+        piece = sql.SQL("")
     return sql.SQL(
         "select e.ev_id, e.ev_extra1,"
-        " case when e.ev_type = 'R' then 'T' else left(e.ev_type, 1) end,"
+        " case when e.ev_type = 'R' then 'T' when e.ev_type = {execute} then 'S'"
+        " else left(e.ev_type, 1) end,"
         " case when e.ev_type = 'R' then null else e.ev_data end, {key}, e.ev_time,"
-        " case when e.ev_type like 'U:%' then e.ev_extra2 end"
-        " from ({span}) e where (e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}"
+        " case when e.ev_type like 'U:%' or e.ev_type = {execute} then e.ev_extra2 end,"
+        " case when e.ev_type = {execute} then e.ev_extra4 end"
+        " from ({span}) e where ((e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}{scripts}){piece}"
         " order by e.ev_id"
-    ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span.query), only=only)
+    ).format(
+        key=sql.SQL(_KEY_SQL),
+        span=sql.SQL(span.query),
+        only=only,
+        scripts=scripts,
+        piece=piece,
+        execute=sql.Literal(EXECUTE_EVENT),
+    )
+
+
+def script_rows(
+    script: str, attrs: str | None, queue_tables: str | None, tables: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """``(table, statement)`` per replicated table each statement of a queued script
+    names (of ``tables`` only, when given), in order.  A script with a ``Local-Table``
+    header (a captured ``DROP INDEX`` names only its index) is whole, for those tables."""
+    try:
+        local = ScriptAttrs.from_text(attrs).values.get("local-table", [])
+    except PgferryError:
+        local = []
+    if local:
+        found = [(script, local)]
+    else:
+        try:
+            known = set(json.loads(queue_tables or "[]"))
+        except ValueError:
+            known = set()
+        try:
+            found = statements_naming(script, known)
+        except ScriptTranslateError:
+            # The root parsed it when it was queued; a parser that cannot is not a reason
+            # to hide a schema change: the whole script, for every table it may touch.
+            found = [(script, sorted(known))]
+    return [
+        (table, text) for text, named in found for table in named if not tables or table in tables
+    ]
 
 
 def read_chunks(
-    provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]
+    provider: str, tables: tuple[str, ...], spans: tuple[Span, ...], ddl: bool = True
 ) -> Iterator[list[tuple]]:
     """The rows of a partition (tuples in :data:`COLUMNS` order) in chunks of at most
     :data:`FETCH_ROWS`, read in one read-only transaction."""
@@ -348,12 +408,22 @@ def read_chunks(
             conn.read_only = True
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
-                    cur.execute(row_query(span, tables))
+                    cur.execute(row_query(span, tables, ddl))
                     while rows := cur.fetchmany(FETCH_ROWS):
-                        yield [
-                            (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
-                            for ev_id, table, op, data, key, ev_time, old in rows
-                        ]
+                        chunk = []
+                        for ev_id, table, op, data, key, ev_time, old, queued in rows:
+                            if op != "S":
+                                chunk.append(
+                                    (span.tick, ev_id, table, op, data, key, span.tick_time)
+                                    + (ev_time, old)
+                                )
+                                continue
+                            for named, text in script_rows(data or "", old, queued, tables):
+                                chunk.append(
+                                    (span.tick, ev_id, named, op, text, None, span.tick_time)
+                                    + (ev_time, None)
+                                )
+                        yield chunk
     except psycopg.Error as exc:
         where = describe(provider)
         raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None

@@ -71,7 +71,7 @@ ARROW_SCHEMA = pa.schema(
 
 class PgferrySource(DataSource):
     """``spark.readStream.format("pgferry")``: options ``provider``, ``queue``,
-    ``consumer``, ``tables``, ``maxEventsPerTrigger``, ``partitionEvents``."""
+    ``consumer``, ``tables``, ``ddl``, ``maxEventsPerTrigger``, ``partitionEvents``."""
 
     @classmethod
     def name(cls) -> str:
@@ -152,7 +152,9 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Arrow batches rather than tuples: Spark would convert each tuple in Python.
         assert isinstance(partition, SpansPartition)
-        for chunk in read_chunks(self.options.provider, partition.tables, partition.spans):
+        for chunk in read_chunks(
+            self.options.provider, partition.tables, partition.spans, self.options.ddl
+        ):
             columns = zip(*chunk, strict=True)
             yield pa.RecordBatch.from_arrays(
                 [pa.array(v, type=f.type) for f, v in zip(ARROW_SCHEMA, columns, strict=True)],
