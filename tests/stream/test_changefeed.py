@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -418,3 +420,94 @@ def test_script_rows_name_their_tables():
     assert script_rows("drop index i", "local-table: public.t", queued, ()) == [
         ("public.t", "drop index i")
     ]
+
+
+def test_typed_columns(root, feed, spark, write_ini, cli, tmp_path):
+    """``typed=true`` with one table: ``data`` and ``old_data`` are structs of the table's
+    columns in Spark types (text for the types without their own); an ``S`` row's
+    statement is in ``statement``; a typed query without its one table is one line."""
+    sql(
+        root,
+        'create table "Typé" (id int8 primary key, i2 int2, i4 int, f4 real, f8 float8,'
+        " n numeric(12,3), nu numeric, t text, vc varchar(5), b bool, ts timestamp,"
+        ' tz timestamptz, d date, j jsonb, ia int[], ta text[], by bytea, u uuid, "ip ÿ" inet)',
+    )
+    ini = write_ini("feedroot", root)
+    assert cli(ini, "add-table", '"Typé"', "--trigger-arg=backup").code == 0
+    assert cli(ini, "capture-ddl", "on").code == 0
+    register(root)
+    # The query's schema is the table's when it is defined: the column added below is not in it.
+    df = feed(root, tables='"Typé"', typed="true")
+    sql(
+        root,
+        "set timezone = 'Europe/Paris'",
+        'insert into "Typé" values (1, 2, 3, 1.5, 2.25, 123456789.125, 1.000000000000000000001,'
+        " 'ü', 'abc', true, '2024-02-29 10:11:12.345678', '2024-02-29 10:00+01', '2024-02-29',"
+        " '{\"a\": [1, 2]}', '{1,null,3}', '{\"x,y\",z}', '\\x00ff',"
+        " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '10.0.0.1/8')",
+        'insert into "Typé" (id) values (2)',
+        "update \"Typé\" set t = 'v', ia = null where id = 1",
+        'alter table "Typé" add column extra int',
+        'delete from "Typé" where id = 2',
+    )
+    tick(root)
+
+    data = df.schema["data"].dataType
+    assert [(f.name, f.dataType.simpleString()) for f in data.fields] == [
+        ("id", "bigint"),
+        ("i2", "smallint"),
+        ("i4", "int"),
+        ("f4", "float"),
+        ("f8", "double"),
+        ("n", "decimal(12,3)"),
+        ("nu", "string"),  # numeric without a precision keeps its digits as text
+        ("t", "string"),
+        ("vc", "string"),
+        ("b", "boolean"),
+        ("ts", "timestamp_ntz"),
+        ("tz", "timestamp"),
+        ("d", "date"),
+        ("j", "string"),
+        ("ia", "array<int>"),
+        ("ta", "array<string>"),
+        ("by", "binary"),
+        ("u", "string"),
+        ("ip ÿ", "string"),
+    ]
+    assert df.schema["old_data"].dataType == data
+    run_available_now(df, tmp_path / "out", tmp_path / "ck")
+    got = rows(spark, tmp_path / "out")
+    assert [(r.op, r.data and r.data.id, r.statement) for r in got] == [
+        ("I", 1, None),
+        ("I", 2, None),
+        ("U", 1, None),
+        ("S", None, 'alter table "Typé" add column extra int'),
+        ("D", 2, None),
+    ]
+    first = got[0].data
+    assert (first.i2, first.i4, first.f4, first.f8) == (2, 3, 1.5, 2.25)
+    assert first.n == Decimal("123456789.125") and first.nu == "1.000000000000000000001"
+    assert (first.t, first.vc, first.b) == ("ü", "abc", True)
+    assert first.ts == datetime(2024, 2, 29, 10, 11, 12, 345678)
+    assert first.tz == datetime(2024, 2, 29, 9, 0, tzinfo=UTC).astimezone().replace(
+        tzinfo=None
+    )  # Spark shows a timestamp in the session's (here the machine's) time zone
+    assert first.d == date(2024, 2, 29)
+    assert json.loads(first.j) == {"a": [1, 2]}
+    assert first.ia == [1, None, 3] and first.ta == ["x,y", "z"]
+    assert bytes(first.by) == b"\x00\xff"
+    assert first.u == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" and first["ip ÿ"] == "10.0.0.1/8"
+    update = got[2]
+    assert (update.data.t, update.data.ia, update.old_data.t, update.old_data.ia) == (
+        "v",
+        None,
+        "ü",
+        [1, None, 3],
+    )
+    assert got[1].old_data is None and got[1].data.i2 is None
+
+    with pytest.raises(Exception) as caught:
+        feed(root, typed="true", consumer="other").schema  # noqa: B018
+    assert stream.error_line(caught.value) == (
+        "pgferry change feed: option typed needs option tables to name one table"
+    )

@@ -58,6 +58,7 @@ class FeedOptions:
     max_events: int | None  # maxEventsPerTrigger
     partition_events: int
     ddl: bool = True  # queued scripts as op S rows
+    typed: bool = False  # data and old_data as the table's columns (one table)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
     if missing:
         raise ConfigError(f"pgferry change feed: option {missing[0]!r} is required")
     tables = tuple(t.strip() for t in (opts.get("tables") or "").split(",") if t.strip())
+    if _boolean(opts, "typed", False) and len(tables) != 1:
+        raise ConfigError("pgferry change feed: option typed needs option tables to name one table")
     return FeedOptions(
         provider=opts["provider"],
         queue=opts["queue"].strip(),
@@ -89,6 +92,7 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
         partition_events=_positive(opts, "partitionevents", "partitionEvents")
         or DEFAULT_PARTITION_EVENTS,
         ddl=_boolean(opts, "ddl", True),
+        typed=_boolean(opts, "typed", False),
     )
 
 
@@ -314,6 +318,70 @@ def _check_tables(
         )
 
 
+# --- typed columns -------------------------------------------------------------------------
+# PostgreSQL types the typed feed keeps (json_to_record declarations); every other type is
+# read as text.  pgferry.stream.source pairs each with its Spark and Arrow types.
+TYPED = ("int2", "int4", "int8", "float4", "float8", "bool", "text", "timestamptz")
+TYPED += ("timestamp", "date", "bytea")
+_AS_TEXT = ("varchar", "bpchar", "name", "uuid", "json", "jsonb", "citext")
+
+
+def column_types(provider: str, table: str) -> list[tuple[str, str]]:
+    """``(column, declaration)`` of ``table``'s columns in order, each declaration one of
+    :data:`TYPED`, ``numeric(p,s)`` (a numeric with a precision of at most 38), or such a
+    type with ``[]`` (a one-dimensional array); everything else ``text``."""
+    try:
+        conn = connect(provider, autocommit=True, application_name="pgferry-changefeed")
+    except DatabaseError as exc:
+        raise DatabaseError(f"pgferry change feed: {exc}") from None
+    try:
+        with conn:
+            quoted = _quoted_table(conn, table)
+            rows = conn.execute(
+                "select a.attname, coalesce(e.typname, t.typname), a.atttypmod,"
+                " e.oid is not null from pg_attribute a join pg_type t on t.oid = a.atttypid"
+                " left join pg_type e on e.oid = t.typelem and t.typcategory = 'A'"
+                " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
+                " order by a.attnum",
+                (quoted,),
+            ).fetchall()
+    except psycopg.Error as exc:
+        where = describe(provider)
+        raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
+    if not rows:
+        raise ConfigError(
+            f"pgferry change feed: no table {quoted} on {describe(provider)} (option tables)"
+        )
+    return [
+        (name, _declaration(kind, typmod) + ("[]" if array else ""))
+        for name, kind, typmod, array in rows
+    ]
+
+
+def _declaration(kind: str, typmod: int) -> str:
+    if kind in TYPED:
+        return kind
+    if kind == "numeric" and typmod >= 4:
+        precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+        if precision <= 38 and scale <= precision:
+            return f"numeric({precision},{scale})"
+    return "text"
+
+
+def _typed_images(columns: list[tuple[str, str]]) -> sql.Composed:
+    """The lateral reads of a row event's images as the table's columns: ``d`` the row
+    (I, U, D), ``o`` an update's old row where the capture keeps it."""
+    record = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(decl)) for name, decl in columns
+    )
+    return sql.SQL(
+        " left join lateral json_to_record(case when e.ev_type ~ '^[IUD]:'"
+        " then e.ev_data::json end) as d({record}) on true"
+        " left join lateral json_to_record(case when e.ev_type like 'U:%'"
+        " and left(e.ev_extra2, 1) = '{{' then e.ev_extra2::json end) as o({record}) on true"
+    ).format(record=record)
+
+
 # --- executors -----------------------------------------------------------------------------
 # The key of a row event: its columns in quote_ident form, split where a quoted name may
 # itself hold a comma, unquoted, each paired with its value in the row image. As jsonb's
@@ -327,12 +395,18 @@ _KEY_SQL = (
 )
 
 
-def row_query(span: Span, tables: tuple[str, ...], ddl: bool = True) -> sql.Composed:
+def row_query(
+    span: Span,
+    tables: tuple[str, ...],
+    ddl: bool = True,
+    columns: list[tuple[str, str]] | None = None,
+) -> sql.Composed:
     """The feed's events of one span in ev_id order: row events and truncates (of
     ``tables`` only, when given) and, with ``ddl``, queued scripts (captured DDL and
     ``execute``), whose tables :func:`script_rows` finds; removal events are the cascade's
     business.  Columns: ev_id, table, op, data, key, ev_time, old_data, and for a script
-    its header attributes (in old_data's place) and the queue's tables when it was queued."""
+    its header attributes (in old_data's place) and the queue's tables when it was queued;
+    with ``columns`` (typed), then the row's columns and the old row's."""
     only = (
         sql.SQL(" and e.ev_extra1 = any({})").format(sql.Literal(list(tables)))
         if tables
@@ -353,8 +427,9 @@ def row_query(span: Span, tables: tuple[str, ...], ddl: bool = True) -> sql.Comp
         " else left(e.ev_type, 1) end,"
         " case when e.ev_type = 'R' then null else e.ev_data end, {key}, e.ev_time,"
         " case when e.ev_type like 'U:%' or e.ev_type = {execute} then e.ev_extra2 end,"
-        " case when e.ev_type = {execute} then e.ev_extra4 end"
-        " from ({span}) e where ((e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}{scripts}){piece}"
+        " case when e.ev_type = {execute} then e.ev_extra4 end{typed}"
+        " from ({span}) e{images}"
+        " where ((e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}{scripts}){piece}"
         " order by e.ev_id"
     ).format(
         key=sql.SQL(_KEY_SQL),
@@ -363,6 +438,8 @@ def row_query(span: Span, tables: tuple[str, ...], ddl: bool = True) -> sql.Comp
         scripts=scripts,
         piece=piece,
         execute=sql.Literal(EXECUTE_EVENT),
+        typed=sql.SQL(", d.*, o.*") if columns else sql.SQL(""),
+        images=_typed_images(columns) if columns else sql.SQL(""),
     )
 
 
@@ -395,10 +472,17 @@ def script_rows(
 
 
 def read_chunks(
-    provider: str, tables: tuple[str, ...], spans: tuple[Span, ...], ddl: bool = True
+    provider: str,
+    tables: tuple[str, ...],
+    spans: tuple[Span, ...],
+    ddl: bool = True,
+    columns: list[tuple[str, str]] | None = None,
 ) -> Iterator[list[tuple]]:
     """The rows of a partition (tuples in :data:`COLUMNS` order) in chunks of at most
-    :data:`FETCH_ROWS`, read in one read-only transaction."""
+    :data:`FETCH_ROWS`, read in one read-only transaction.  With ``columns`` (typed),
+    ``data`` and ``old_data`` are tuples of the row's values (or None) and a last item
+    is an ``S`` row's statement."""
+    width = len(columns or ())
     try:
         conn = connect(provider, application_name="pgferry-changefeed")
     except DatabaseError as exc:
@@ -408,21 +492,28 @@ def read_chunks(
             conn.read_only = True
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
-                    cur.execute(row_query(span, tables, ddl))
+                    cur.execute(row_query(span, tables, ddl, columns))
                     while rows := cur.fetchmany(FETCH_ROWS):
                         chunk = []
-                        for ev_id, table, op, data, key, ev_time, old, queued in rows:
-                            if op != "S":
-                                chunk.append(
-                                    (span.tick, ev_id, table, op, data, key, span.tick_time)
-                                    + (ev_time, old)
-                                )
+                        for row in rows:
+                            ev_id, table, op, data, key, ev_time, old, queued = row[:8]
+                            head = (span.tick, ev_id)
+                            if op == "S":
+                                for named, text in script_rows(data or "", old, queued, tables):
+                                    tail = (None, text) if width else (None,)
+                                    chunk.append(
+                                        (*head, named, op, None if width else text, None)
+                                        + (span.tick_time, ev_time, *tail)
+                                    )
                                 continue
-                            for named, text in script_rows(data or "", old, queued, tables):
-                                chunk.append(
-                                    (span.tick, ev_id, named, op, text, None, span.tick_time)
-                                    + (ev_time, None)
-                                )
+                            if width:
+                                image = row[8 : 8 + width] if data is not None else None
+                                before = row[8 + width :] if old and old[:1] == "{" else None
+                                data, old = image, before
+                            tail = (old, None) if width else (old,)
+                            chunk.append(
+                                (*head, table, op, data, key, span.tick_time, ev_time, *tail)
+                            )
                         yield chunk
     except psycopg.Error as exc:
         where = describe(provider)
