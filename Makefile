@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m pgferry.demo
+	$(BIN)/python -m pgferry.demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

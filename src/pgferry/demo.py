@@ -7,13 +7,21 @@ workers run as daemons, a pgbench load of logins and logouts runs on the source,
 ``status``, ``tables`` and ``compare`` show that every copy equals its source.  When the
 lake extra is installed (deltalake), a lake leaf ``lake_digoal`` keeps both tables in
 Delta Lake tables under the demo's folder beside them (``docs/lakehouse.md``) and is
-compared too.  Everything started here is stopped at the end.
+compared too.  Everything started here is stopped at the end and its folder removed, on
+success, failure, Ctrl-C or SIGTERM alike (the clusters live inside the demo's folder).
+``PGFERRY_DEMO_PORT=N`` or ``--port N`` (``make demo DEMO_ARGS="--port N"``) puts the
+source on port N and the target on N + 1; by default both take free ports.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import os
 import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +37,7 @@ from pgferry.testing.cluster import LocalCluster, find_pg_tool, make_cluster
 from pgferry.testing.scenario import sql
 from pgferry.testing.seed import seed_fill, seed_schema
 
+PORT_ENV = "PGFERRY_DEMO_PORT"  # the source's port; the target's is the next one
 USERS = 20_000
 LOAD_SECONDS = 10
 TABLES = ("digoal_01.user_info", "digoal_01.user_session")
@@ -172,21 +181,65 @@ def _load(workdir: Path, root: LocalCluster, console: Console) -> None:
         )  # fmt: skip
         for script in ("login.sql", "logout.sql")
     ]
-    for run, script in zip(runs, ("login.sql", "logout.sql"), strict=True):
-        out, _ = run.communicate(timeout=LOAD_SECONDS + 60)
-        tps = [line for line in out.splitlines() if line.startswith("tps")]
-        console.print(f"  {script}: {tps[0] if tps else out.strip().splitlines()[-1:]}")
+    try:
+        for run, script in zip(runs, ("login.sql", "logout.sql"), strict=True):
+            out, _ = run.communicate(timeout=LOAD_SECONDS + 60)
+            tps = [line for line in out.splitlines() if line.startswith("tps")]
+            console.print(f"  {script}: {tps[0] if tps else out.strip().splitlines()[-1:]}")
+    finally:
+        for run in runs:  # interrupted: no pgbench outlives the demo
+            if run.poll() is None:
+                run.kill()
+                run.wait()
 
 
-def run(console: Console) -> None:
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _check_ports(ports: tuple[int, int]) -> None:
+    """PgferryError, one line, when a port the demo was given is taken or out of range."""
+    for port in ports:
+        if not 1024 <= port <= 65535:
+            raise PgferryError(f"demo port {port} is out of range (1024 to 65535)")
+        if not _port_free(port):
+            raise PgferryError(
+                f"port {port} on 127.0.0.1 is in use: choose other ports"
+                f" ({PORT_ENV}=N or --port N: the source on N, the target on N + 1)"
+            )
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) end the demo as Ctrl-C does, through its
+    clean-up, instead of leaving servers and folders behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
+def run(console: Console, ports: tuple[int, int] | None = None) -> None:
+    """The demo; ``ports``: the source's and the target's (default: free ones). Whatever
+    ends it, its daemons and servers are stopped and its folder removed."""
     console.print(Rule("[bold]pgferry demo: the walkthrough in miniature"))
+    if ports is not None:
+        _check_ports(ports)
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-demo-"))
+    os.chmod(workdir, 0o755)  # the clusters inside may run as another OS user
     console.print("Starting two throw-away PostgreSQL clusters on 127.0.0.1 ...")
-    root_cluster = make_cluster("demo-src")
+    root_cluster: LocalCluster | None = None
     target_cluster: LocalCluster | None = None
     demo = Demo(console, workdir)
     try:
-        target_cluster = make_cluster("demo-dst")
+        root_cluster = make_cluster("demo-src", workdir, port=ports[0] if ports else None)
+        target_cluster = make_cluster("demo-dst", workdir, port=ports[1] if ports else None)
         src = root_cluster.createdb("digoal_01")
         dst1 = target_cluster.createdb("digoal_01")
         dst2 = target_cluster.createdb("digoal_02")
@@ -264,26 +317,53 @@ def run(console: Console) -> None:
         if equal:
             console.print("[bold green]Every replicated table equals its source.[/]")
             if lake:
-                console.print(f"[bold green]The lake copy (Delta, {workdir / 'lake'}) equals"
-                              " the source.[/]")  # fmt: skip
+                console.print("[bold green]The lake copy (Delta tables) equals the source.[/]")
         else:
             console.print("[bold red]Some tables differ: see compare above.[/]")
             raise SystemExit(1)
     finally:
         console.print("Stopping workers, ticker and clusters ...")
-        demo.stop_daemons()
-        for cluster in (target_cluster, root_cluster):
-            if cluster is not None:
-                cluster.destroy()
+        try:
+            demo.stop_daemons()
+            for cluster in (target_cluster, root_cluster):
+                if cluster is not None:
+                    cluster.destroy()
+        finally:
+            # The configs, logs and any cluster that failed half-way to start.
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main() -> int:
-    console = Console()
+def ports_asked(argv: list[str], environ: dict[str, str]) -> tuple[int, int] | None:
+    """(source, target) ports from ``--port N`` or, else, PGFERRY_DEMO_PORT; None: free
+    ones. PgferryError for a value that is not a port number."""
+    parser = argparse.ArgumentParser(prog="python -m pgferry.demo", exit_on_error=False)
+    parser.add_argument("--port", help=f"the source's port (the target's is the next one;"
+                        f" default ${PORT_ENV}, else free ports)")  # fmt: skip
     try:
-        run(console)
+        args, unknown = parser.parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        raise PgferryError(f"demo: {exc}") from None
+    if unknown:
+        raise PgferryError(f"demo: unknown argument {unknown[0]} (known: --port N)")
+    value = args.port if args.port is not None else environ.get(PORT_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise PgferryError(f"demo: port {value!r} is not a number (--port N or {PORT_ENV}=N)")
+    return int(value), int(value) + 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    console = Console()
+    _stop_on_sigterm()
+    try:
+        run(console, ports_asked(sys.argv[1:] if argv is None else argv, dict(os.environ)))
     except PgferryError as exc:
         console.print(f"[bold red]demo failed:[/] {exc}")
         return 1
+    except KeyboardInterrupt:
+        console.print("[bold red]demo interrupted:[/] everything it started is stopped and removed")
+        return 130
     return 0
 
 

@@ -113,3 +113,43 @@ def test_compare_and_repair_on_spark_connect(pair, capsys, connect_server, monke
         assert main([ini, "compare", *remote]) == 0
     pair.same('"Mixed T"')
     assert len(asked) == 3 and set(asked) == {connect_server.url}
+
+
+def test_repair_without_names_repairs_what_has_a_key(pair, capsys, monkeypatch) -> None:
+    """repair with no table names on the default configuration: the keyed table is repaired
+    (its whole read over the driver's limit, narrowed to compare's ranges), the keyless
+    one is named for a resync, the exit is 1, and no Spark session starts."""
+    from pgferry.pipeline import compare, keyranges, repair_local, spark
+
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v int)")
+        side('create table public."Log Nk" (a int, b text)')
+    pair.root("insert into t select g, 0 from generate_series(1, 3000) g")
+    pair.root("insert into \"Log Nk\" select g % 5, 'x' from generate_series(1, 40) g")
+    pair.add_tables("public.t", 'public."Log Nk"')
+    pair.catch_up(pair.worker())
+    for side in (pair.root, pair.leaf):
+        side("analyze t")  # the planner's estimates say what a read holds
+    pair.leaf(
+        "set session_replication_role = replica; update t set v = -1 where id = 1700;"
+        " delete from t where id = 12; insert into \"Log Nk\" values (1, 'x')"
+    )
+    # Reading t whole is over the driver's limit; one bucket of it is not.
+    monkeypatch.setattr(compare, "LOCAL_PAGES", 0)
+    monkeypatch.setattr(repair_local, "LOCAL_MODE_ROWS", 1000)
+    monkeypatch.setattr(keyranges, "BUCKET_ROWS", 100)
+    started: list[str] = []
+    monkeypatch.setattr(spark, "spark_for", lambda options: started.append(options) or 1 / 0)
+    ini = str(pair.leaf_cfg.path)
+    with running(pair, write=False):
+        code = main([ini, "repair", "--apply", "--dir", str(pair.leaf_cfg.path.parent)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert started == []
+    assert "public.t: 1 inserts, 1 updates, 0 deletes applied" in out
+    resync = [line for line in out.splitlines() if "resync" in line]
+    assert resync == [
+        'public."Log Nk": differs and has no key, rows cannot be matched one by one: resync it'
+    ]
+    pair.same("t")
+    assert pair.leaf('select count(*) from "Log Nk"') == [(41,)]  # left for the resync

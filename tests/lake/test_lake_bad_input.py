@@ -71,6 +71,25 @@ def test_two_nodes_one_lake_table(lake_pair, lake_dir, new_db_b) -> None:
     assert "two nodes cannot write one lake table" in line
 
 
+@pytest.mark.parametrize(("first", "second"), [("delta", "iceberg"), ("iceberg", "delta")])
+def test_two_formats_one_lake_path(lake_pair, lake_dir, new_db_b, first, second) -> None:
+    """Two leaves given one lake_path, one writing Delta and one Iceberg: the second's
+    add-table is refused in one line naming the directory and the first node."""
+    pytest.importorskip("pyiceberg")
+    pair = _pair(lake_pair, lake_format=first)
+    pair.cascade.add("leafnode", "public.t", handler="lake")
+    other = new_db_b(None)
+    pair.cascade.node("other", other, "leaf", "rootnode", lake_path=str(lake_dir),
+                      lake_format=second)  # fmt: skip
+    pair.sql(other, "create table public.t (id int primary key, v text)")
+    line = _refused(pair, node="other")
+    assert f"{lake_dir / 'public' / 't'} already holds the {first} table of node leafnode's" in line
+    assert "give this node another lake_path" in line
+    assert sorted(p.name for p in (lake_dir / "public" / "t").iterdir()) == (
+        ["_delta_log"] if first == "delta" else ["metadata"]
+    )  # nothing of the second format written
+
+
 @pytest.mark.parametrize("value", ["parquet"])
 def test_unknown_format(lake_pair, value) -> None:
     pair = _pair(lake_pair)

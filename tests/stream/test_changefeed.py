@@ -5,6 +5,11 @@ one line for bad options."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -13,6 +18,7 @@ import pytest
 from pgferry import stream
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks
+from pgferry.stream.feed import Feed, FeedOptions, read_chunks, script_rows
 
 QUEUE = "replika"
 
@@ -30,6 +36,14 @@ def tick(db: str) -> int:
         made = ticks.tick(conn, QUEUE)
     assert made is not None
     return made
+
+
+def ticks_now(conn: psycopg.Connection) -> int:
+    return conn.execute(
+        "select max(t.tick_id) from ferry_queue.tick t join ferry_queue.queue q"
+        " on q.queue_id = t.tick_queue where q.queue_name = %s",
+        (QUEUE,),
+    ).fetchone()[0]
 
 
 def consumer_tick(db: str, consumer: str) -> int | None:
@@ -161,6 +175,9 @@ def test_operations_with_their_images(root, feed, spark, tmp_path):
         {"id": 3},
         {"id": 4},
     ]
+    # The key's text as the docs show it: compact, one text per key value (jsonb's order).
+    assert got[0].key == '{"id": 1}'
+    assert others[1].key == '{"C": "c", "a,b": 5}'
     assert all(r.committed_at is not None and r.ev_time is not None for r in got)
     # One micro-batch: Spark has not yet told the source it is done with it (it does so when
     # it plans the next), so the queue still holds it for a replay.
@@ -237,8 +254,8 @@ def failure(df, tmp_path: Path) -> BaseException:
 
 def test_bad_input_is_one_line(root, feed, spark, tmp_path):
     """A wrong queue, an unreachable provider, a consumer that is not the feed's to move,
-    a missing option: the failure carries one line saying so, no Python traceback, and
-    nothing is registered."""
+    a table the queue does not replicate, a missing option: the failure carries one line
+    saying so, no Python traceback, and nothing is registered."""
     port = root.split("port=")[1].split()[0]
     cases = [
         (feed(root, queue="nope"), "pgferry change feed: no queue 'nope' on 127.0.0.1:"),
@@ -249,6 +266,10 @@ def test_bad_input_is_one_line(root, feed, spark, tmp_path):
         (
             feed(root, consumer="leaf.copy.1"),
             "pgferry change feed: consumer 'leaf.copy.1' of queue 'replika'",
+        ),
+        (
+            feed(root, tables="public.t, s.nosuch"),
+            "pgferry change feed: table s.nosuch is not replicated by queue 'replika' on",
         ),
     ]
     for n, (df, wanted) in enumerate(cases):
@@ -261,3 +282,232 @@ def test_bad_input_is_one_line(root, feed, spark, tmp_path):
     with pytest.raises(Exception) as caught:
         spark.readStream.format("pgferry").option("queue", QUEUE).load()
     assert stream.error_line(caught.value) == ("pgferry change feed: option 'provider' is required")
+
+
+JOB = """
+import sys
+sys.path.insert(0, sys.argv[1])  # this tree's pgferry in the driver, as a venv's would be
+from pyspark.sql import SparkSession
+import pgferry.stream
+
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+pgferry.stream.register(spark)
+df = (
+    spark.readStream.format("pgferry").option("provider", sys.argv[2])
+    .option("queue", "replika").option("consumer", "venv_feed").load()
+)
+query = (
+    df.writeStream.format("parquet").option("path", sys.argv[3] + "/out")
+    .option("checkpointLocation", sys.argv[3] + "/ck").trigger(availableNow=True).start()
+)
+query.awaitTermination(120)
+assert query.exception() is None, query.exception()
+print("rows", spark.read.parquet(sys.argv[3] + "/out").count())
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_virtualenv_python_not_activated(root, tmp_path):
+    """A job run as ``/venv/bin/python job.py``, with a ``python3`` on PATH that has no
+    pgferry (nor psycopg): the source's workers run the job's interpreter, and the feed
+    reads its rows (PySpark alone would start that ``python3`` and fail in Java's stack)."""
+    register(root, "venv_feed")
+    sql(root, "insert into t values (1, 'a', 1), (2, 'b', 2)")
+    tick(root)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").symlink_to("/usr/bin/python3")
+    (tmp_path / "job.py").write_text(JOB)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    env["PATH"] = f"{shim}:/usr/bin:/bin"
+    src = Path(stream.__file__).parents[2]
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "job.py"), str(src), root, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rows 2" in done.stdout.splitlines()
+
+
+def test_worker_python_choice():
+    """Which interpreter the source's workers get (no Spark needed to decide it)."""
+    here = sys.executable
+    other = {"PATH": "/nonexistent"}
+    assert (
+        stream.worker_python({"PYSPARK_PYTHON": "/x/python", **other}, None, "local", "/x/python")
+        is None
+    )
+    assert stream.worker_python(other, "/y/python", "local[2]", "python3") == "/y/python"
+    assert stream.worker_python(other, None, "local[2]", "python3") == here
+    assert stream.worker_python(other, None, "spark://h:7077", "python3") is None
+    bindir = str(Path(here).parent)
+    if (Path(bindir) / "python3").resolve() == Path(here).resolve() and Path(
+        here
+    ).name == "python3":
+        assert stream.worker_python({"PATH": bindir}, None, "local", "python3") is None
+
+
+def test_schema_changes_are_rows(root, feed, spark, write_ini, cli, tmp_path):
+    """With capture-ddl on, each captured statement comes as an ``S`` row of the table it
+    changes, between the rows written before and after it; scripts queued by ``execute``
+    too, statement by statement. DDL on a table the query leaves out is not in it;
+    ``ddl=false`` leaves them all out."""
+    ini = write_ini("feedroot", root)
+    assert cli(ini, "capture-ddl", "on").code == 0
+    register(root)
+    sql(root, "insert into t values (1, 'a', 1)")
+    sql(root, "alter table t add column c int")
+    sql(root, "insert into t values (2, 'b', 2, 7)")
+    sql(root, "alter table u add column x int")  # u: not in the query
+    sql(root, "create index t_v on public.t (v)")
+    sql(root, 'alter table k2 rename column "C" to "Ç"')
+    script = tmp_path / "more.sql"
+    script.write_text("alter table t add column d text;\nupdate t set d = 'x';\n")
+    res = cli(ini, "execute", script)
+    assert res.code == 0, res.err
+    sql(root, "drop index t_v")
+    tick(root)
+
+    run_available_now(feed(root, tables="t,k2"), tmp_path / "out", tmp_path / "ck")
+    got = [(r.table, r.op, r.data if r.op == "S" else None) for r in rows(spark, tmp_path / "out")]
+    assert got == [
+        ("public.t", "I", None),
+        ("public.t", "S", "alter table t add column c int"),
+        ("public.t", "I", None),
+        ("public.t", "S", "create index t_v on public.t (v)"),
+        ("public.k2", "S", 'alter table k2 rename column "C" to "Ç"'),
+        ("public.t", "S", "alter table t add column d text"),
+        # A script runs on each node as it is: its DML's rows are not row events.
+        ("public.t", "S", "update t set d = 'x'"),
+        ("public.t", "S", "drop index t_v"),
+    ]
+    # The option off: the same events without their S rows (read as an executor would).
+    with psycopg.connect(root, autocommit=True) as conn:
+        end = ticks_now(conn)
+    plain = FeedOptions(root, QUEUE, "spark_feed", ("public.t",), None, 1000, ddl=False)
+    f = Feed(plain)
+    f.open()
+    try:
+        spans = [s for part in f.partitions(consumer_tick(root, "spark_feed"), end) for s in part]
+    finally:
+        f.close()
+    ops = [r[3] for chunk in read_chunks(root, ("public.t",), tuple(spans), False) for r in chunk]
+    assert ops == ["I", "I"]
+
+
+def test_script_rows_name_their_tables():
+    """Which tables a queued script's statements are rows of (no Spark, no database)."""
+    queued = json.dumps(["public.t", '"Sales"."Öl"'])
+    script = (
+        'alter table "Sales"."Öl" add column "é" int; create function f() returns int'
+        " language sql as $$select 1$$;\ncomment on table t is 'x'"
+    )
+    assert script_rows(script, "", queued, ()) == [
+        ('"Sales"."Öl"', 'alter table "Sales"."Öl" add column "é" int'),
+        ("public.t", "comment on table t is 'x'"),
+    ]
+    assert script_rows(script, "", queued, ("public.t",)) == [
+        ("public.t", "comment on table t is 'x'")
+    ]
+    assert script_rows("drop index i", "local-table: public.t", queued, ()) == [
+        ("public.t", "drop index i")
+    ]
+
+
+def test_typed_columns(root, feed, spark, write_ini, cli, tmp_path):
+    """``typed=true`` with one table: ``data`` and ``old_data`` are structs of the table's
+    columns in Spark types (text for the types without their own); an ``S`` row's
+    statement is in ``statement``; a typed query without its one table is one line."""
+    sql(
+        root,
+        'create table "Typé" (id int8 primary key, i2 int2, i4 int, f4 real, f8 float8,'
+        " n numeric(12,3), nu numeric, t text, vc varchar(5), b bool, ts timestamp,"
+        ' tz timestamptz, d date, j jsonb, ia int[], ta text[], by bytea, u uuid, "ip ÿ" inet)',
+    )
+    ini = write_ini("feedroot", root)
+    assert cli(ini, "add-table", '"Typé"', "--trigger-arg=backup").code == 0
+    assert cli(ini, "capture-ddl", "on").code == 0
+    register(root)
+    # The query's schema is the table's when it is defined: the column added below is not in it.
+    df = feed(root, tables='"Typé"', typed="true")
+    sql(
+        root,
+        "set timezone = 'Europe/Paris'",
+        'insert into "Typé" values (1, 2, 3, 1.5, 2.25, 123456789.125, 1.000000000000000000001,'
+        " 'ü', 'abc', true, '2024-02-29 10:11:12.345678', '2024-02-29 10:00+01', '2024-02-29',"
+        " '{\"a\": [1, 2]}', '{1,null,3}', '{\"x,y\",z}', '\\x00ff',"
+        " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '10.0.0.1/8')",
+        'insert into "Typé" (id) values (2)',
+        "update \"Typé\" set t = 'v', ia = null where id = 1",
+        'alter table "Typé" add column extra int',
+        'delete from "Typé" where id = 2',
+    )
+    tick(root)
+
+    data = df.schema["data"].dataType
+    assert [(f.name, f.dataType.simpleString()) for f in data.fields] == [
+        ("id", "bigint"),
+        ("i2", "smallint"),
+        ("i4", "int"),
+        ("f4", "float"),
+        ("f8", "double"),
+        ("n", "decimal(12,3)"),
+        ("nu", "string"),  # numeric without a precision keeps its digits as text
+        ("t", "string"),
+        ("vc", "string"),
+        ("b", "boolean"),
+        ("ts", "timestamp_ntz"),
+        ("tz", "timestamp"),
+        ("d", "date"),
+        ("j", "string"),
+        ("ia", "array<int>"),
+        ("ta", "array<string>"),
+        ("by", "binary"),
+        ("u", "string"),
+        ("ip ÿ", "string"),
+    ]
+    assert df.schema["old_data"].dataType == data
+    run_available_now(df, tmp_path / "out", tmp_path / "ck")
+    got = rows(spark, tmp_path / "out")
+    assert [(r.op, r.data and r.data.id, r.statement) for r in got] == [
+        ("I", 1, None),
+        ("I", 2, None),
+        ("U", 1, None),
+        ("S", None, 'alter table "Typé" add column extra int'),
+        ("D", 2, None),
+    ]
+    first = got[0].data
+    assert (first.i2, first.i4, first.f4, first.f8) == (2, 3, 1.5, 2.25)
+    assert first.n == Decimal("123456789.125") and first.nu == "1.000000000000000000001"
+    assert (first.t, first.vc, first.b) == ("ü", "abc", True)
+    assert first.ts == datetime(2024, 2, 29, 10, 11, 12, 345678)
+    assert first.tz == datetime(2024, 2, 29, 9, 0, tzinfo=UTC).astimezone().replace(
+        tzinfo=None
+    )  # Spark shows a timestamp in the session's (here the machine's) time zone
+    assert first.d == date(2024, 2, 29)
+    assert json.loads(first.j) == {"a": [1, 2]}
+    assert first.ia == [1, None, 3] and first.ta == ["x,y", "z"]
+    assert bytes(first.by) == b"\x00\xff"
+    assert first.u == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" and first["ip ÿ"] == "10.0.0.1/8"
+    update = got[2]
+    assert (update.data.t, update.data.ia, update.old_data.t, update.old_data.ia) == (
+        "v",
+        None,
+        "ü",
+        [1, None, 3],
+    )
+    assert got[1].old_data is None and got[1].data.i2 is None
+
+    with pytest.raises(Exception) as caught:
+        feed(root, typed="true", consumer="other").schema  # noqa: B018
+    assert stream.error_line(caught.value) == (
+        "pgferry change feed: option typed needs option tables to name one table"
+    )

@@ -105,9 +105,10 @@ def _spark(config: Config, verbose: int):
 
 
 def _large(config: Config, tasks, threads: int) -> bool:
-    """Whether a local table is over the driver's limit, so that repair surely needs Spark:
-    then it starts before the sync point, which holds the worker, rather than inside it.
-    In local mode (``threads``) the limit is the driver's rows read whole, else its pages."""
+    """Whether reading the local tables whole is over the driver's limit. On a cluster
+    repair then surely needs Spark, which starts before the sync point (which holds the
+    worker) rather than inside it; in local mode (``threads``, where the limit is the rows
+    read whole, else the pages) compare's sums narrow the read to the differing ranges."""
     from pgferry.db import connection
     from pgferry.node.connect import local_connstr
     from pgferry.pipeline.compare import LOCAL_PAGES
@@ -246,7 +247,7 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
     from pgferry.apply.handover import replica_dsn
     from pgferry.apply.sync import sync_point
-    from pgferry.pipeline.compare import driver_threads
+    from pgferry.pipeline.compare import compare_tables, driver_threads
     from pgferry.pipeline.repair import repair_tables
 
     tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
@@ -255,18 +256,42 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
                          f"({lakes[0].dest_table})")  # fmt: skip
     if args.repair_where:
         tasks = _narrowed(config, tasks, args.repair_where)
+    # A table without a key cannot be repaired row by row: compared only, so that the
+    # others are still repaired and the run names what needs a resync.
+    keyless = [t for t in tasks if not t.key]
+    tasks = [t for t in tasks if t.key]
     threads = driver_threads(config.values)
     large = bool(tasks) and _large(config, tasks, threads)
-    spark = _spark(config, ctx.verbose) if large else None
+    # On a cluster a large table surely needs Spark: started before the sync point, which
+    # holds the worker. In local mode compare's sums (no Spark) narrow it first.
+    spark = _spark(config, ctx.verbose) if large and not threads else None
+
+    def session():  # started only when a table needs it
+        return spark or _spark(config, ctx.verbose)
+
     # With --apply the worker holds at the tick until the fix is in (see sync.py).
     with sync_point(config, pause=args.apply) as point:
         # A lake table's fix: one lake commit each, written at the tick.
-        results = lake_sync.repair(
-            point, lakes, args.apply, lambda: spark or _spark(config, ctx.verbose)
-        )
+        results = lake_sync.repair(point, lakes, args.apply, session)
+        narrow = keyless + (tasks if large and threads else [])
+        compared = {}
+        if narrow:
+            found = compare_tables(
+                session, point.provider_dsn, point.local_dsn, narrow,
+                src_snapshot=point.src_snapshot, dst_snapshot=point.dst_snapshot,
+                threads=threads,
+            )  # fmt: skip
+            compared = {c.dest_table: c for c in found}
+        # Only compare's differing ranges are read (none when the table matches); a table
+        # that differs without a range to show for it is read whole.
+        ranges = {
+            t.dest_table: c.ranges
+            for t in tasks
+            if (c := compared.get(t.dest_table)) is not None and (c.ranges or c.matches)
+        }
         if tasks:
             results += repair_tables(
-                spark or (lambda: _spark(config, ctx.verbose)),  # small reads: no Spark
+                session,
                 point.provider_dsn,
                 replica_dsn(point.local_dsn),
                 tasks,
@@ -274,8 +299,13 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
                 apply=args.apply,
                 src_snapshot=point.src_snapshot,
                 dst_snapshot=point.dst_snapshot,
+                ranges=ranges or None,
                 threads=threads,
             )
+    unrepaired = [t.dest_table for t in keyless if not compared[t.dest_table].matches]
+    for task in keyless:
+        if task.dest_table not in unrepaired:
+            print(f"{task.dest_table}: no key, matches the provider: nothing to fix")
     total = 0
     for res in results:
         n = res.inserts + res.updates + res.deletes
@@ -286,4 +316,6 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
             f"{res.dest_table}: {res.inserts} inserts, {res.updates} updates, "
             f"{res.deletes} deletes {state}{where}"
         )
-    return 1 if total and not args.apply else 0
+    for table in unrepaired:  # last, where the operator looks
+        print(f"{table}: differs and has no key, rows cannot be matched one by one: resync it")
+    return 1 if (total and not args.apply) or unrepaired else 0

@@ -88,6 +88,7 @@ class Lake(Handler):
             fmt, os.path.abspath(root), schema, name, f"{table.queue}:{node}:{table.table_name}"
         )
         _check_not_shared(table, spec)
+        _check_one_format(spec)
         lake_spec.writable(spec.root)
         owner = module.owner_of(spec)
         if owner == "":
@@ -250,6 +251,21 @@ def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:
     ).fetchone()
     if row:
         raise HandlerError(f"handler lake: {row[0]} already writes {spec.location}")
+
+
+def _check_one_format(spec: lake_spec.LakeSpec) -> None:
+    """No table of the other format at this table's location: two leaves given the same
+    lake_path, one writing Delta and one Iceberg, would write one directory."""
+    found = formats.other_format(spec)
+    if found is None:
+        return
+    fmt, owner = found
+    parts = owner.split(":", 2)
+    whose = f"node {parts[1]}'s {parts[2]}" if len(parts) == 3 else "a table pgferry did not make"
+    raise HandlerError(
+        f"handler lake: {spec.location} already holds the {fmt} table of {whose}: one lake"
+        f" path cannot hold both formats' tables, give this node another lake_path"
+    )
 
 
 def _key_changed(name: str, spec: lake_spec.LakeSpec, key, made) -> HandlerError:

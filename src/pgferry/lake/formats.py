@@ -7,9 +7,14 @@ a missing one is one line naming the extra to install.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from types import ModuleType
 
-from pgferry.lake.spec import FORMATS, LakeError
+from pgferry.lake.spec import FORMATS, LakeError, LakeSpec
+
+# What each format leaves in a table's directory: found without the format's package.
+_FOOTPRINTS = {"delta": "_delta_log", "iceberg": "metadata"}
 
 
 def module(fmt: str) -> ModuleType:
@@ -25,3 +30,18 @@ def module(fmt: str) -> ModuleType:
         iceberg.check_installed()
         return iceberg
     raise LakeError(f"unknown lake format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def other_format(spec: LakeSpec) -> tuple[str, str] | None:
+    """(format, owner) of a table of another format at ``spec``'s location (owner "" when
+    it is not known: not pgferry's, or that format's package is missing here), None when
+    there is none. Two formats in one directory would read and delete each other's files."""
+    for fmt, footprint in _FOOTPRINTS.items():
+        if fmt == spec.format or not os.path.isdir(os.path.join(spec.location, footprint)):
+            continue
+        try:
+            owner = module(fmt).owner_of(dataclasses.replace(spec, format=fmt))
+        except LakeError:  # the package is missing: the files say enough
+            owner = ""
+        return fmt, owner or ""
+    return None

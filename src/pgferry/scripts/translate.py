@@ -271,3 +271,25 @@ def drop_index_here(script: str, source: str, local: str) -> str:
 def check_script(script: str, *, queue_tables: set[str]) -> None:
     """Root-side validation: raise now for anything a subscriber could not translate."""
     plan_script(script, queue_tables=queue_tables, local_names={t: t for t in queue_tables})
+
+
+def statements_naming(script: str, queue_tables: set[str]) -> list[tuple[str, list[str]]]:
+    """Each statement of ``script`` that names replicated tables, as its own text (as
+    written, comments between statements left out), with those tables in registry form,
+    in order and each once: what a reader of the queue needs to follow their schema."""
+    out = []
+    for raw in _statements(script):
+        collector = _Collector()
+        collector(raw.stmt)
+        commented = _comment_relation(raw.stmt)
+        if commented is not None:
+            collector.relations.append(commented)
+        names = [qualified(rv.schemaname, rv.relname) for rv in collector.relations]
+        named = list(dict.fromkeys(n for n in names if n in queue_tables))
+        if not named:
+            continue
+        # pglast gives locations in characters; a length of 0 runs to the end.
+        start = raw.stmt_location or 0
+        end = start + raw.stmt_len if raw.stmt_len else len(script)
+        out.append((script[start:end].strip(), named))
+    return out

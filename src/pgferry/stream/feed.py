@@ -11,6 +11,7 @@ for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,9 +20,13 @@ import psycopg
 from psycopg import sql
 
 from pgferry.db import connect, describe, error_text
-from pgferry.errors import ConfigError, DatabaseError, QueueError
+from pgferry.errors import ConfigError, DatabaseError, PgferryError, QueueError
+from pgferry.events import EXECUTE_EVENT
 from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
+from pgferry.registry import entries
+from pgferry.scripts.attrs import ScriptAttrs
+from pgferry.scripts.translate import ScriptTranslateError, statements_naming
 
 # Event positions per partition: one Spark task reads about this many events.
 DEFAULT_PARTITION_EVENTS = 50_000
@@ -52,6 +57,8 @@ class FeedOptions:
     tables: tuple[str, ...]  # as given; empty: every table
     max_events: int | None  # maxEventsPerTrigger
     partition_events: int
+    ddl: bool = True  # queued scripts as op S rows
+    typed: bool = False  # data and old_data as the table's columns (one table)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
     if missing:
         raise ConfigError(f"pgferry change feed: option {missing[0]!r} is required")
     tables = tuple(t.strip() for t in (opts.get("tables") or "").split(",") if t.strip())
+    if _boolean(opts, "typed", False) and len(tables) != 1:
+        raise ConfigError("pgferry change feed: option typed needs option tables to name one table")
     return FeedOptions(
         provider=opts["provider"],
         queue=opts["queue"].strip(),
@@ -82,7 +91,18 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
         max_events=_positive(opts, "maxeventspertrigger", "maxEventsPerTrigger"),
         partition_events=_positive(opts, "partitionevents", "partitionEvents")
         or DEFAULT_PARTITION_EVENTS,
+        ddl=_boolean(opts, "ddl", True),
+        typed=_boolean(opts, "typed", False),
     )
+
+
+def _boolean(opts: Mapping[str, str], key: str, default: bool) -> bool:
+    value = (opts.get(key) or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise ConfigError(f"pgferry change feed: option {key} must be true or false")
+    return value == "true"
 
 
 def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
@@ -135,8 +155,10 @@ class Feed:
                     f"pgferry change feed: consumer {opts.consumer!r} of queue {opts.queue!r}"
                     f" on {where} is {taken}; a change feed needs a consumer of its own"
                 )
-            queue_api.register_consumer(conn, opts.queue, opts.consumer)
+            # Tables first: a query refused for its options registers nothing.
             self.tables = tuple(_quoted_table(conn, name) for name in opts.tables)
+            _check_tables(conn, opts.queue, self.tables, where)
+            queue_api.register_consumer(conn, opts.queue, opts.consumer)
         except psycopg.Error as exc:
             raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
 
@@ -279,11 +301,93 @@ def _quoted_table(conn: psycopg.Connection, name: str) -> str:
     return row[0]
 
 
+def _check_tables(
+    conn: psycopg.Connection, queue: str, tables: tuple[str, ...], where: str
+) -> None:
+    """ConfigError naming the first of ``tables`` that the queue does not replicate: a
+    misspelt name would otherwise give an empty feed, silently. A provider without
+    pgferry's registry (a queue filled by an application) has no list to check against."""
+    if not tables or not conn.execute("select to_regclass('ferry.table_info')").fetchone()[0]:
+        return
+    known = {e.table_name for e in entries.list_tables(conn, queue, local_only=False)}
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        raise ConfigError(
+            f"pgferry change feed: table {unknown[0]} is not replicated by queue {queue!r}"
+            f" on {where} (option tables)"
+        )
+
+
+# --- typed columns -------------------------------------------------------------------------
+# PostgreSQL types the typed feed keeps (json_to_record declarations); every other type is
+# read as text.  pgferry.stream.source pairs each with its Spark and Arrow types.
+TYPED = ("int2", "int4", "int8", "float4", "float8", "bool", "text", "timestamptz")
+TYPED += ("timestamp", "date", "bytea")
+_AS_TEXT = ("varchar", "bpchar", "name", "uuid", "json", "jsonb", "citext")
+
+
+def column_types(provider: str, table: str) -> list[tuple[str, str]]:
+    """``(column, declaration)`` of ``table``'s columns in order, each declaration one of
+    :data:`TYPED`, ``numeric(p,s)`` (a numeric with a precision of at most 38), or such a
+    type with ``[]`` (a one-dimensional array); everything else ``text``."""
+    try:
+        conn = connect(provider, autocommit=True, application_name="pgferry-changefeed")
+    except DatabaseError as exc:
+        raise DatabaseError(f"pgferry change feed: {exc}") from None
+    try:
+        with conn:
+            quoted = _quoted_table(conn, table)
+            rows = conn.execute(
+                "select a.attname, coalesce(e.typname, t.typname), a.atttypmod,"
+                " e.oid is not null from pg_attribute a join pg_type t on t.oid = a.atttypid"
+                " left join pg_type e on e.oid = t.typelem and t.typcategory = 'A'"
+                " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
+                " order by a.attnum",
+                (quoted,),
+            ).fetchall()
+    except psycopg.Error as exc:
+        where = describe(provider)
+        raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
+    if not rows:
+        raise ConfigError(
+            f"pgferry change feed: no table {quoted} on {describe(provider)} (option tables)"
+        )
+    return [
+        (name, _declaration(kind, typmod) + ("[]" if array else ""))
+        for name, kind, typmod, array in rows
+    ]
+
+
+def _declaration(kind: str, typmod: int) -> str:
+    if kind in TYPED:
+        return kind
+    if kind == "numeric" and typmod >= 4:
+        precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+        if precision <= 38 and scale <= precision:
+            return f"numeric({precision},{scale})"
+    return "text"
+
+
+def _typed_images(columns: list[tuple[str, str]]) -> sql.Composed:
+    """The lateral reads of a row event's images as the table's columns: ``d`` the row
+    (I, U, D), ``o`` an update's old row where the capture keeps it."""
+    record = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(decl)) for name, decl in columns
+    )
+    return sql.SQL(
+        " left join lateral json_to_record(case when e.ev_type ~ '^[IUD]:'"
+        " then e.ev_data::json end) as d({record}) on true"
+        " left join lateral json_to_record(case when e.ev_type like 'U:%'"
+        " and left(e.ev_extra2, 1) = '{{' then e.ev_extra2::json end) as o({record}) on true"
+    ).format(record=record)
+
+
 # --- executors -----------------------------------------------------------------------------
 # The key of a row event: its columns in quote_ident form, split where a quoted name may
-# itself hold a comma, unquoted, each paired with its value in the row image.
+# itself hold a comma, unquoted, each paired with its value in the row image. As jsonb's
+# text: compact ({"id": 42}) and one text per key value, so a sink can group on it.
 _KEY_SQL = (
-    "case when e.ev_type ~ '^[IUD]:.' then (select json_object_agg(k.n, e.ev_data::json -> k.n)"
+    "case when e.ev_type ~ '^[IUD]:.' then (select jsonb_object_agg(k.n, e.ev_data::jsonb -> k.n)"
     " from (select case when m[1] like '\"%' then replace(substr(m[1], 2, length(m[1]) - 2),"
     " '\"\"', '\"') else m[1] end as n"
     ' from regexp_matches(substr(e.ev_type, 3), \'("(?:[^"]|"")*"|[^,]+)\', \'g\') m) k)::text'
@@ -291,33 +395,94 @@ _KEY_SQL = (
 )
 
 
-def row_query(span: Span, tables: tuple[str, ...]) -> sql.Composed:
-    """The feed's rows of one span: row events and truncates (of ``tables`` only, when
-    given) in ev_id order; scripts and removal events are the cascade's business."""
+def row_query(
+    span: Span,
+    tables: tuple[str, ...],
+    ddl: bool = True,
+    columns: list[tuple[str, str]] | None = None,
+) -> sql.Composed:
+    """The feed's events of one span in ev_id order: row events and truncates (of
+    ``tables`` only, when given) and, with ``ddl``, queued scripts (captured DDL and
+    ``execute``), whose tables :func:`script_rows` finds; removal events are the cascade's
+    business.  Columns: ev_id, table, op, data, key, ev_time, old_data, and for a script
+    its header attributes (in old_data's place) and the queue's tables when it was queued;
+    with ``columns`` (typed), then the row's columns and the old row's."""
     only = (
         sql.SQL(" and e.ev_extra1 = any({})").format(sql.Literal(list(tables)))
         if tables
         else sql.SQL("")
     )
+    scripts = (
+        sql.SQL(" or e.ev_type = {}").format(sql.Literal(EXECUTE_EVENT)) if ddl else sql.SQL("")
+    )
     if span.pieces > 1:
-        only += sql.SQL(" and e.ev_id % {} = {}").format(
+        piece = sql.SQL(" and e.ev_id % {} = {}").format(
             sql.Literal(span.pieces), sql.Literal(span.piece)
         )
+    else:
+        piece = sql.SQL("")
     return sql.SQL(
         "select e.ev_id, e.ev_extra1,"
-        " case when e.ev_type = 'R' then 'T' else left(e.ev_type, 1) end,"
+        " case when e.ev_type = 'R' then 'T' when e.ev_type = {execute} then 'S'"
+        " else left(e.ev_type, 1) end,"
         " case when e.ev_type = 'R' then null else e.ev_data end, {key}, e.ev_time,"
-        " case when e.ev_type like 'U:%' then e.ev_extra2 end"
-        " from ({span}) e where (e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}"
+        " case when e.ev_type like 'U:%' or e.ev_type = {execute} then e.ev_extra2 end,"
+        " case when e.ev_type = {execute} then e.ev_extra4 end{typed}"
+        " from ({span}) e{images}"
+        " where ((e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}{scripts}){piece}"
         " order by e.ev_id"
-    ).format(key=sql.SQL(_KEY_SQL), span=sql.SQL(span.query), only=only)
+    ).format(
+        key=sql.SQL(_KEY_SQL),
+        span=sql.SQL(span.query),
+        only=only,
+        scripts=scripts,
+        piece=piece,
+        execute=sql.Literal(EXECUTE_EVENT),
+        typed=sql.SQL(", d.*, o.*") if columns else sql.SQL(""),
+        images=_typed_images(columns) if columns else sql.SQL(""),
+    )
+
+
+def script_rows(
+    script: str, attrs: str | None, queue_tables: str | None, tables: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """``(table, statement)`` per replicated table each statement of a queued script
+    names (of ``tables`` only, when given), in order.  A script with a ``Local-Table``
+    header (a captured ``DROP INDEX`` names only its index) is whole, for those tables."""
+    try:
+        local = ScriptAttrs.from_text(attrs).values.get("local-table", [])
+    except PgferryError:
+        local = []
+    if local:
+        found = [(script, local)]
+    else:
+        try:
+            known = set(json.loads(queue_tables or "[]"))
+        except ValueError:
+            known = set()
+        try:
+            found = statements_naming(script, known)
+        except ScriptTranslateError:
+            # The root parsed it when it was queued; a parser that cannot is not a reason
+            # to hide a schema change: the whole script, for every table it may touch.
+            found = [(script, sorted(known))]
+    return [
+        (table, text) for text, named in found for table in named if not tables or table in tables
+    ]
 
 
 def read_chunks(
-    provider: str, tables: tuple[str, ...], spans: tuple[Span, ...]
+    provider: str,
+    tables: tuple[str, ...],
+    spans: tuple[Span, ...],
+    ddl: bool = True,
+    columns: list[tuple[str, str]] | None = None,
 ) -> Iterator[list[tuple]]:
     """The rows of a partition (tuples in :data:`COLUMNS` order) in chunks of at most
-    :data:`FETCH_ROWS`, read in one read-only transaction."""
+    :data:`FETCH_ROWS`, read in one read-only transaction.  With ``columns`` (typed),
+    ``data`` and ``old_data`` are tuples of the row's values (or None) and a last item
+    is an ``S`` row's statement."""
+    width = len(columns or ())
     try:
         conn = connect(provider, application_name="pgferry-changefeed")
     except DatabaseError as exc:
@@ -327,12 +492,29 @@ def read_chunks(
             conn.read_only = True
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
-                    cur.execute(row_query(span, tables))
+                    cur.execute(row_query(span, tables, ddl, columns))
                     while rows := cur.fetchmany(FETCH_ROWS):
-                        yield [
-                            (span.tick, ev_id, table, op, data, key, span.tick_time, ev_time, old)
-                            for ev_id, table, op, data, key, ev_time, old in rows
-                        ]
+                        chunk = []
+                        for row in rows:
+                            ev_id, table, op, data, key, ev_time, old, queued = row[:8]
+                            head = (span.tick, ev_id)
+                            if op == "S":
+                                for named, text in script_rows(data or "", old, queued, tables):
+                                    tail = (None, text) if width else (None,)
+                                    chunk.append(
+                                        (*head, named, op, None if width else text, None)
+                                        + (span.tick_time, ev_time, *tail)
+                                    )
+                                continue
+                            if width:
+                                image = row[8 : 8 + width] if data is not None else None
+                                before = row[8 + width :] if old and old[:1] == "{" else None
+                                data, old = image, before
+                            tail = (old, None) if width else (old,)
+                            chunk.append(
+                                (*head, table, op, data, key, span.tick_time, ev_time, *tail)
+                            )
+                        yield chunk
     except psycopg.Error as exc:
         where = describe(provider)
         raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None

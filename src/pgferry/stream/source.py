@@ -24,10 +24,34 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from pgferry.errors import PgferryError
-from pgferry.stream.feed import COLUMNS, Feed, Span, parse_options, read_chunks
+from pgferry.stream.feed import (
+    COLUMNS,
+    Feed,
+    Span,
+    column_types,
+    parse_options,
+    read_chunks,
+)
 
 F = TypeVar("F", bound=Callable)
 
@@ -69,9 +93,60 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
+# The typed feed: each declaration of feed.column_types with its Spark and Arrow types.
+_SCALARS: dict[str, tuple[DataType, pa.DataType]] = {
+    "int2": (ShortType(), pa.int16()),
+    "int4": (IntegerType(), pa.int32()),
+    "int8": (LongType(), pa.int64()),
+    "float4": (FloatType(), pa.float32()),
+    "float8": (DoubleType(), pa.float64()),
+    "bool": (BooleanType(), pa.bool_()),
+    "text": (StringType(), pa.string()),
+    "timestamptz": (TimestampType(), pa.timestamp("us", tz="UTC")),
+    "timestamp": (TimestampNTZType(), pa.timestamp("us")),
+    "date": (DateType(), pa.date32()),
+    "bytea": (BinaryType(), pa.binary()),
+}
+
+
+def typed(declaration: str) -> tuple[DataType, pa.DataType]:
+    """The Spark and Arrow types of a column's declaration."""
+    if declaration.endswith("[]"):
+        spark_type, arrow_type = typed(declaration[:-2])
+        return ArrayType(spark_type), pa.list_(arrow_type)
+    if declaration.startswith("numeric("):
+        precision, scale = (int(n) for n in declaration[8:-1].split(","))
+        return DecimalType(precision, scale), pa.decimal128(precision, scale)
+    return _SCALARS[declaration]
+
+
+def declaration(spark_type: DataType) -> str:
+    """The declaration a Spark type of the typed schema was made from (its inverse)."""
+    if isinstance(spark_type, ArrayType):
+        return declaration(spark_type.elementType) + "[]"
+    if isinstance(spark_type, DecimalType):
+        return f"numeric({spark_type.precision},{spark_type.scale})"
+    return next(name for name, (kind, _) in _SCALARS.items() if kind == spark_type)
+
+
+def typed_schema(columns: list[tuple[str, str]]) -> StructType:
+    """The typed feed's schema: the feed's columns with ``data`` and ``old_data`` structs
+    of the table's columns, and ``statement`` (an ``S`` row's text)."""
+    image = StructType([StructField(name, typed(decl)[0]) for name, decl in columns])
+    fields = [StructField(f.name, image) if f.name in ("data", "old_data") else f for f in SCHEMA]
+    return StructType([*fields, StructField("statement", StringType())])
+
+
+def table_columns(schema: StructType) -> list[tuple[str, str]]:
+    """The typed schema's table columns with their declarations, as the executors read them."""
+    image = schema["data"].dataType
+    assert isinstance(image, StructType)
+    return [(f.name, declaration(f.dataType)) for f in image.fields]
+
+
 class PgferrySource(DataSource):
     """``spark.readStream.format("pgferry")``: options ``provider``, ``queue``,
-    ``consumer``, ``tables``, ``maxEventsPerTrigger``, ``partitionEvents``."""
+    ``consumer``, ``tables``, ``ddl``, ``maxEventsPerTrigger``, ``partitionEvents``."""
 
     @classmethod
     def name(cls) -> str:
@@ -79,11 +154,15 @@ class PgferrySource(DataSource):
 
     @one_line
     def schema(self) -> StructType:
-        parse_options(self.options)  # a bad option fails at load(), before any query starts
+        options = parse_options(self.options)  # a bad option fails at load()
+        if options.typed:
+            # The table's columns when the query is defined: a column added later is not in
+            # the struct until the query is defined again.
+            return typed_schema(column_types(options.provider, options.tables[0]))
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ChangeFeedReader(self.options)
+        return ChangeFeedReader(self.options, schema)
 
 
 class SpansPartition(InputPartition):
@@ -99,8 +178,9 @@ class SpansPartition(InputPartition):
 class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of whole ticks; see the module's docstring."""
 
-    def __init__(self, options) -> None:
+    def __init__(self, options, schema: StructType | None = None) -> None:
         self.options = parse_options(options)
+        self.columns = table_columns(schema) if self.options.typed and schema else None
         self._feed: Feed | None = None
         self._upto: int | None = None  # the last tick of an AvailableNow run
 
@@ -152,12 +232,19 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Arrow batches rather than tuples: Spark would convert each tuple in Python.
         assert isinstance(partition, SpansPartition)
-        for chunk in read_chunks(self.options.provider, partition.tables, partition.spans):
-            columns = zip(*chunk, strict=True)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(v, type=f.type) for f, v in zip(ARROW_SCHEMA, columns, strict=True)],
-                schema=ARROW_SCHEMA,
-            )
+        opts = self.options
+        chunks = read_chunks(
+            opts.provider, partition.tables, partition.spans, opts.ddl, self.columns
+        )
+        for chunk in chunks:
+            if self.columns is None:
+                columns = zip(*chunk, strict=True)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(v, type=f.type) for f, v in zip(ARROW_SCHEMA, columns, strict=True)],
+                    schema=ARROW_SCHEMA,
+                )
+            else:
+                yield typed_batch(chunk, self.columns)
 
     @one_line
     def commit(self, end: dict) -> None:
@@ -167,3 +254,24 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._feed is not None:
             self._feed.close()
             self._feed = None
+
+
+def typed_batch(chunk: list[tuple], columns: list[tuple[str, str]]) -> pa.RecordBatch:
+    """A typed chunk of :func:`pgferry.stream.feed.read_chunks` as Arrow: ``data`` and
+    ``old_data`` structs of the table's columns (null where the row has no image)."""
+    fields = [pa.field(name, typed(decl)[1]) for name, decl in columns]
+    arrays: list[pa.Array] = []
+    schema: list[pa.Field] = []
+    for index, (name, (_, kind)) in enumerate([*_TYPES.items(), ("statement", (None, None))]):
+        values = [row[index] for row in chunk]
+        if name in ("data", "old_data"):
+            children = [
+                pa.array([v[n] if v is not None else None for v in values], type=f.type)
+                for n, f in enumerate(fields)
+            ]
+            mask = pa.array([v is None for v in values], type=pa.bool_())
+            arrays.append(pa.StructArray.from_arrays(children, fields=fields, mask=mask))
+        else:
+            arrays.append(pa.array(values, type=kind or pa.string()))
+        schema.append(pa.field(name, arrays[-1].type, nullable=name not in _NOT_NULL))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(schema))

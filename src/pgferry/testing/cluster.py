@@ -288,15 +288,20 @@ class LocalCluster:
 
 
 def make_cluster(
-    name: str, parent: Path | None = None, *, major: int | None = None, **settings: str
+    name: str,
+    parent: Path | None = None,
+    *,
+    major: int | None = None,
+    port: int | None = None,
+    **settings: str,
 ) -> LocalCluster:
     """Create and start a cluster in a fresh temporary directory (PostgreSQL ``major``
-    when given, else the first server found)."""
+    when given, else the first server found; on ``port``, else a free one)."""
     bindir = find_pg_bin(major)
     parent = parent or Path(tempfile.gettempdir())
     base = Path(tempfile.mkdtemp(prefix=f"pgferry-{name}-", dir=parent))
     if _is_root():
         os.chmod(base, 0o755)
-    cluster = LocalCluster(base_dir=base, bindir=bindir)
+    cluster = LocalCluster(base_dir=base, bindir=bindir, port=port or free_port())
     cluster.settings.update(settings)
     return cluster.init().start()
