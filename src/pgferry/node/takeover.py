@@ -11,6 +11,12 @@ Root, alive (switchover) — the local node NEW must read directly from OLD:
    below NEW at T, in two transactions committed back to back.
 4. Resume both.  A failure before step 3 puts OLD back as it was.
 
+With ``--all`` OLD's other subscribers are checked and caught up before step 1 (one that
+cannot move refuses the whole takeover), stop at T in step 2 and move under NEW at T after
+step 3: T is the one tick NEW surely holds (as a branch it may have read several of OLD's
+ticks in one batch and never held those between).  The summary ends with what NEW needs:
+the ticker daemon, and the sequence defaults it lacks.
+
 Root, dead (failover, ``--dead-root`` / ``--dead``): OLD is tagged dead everywhere; if a
 live branch under OLD got further than NEW, NEW first moves under it and catches up; NEW
 becomes root at its position, its sequences moved ``seq_buffer`` values past the last value
@@ -18,7 +24,8 @@ published to it, and every other live subscriber of OLD is moved under NEW with
 change-provider (one that is ahead of NEW cannot be and is reported).
 
 Branch: NEW (if it reads from OLD) moves to OLD's provider; with ``--all`` or when OLD is
-dead, OLD's other subscribers move under NEW; a live OLD finally moves under NEW.
+dead, OLD's other subscribers move under NEW (refused before any move when one stands on a
+tick NEW never held); a live OLD finally moves under NEW.
 """
 
 from __future__ import annotations
