@@ -91,4 +91,50 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
     assert delta_rows("k") == expected
 
 
+class Killed(Exception):
+    pass
+
+
+def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
+    make_tree, new_db_a, new_db_b, lake_dir, delta_rows, monkeypatch
+) -> None:
+    """The worker dies between the lake commit and PostgreSQL's, and the node is moved
+    before it runs again: the new provider's batch spans the tick the lake holds.  It is
+    refused in one line naming the way out (resync), instead of writing the rows twice."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
+    tree.sql("root", rows, ("a",))
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.sql("root", rows, ("b",))
+    written = tree.catch_up("branch")
+
+    real = delta.multiset
+
+    def killed(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed("after the lake commit")
+
+    monkeypatch.setattr(delta, "multiset", killed)
+    with pytest.raises(Killed):
+        tree.worker("lake").work()
+    monkeypatch.setattr(delta, "multiset", real)
+    tree.workers.pop("lake").conns.close()  # as a killed process: its transaction is gone
+    assert (tree.last_tick("lake") or 0) < written
+    assert len(delta_rows("k")) == 10
+    tree.sql("root", rows, ("c",))
+    tree.catch_up("branch")
+    res = tree.cli("lake", "change-provider", "--provider=branch")
+    assert res.code == 0, res.err
+    with pytest.raises(Exception, match=f"already holds tick {written}, inside this batch"):
+        tree.worker("lake").work()
+    assert len(delta_rows("k")) == 10  # nothing written twice
+    tree.workers.pop("lake").conns.close()
+    res = tree.cli("lake", "resync", "public.k")
+    assert res.code == 0, res.err
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == 15
+    assert delta_rows("k") == expected
+
+
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")

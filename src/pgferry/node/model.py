@@ -292,6 +292,20 @@ def hold_position(
             f"Lost position: local last tick {row[0]} is not the batch's start"
             f" (expected {expected_prev})"
         )
+    if expected_prev is not None:
+        # For the handlers that commit elsewhere: where this batch starts (BATCH_START).
+        conn.execute("select set_config(%s, %s, true)", (BATCH_START, str(expected_prev)))
+
+
+# The transaction setting that holds the tick a node's batch starts after (its position).
+BATCH_START = "pgferry.batch_start"
+
+
+def batch_start(conn: psycopg.Connection) -> int | None:
+    """The tick the batch applied in ``conn``'s transaction starts after (None: not a batch
+    of the node's own stream)."""
+    row = conn.execute("select current_setting(%s, true)", (BATCH_START,)).fetchone()
+    return int(row[0]) if row and row[0] else None
 
 
 def add_divergence(
