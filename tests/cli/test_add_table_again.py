@@ -58,6 +58,30 @@ def test_create_carries_defaults_without_sequences(nodes, cli):
     assert len(warned) == 1 and "of id, code (a sequence or identity" in warned[0]
 
 
+def test_create_carries_a_nextval_default_whose_sequence_is_here(nodes, cli):
+    """A node that may become root keeps its serial's default when the sequence exists
+    on it under the source's name (add-seq --create made it); an identity is still left
+    out, and named."""
+    _root, leaf, db = nodes
+    sql(db, "create schema app; create sequence app.orders_id_seq")
+    res = cli(leaf, "add-table", "app.orders", "--create")
+    assert res.code == 0, res.err
+    defaults = dict(
+        sql(
+            db,
+            "select a.attname, pg_get_expr(d.adbin, d.adrelid) from pg_attribute a"
+            " join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum"
+            " where a.attrelid = 'app.orders'::regclass",
+        )
+    )
+    assert defaults["id"] == "nextval('app.orders_id_seq'::regclass)"
+    warned = [line for line in res.err.splitlines() if "created without the default" in line]
+    assert len(warned) == 1 and "of code (a sequence or identity" in warned[0]
+    # Replay's session (replica role) skips the deny trigger, as an insert on a root would.
+    sql(db, "set session_replication_role = replica; insert into app.orders (code) values (7)")
+    assert sql(db, "select id, code from app.orders") == [(1, 7)]
+
+
 def test_same_options_again_is_already_added(nodes, cli):
     root, leaf, db = nodes
     args = ("add-table", "app.orders", "--create", "--dest-table=app.orders2",

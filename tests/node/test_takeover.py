@@ -164,3 +164,64 @@ def test_switchover_all_moves_the_other_subscribers(tree) -> None:
     tree.catch_up("root", "leaf", "leaf2")
     assert len(_same_everywhere(tree)) == 5
     assert tree.sql("root", "select count(*) from ferry_node.subscriber_info") == [(0,)]
+
+
+def _leaf2_in_a_hole(tree) -> int:
+    """Leave leaf2 (under the root) on a tick the branch never held: the branch, behind,
+    read past it in one batch.  Workers are stepped here; returns that tick."""
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up("branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'b' from generate_series(11, 20) g")
+    hole = tree.catch_up("leaf2")
+    tree.write("root", "insert into {t} select g, 'c' from generate_series(21, 30) g")
+    tree.tick()
+    tree.catch_up("branch", "leaf")
+    assert tree.last_tick("leaf2") == hole
+    assert tree.sql(
+        "branch", "select count(*) from ferry_queue.tick where tick_id = %s", (hole,)
+    ) == [(0,)]
+    tree.close()  # the stepped workers let go of their nodes: runners take over
+    tree.workers.clear()
+    return hole
+
+
+def test_switchover_all_refused_whole_when_a_subscriber_lags(tree) -> None:
+    hole = _leaf2_in_a_hole(tree)
+    tree.start("root", "branch", "leaf")  # leaf2's worker is down: it stays on the hole
+    res = tree.cli("branch", "takeover", "root", "--all", "--timeout=2")
+    assert res.code != 0 and "Traceback" not in res.err
+    assert "Node leaf2 did not reach tick" in res.err and f"(at tick {hole};" in res.err
+    assert len(res.err.strip().splitlines()) == 1, res.err
+    # Nothing changed: the root still captures and ticks, the branch reads from it.
+    assert tree.node_type("root") == "root" and tree.node_type("branch") == "branch"
+    assert tree.provider("branch") == "root" and tree.provider("leaf2") == "root"
+    assert tree.sql("root", "select queue_external_ticker from ferry_queue.queue") == [(False,)]
+    for node in ("root", "branch", "leaf2"):
+        assert tree.sql(node, "select paused from ferry_node.local_state") == [(False,)], node
+    tree.write("root", "update {t} set v = 'after' where id <= 5")
+    tree.start("leaf2")
+    tree.catch_up("branch", "leaf", "leaf2")
+    assert len(_same_everywhere(tree)) == 30
+
+
+def test_switchover_all_under_writes_moves_a_lagging_subscriber(tree) -> None:
+    hole = _leaf2_in_a_hole(tree)
+    tree.start("root", "branch", "leaf", "leaf2")
+    tree.start_ticker()
+    writer = Inserts([tree.dsns["root"], tree.dsns["branch"]], TABLE_ID, 1000)
+    writer.start()
+    try:
+        tree.wait_for(lambda: writer.next_id > 1020, what="writes")
+        res = tree.cli("branch", "takeover", "root", "--all", "--timeout=60")
+        assert res.code == 0, res.err
+        assert "Node branch is now root" in res.out and "moved leaf2" in res.out
+        assert "make sure one runs for database" in res.out
+        tree.wait_for(lambda: writer.next_id > 1060, what="writes on the new root")
+    finally:
+        writer.stop()
+        tree.stop_ticker()
+    assert (tree.last_tick("leaf2") or 0) > hole
+    assert tree.provider("leaf2") == "branch" and tree.provider("root") == "branch"
+    assert tree.provider("leaf") == "branch" and tree.node_type("branch") == "root"
+    tree.catch_up("root", "leaf", "leaf2")
+    assert len(_same_everywhere(tree)) > 60

@@ -217,3 +217,25 @@ def test_switchover_refuses_a_sequence_missing_on_the_new_root(seq_tree: Tree) -
     assert f"Sequence {SEQ} is not replicated on node branch (add-seq it there)" in res.err
     assert tree.node_type("root") == "root"
     assert tree.sql("root", "select queue_external_ticker from ferry_queue.queue") == [(False,)]
+
+
+def test_switchover_names_the_defaults_the_new_root_lacks(seq_tree: Tree) -> None:
+    """A table made by ``add-table --create`` before its sequence existed has no nextval
+    default: the new root's inserts relying on it fail, so the takeover says which."""
+    tree = seq_tree
+    tree.sql("branch", f"alter table {ORDERS} alter column id drop default")
+    tree.start(*NODES)
+    tree.sql("root", f"insert into {ORDERS} (v) select 'r' from generate_series(1, 5)")
+    tree.catch_up("branch", "leaf", "leaf2")
+    res = tree.cli("branch", "takeover", "root", "--timeout=60")
+    assert res.code == 0, res.err
+    assert "columns without the sequence default" in res.out
+    assert res.out.rstrip().endswith(f"fail on branch): {ORDERS}.id"), res.out
+    assert "make sure one runs for database" in res.out
+    tree.sql("branch", f"alter table {ORDERS} alter column id set default nextval('{SEQ}')")
+    tree.sql("branch", f"insert into {ORDERS} (v) values ('b')")
+    tree.catch_up("root", "leaf", "leaf2")
+    expected = _orders(tree, "branch")
+    assert len(expected) == 6
+    for node in NODES:
+        assert _orders(tree, node) == expected, node

@@ -246,6 +246,9 @@ class Replayer:
                 return done_small
         with local.transaction():
             self.stages.new_transaction()  # committed durably: see WorkerConnections
+            if main:  # a pause or move now waits for this batch (a lake commit and its tick)
+                model.hold_position(local, queue, consumer, batch.prev_tick_id,
+                                    node.provider_node)  # fmt: skip
             staged_at = time.monotonic()
             stats, done = ApplyStats(), frozenset[str]()
             if main:  # tables applied by a second transaction before a failure or stop

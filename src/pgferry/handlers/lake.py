@@ -21,6 +21,7 @@ from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, 
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
+from pgferry.node import model
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class Lake(Handler):
             log.info("%s: tick %d part %d already in the lake, skipped", spec.name,
                      staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
             return Applied()
+        _check_not_inside(staged, spec, done)
         target = staged.target
         _check_replay_key(module, spec, target.table_name, () if target.keyless else target.pk)
         source = _read_stage(staged)
@@ -152,6 +154,25 @@ class Lake(Handler):
         keep = self.config.getint("lake_keep_hours", 168) if self.config else 168
         if every and module.maintain(spec, every, keep):
             log.info("%s: compacted, history older than %d hours vacuumed", spec.name, keep)
+
+
+def _check_not_inside(staged: Staged, spec: lake_spec.LakeSpec, done: int | None) -> None:
+    """Refuse a batch inside which the lake table already holds a tick: a batch written to
+    the lake and never recorded (its worker stopped between the two commits), then read
+    again over other tick bounds (from another provider).  Part of it is in the lake and
+    cannot be told from the rest: written again, a keyless table's rows would be doubled.
+    A keyed table's MERGE of the batch's last image of each key is right either way."""
+    if done is None or not staged.target.keyless:
+        return
+    start = model.batch_start(staged.conn)
+    held = done // lake_spec.PARTS
+    if start is not None and start < held < staged.tick_id:
+        raise HandlerError(
+            f"handler lake: {spec.name} already holds tick {held}, inside this batch (ticks"
+            f" {start} to {staged.tick_id}): a batch was written to the lake but not recorded"
+            " before the node moved to another provider; its changes would be written twice:"
+            f" resync {staged.target.table_name}"
+        )
 
 
 def _next_version(conn, app_id: str, tick: int) -> int:

@@ -254,6 +254,60 @@ def record_tick(
         )
 
 
+def hold_position(
+    conn: psycopg.Connection,
+    queue_name: str,
+    consumer_name: str,
+    expected_prev: int | None,
+    provider_node: str | None,
+) -> None:
+    """At the start of a batch's transaction: lock the node's position row against a pause
+    (and so against change-provider, which pauses first) until the transaction ends, and
+    refuse a batch that is no longer the node's to apply.
+
+    A handler that writes outside PostgreSQL (a lake table) commits there before the
+    transaction does: a pause or move let through meanwhile would discard a batch already
+    written, and the next one, read over other tick bounds from the new provider, would
+    write its changes again.  ``for key share`` waits only for ``for update`` (the pause);
+    the worker's own updates of the row from other connections pass.
+    """
+    row = conn.execute(
+        """
+        select last_tick_id, provider_node, paused from ferry_node.local_state
+         where queue_name = %s and consumer_name = %s for key share
+        """,
+        (queue_name, consumer_name),
+    ).fetchone()
+    if row is None:
+        raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
+    if row[2]:
+        raise NodeError("Node is paused: batch not applied")
+    if provider_node is not None and row[1] != provider_node:
+        raise NodeError(
+            f"Provider changed from {provider_node} to {row[1]} before applying a batch:"
+            " batch not applied"
+        )
+    if expected_prev is not None and row[0] is not None and row[0] != expected_prev:
+        raise NodeError(
+            f"Lost position: local last tick {row[0]} is not the batch's start"
+            f" (expected {expected_prev})"
+        )
+    if expected_prev is not None:
+        # For the handlers that commit elsewhere: where this batch starts (BATCH_START).
+        conn.execute("select set_config(%s, %s, true)", (BATCH_START, str(expected_prev)))
+
+
+# The transaction setting that holds the tick a node's batch starts after (its position).
+BATCH_START = "pgferry.batch_start"
+
+
+def batch_start(conn: psycopg.Connection) -> int | None:
+    """The tick the batch applied in ``conn``'s transaction starts after (None: not a batch
+    of the node's own stream)."""
+    row = conn.execute("select current_setting(%s, true)", (BATCH_START,)).fetchone()
+    return int(row[0]) if row and row[0] else None
+
+
 def add_divergence(
     conn: psycopg.Connection,
     queue_name: str,

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 
 import psycopg
+from psycopg import sql
 
 from pgferry import expressions
 from pgferry.config import Config
@@ -305,6 +306,14 @@ def _local_dest(
     cols = catalog.columns(prov, src)
     pkey = catalog.primary_key(prov, src)
     defaults, left_out = catalog.column_defaults(prov, src)
+    # A nextval default is carried when its sequence exists here under the same name
+    # (add-seq --create made it, say): this node can become root and take inserts.
+    for col, (seq_schema, seq_name) in catalog.nextval_sequences(prov, src).items():
+        local_seq = catalog.find_relation(conn, seq_schema, seq_name, "S")
+        if col in left_out and local_seq is not None:
+            call = sql.SQL("nextval({}::regclass)").format(sql.Literal(local_seq.fq))
+            defaults[col] = call.as_string(conn)
+            left_out.remove(col)
     catalog.create_table(conn, schema, name, cols, pkey, defaults)
     if opts.create_full:
         catalog.create_structure(conn, schema, name, catalog.structure(prov, src))

@@ -11,6 +11,12 @@ Root, alive (switchover) — the local node NEW must read directly from OLD:
    below NEW at T, in two transactions committed back to back.
 4. Resume both.  A failure before step 3 puts OLD back as it was.
 
+With ``--all`` OLD's other subscribers are checked and caught up before step 1 (one that
+cannot move refuses the whole takeover), stop at T in step 2 and move under NEW at T after
+step 3: T is the one tick NEW surely holds (as a branch it may have read several of OLD's
+ticks in one batch and never held those between).  The summary ends with what NEW needs:
+the ticker daemon, and the sequence defaults it lacks.
+
 Root, dead (failover, ``--dead-root`` / ``--dead``): OLD is tagged dead everywhere; if a
 live branch under OLD got further than NEW, NEW first moves under it and catches up; NEW
 becomes root at its position, its sequences moved ``seq_buffer`` values past the last value
@@ -18,7 +24,8 @@ published to it, and every other live subscriber of OLD is moved under NEW with
 change-provider (one that is ahead of NEW cannot be and is reported).
 
 Branch: NEW (if it reads from OLD) moves to OLD's provider; with ``--all`` or when OLD is
-dead, OLD's other subscribers move under NEW; a live OLD finally moves under NEW.
+dead, OLD's other subscribers move under NEW (refused before any move when one stands on a
+tick NEW never held); a live OLD finally moves under NEW.
 """
 
 from __future__ import annotations
@@ -31,10 +38,10 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.node import capture, cascade, model, seqops, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
-from pgferry.node.waits import wait_applied, wait_tick_available
+from pgferry.node.waits import missing_tick, queue_top, wait_applied, wait_tick_available
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
-from pgferry.registry import entries
+from pgferry.registry import catalog, entries
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +106,26 @@ def _switchover_root(
         raise NodeError(f"Node {new} is paused: resume it first")
     tables = _check_tables(c, old.name, new)
     _check_seqs(c, old.name, new)
+    lost_defaults = _lost_defaults(c, old.name, new, tables)
+    # Every subscriber that moves is checked and caught up before the root is frozen: a
+    # refusal here changes nothing, and their lag does not lengthen the write pause.
+    movers = _movers(c, old.name, new, timeout, poll) if move_all else []
     tick, was_paused = _freeze_root(c, old.name, tables)
     log.info("Root %s frozen at tick %s", old.name, tick)
+    held: list[str] = []  # movers paused here
     try:
         wait_applied(c, new, tick, timeout, poll)
         set_paused(c, new, True)
         wait_tick_available(c, new, tick, timeout, poll)
+        # The frozen root makes no tick after T: each mover stops exactly at T, the one
+        # tick the new root surely holds (a batch of the new root may have spanned the
+        # tick a mover stood on, which the new root then never held).
+        for name in movers:
+            wait_applied(c, name, tick, timeout, poll)
+            if set_paused(c, name, True):
+                held.append(name)
     except BaseException:
+        _resume(c, held)
         set_paused(c, new, False)
         _unfreeze_root(c, old.name, tables, was_paused)
         raise
@@ -113,6 +133,7 @@ def _switchover_root(
     try:
         _swap_roles(c, old, me, tables, tick, buffer, promoted)
     except PgferryError as exc:
+        _resume(c, held)
         set_paused(c, new, False)
         if promoted:
             # Two roots must never run: the old one stays frozen (no capture, no ticks).
@@ -125,19 +146,114 @@ def _switchover_root(
     set_paused(c, new, False)
     if not was_paused:
         set_paused(c, old.name, False)
-    moved = _move_subscribers(c, old.name, new, timeout, poll) if move_all else []
-    extra = f"; moved {', '.join(moved)}" if moved else ""
-    return f"Node {new} is now root; {old.name} is a branch below it (tick {tick}){extra}"
+    moved, stuck = _move_at(c, movers, new, tick, set(held), timeout, poll)
+    text = f"Node {new} is now root; {old.name} is a branch below it (tick {tick})"
+    if moved:
+        text += f"; moved {', '.join(moved)}"
+    text += "; " + _needs(c, new, lost_defaults)
+    if stuck:
+        # The swap cannot be undone any more; the nodes left read from the old root, now a
+        # branch that keeps feeding them, and can be moved later.
+        raise NodeError(
+            f"{text}; NOT moved (they still read from {old.name}): {'; '.join(stuck)}"
+            f" (change-provider --node=NODE --provider={new})"
+        )
+    return text
 
 
-def _move_subscribers(c: Cascade, old: str, new: str, timeout: float, poll: float) -> list[str]:
-    """Move every other live subscriber of ``old`` under ``new`` (``--all``)."""
-    moved = []
-    for v in sorted(c.survey().values(), key=lambda v: v.name):
-        if v.provider == old and v.name != new:
-            change_provider(c, v.name, new, timeout, poll)
-            moved.append(v.name)
-    return moved
+def _movers(c: Cascade, old: str, new: str, timeout: float, poll: float) -> list[str]:
+    """The other live subscribers of root ``old`` (``--all``), refused together when one
+    cannot move, then caught up with the root's newest tick."""
+    views = c.survey()
+    listed = {v.name for v in views.values() if v.provider == old}
+    if old in views:
+        listed |= {name for name, _ in views[old].subscribers if name in c.members}
+    problems: list[str] = []
+    movers: list[str] = []
+    for name in sorted(listed - {new}):
+        if c.is_dead(name):
+            continue
+        view = views.get(name)
+        if view is None:
+            problems.append(f"{name} is not reachable (tag-dead or drop-node it first)")
+        elif view.provider != old:
+            continue  # a stale subscriber row: that node reads elsewhere
+        elif view.paused:
+            problems.append(f"{name} is paused (resume it first)")
+        elif view.last_tick is None:
+            problems.append(f"{name} has no position yet")
+        else:
+            movers.append(name)
+    if problems:
+        raise NodeError(f"takeover --all refused, nothing changed: node {'; node '.join(problems)}")
+    top = queue_top(c, old)
+    for name in movers:
+        if top is not None:
+            wait_applied(c, name, top, timeout, poll)
+    return movers
+
+
+def _resume(c: Cascade, names: list[str]) -> None:
+    for name in names:
+        try:
+            set_paused(c, name, False)
+        except PgferryError as exc:
+            log.error("could not resume node %s: %s", name, exc)
+
+
+def _move_at(
+    c: Cascade,
+    movers: list[str],
+    new: str,
+    tick: int,
+    held: set[str],
+    timeout: float,
+    poll: float,
+) -> tuple[list[str], list[str]]:
+    """Move each mover (paused at ``tick``) under ``new``: (moved, 'name: why' not moved)."""
+    moved: list[str] = []
+    stuck: list[str] = []
+    for name in movers:
+        try:
+            change_provider(c, name, new, timeout, poll)
+            moved.append(name)
+        except PgferryError as exc:
+            log.error("Node %s not moved under %s at tick %s: %s", name, new, tick, exc)
+            stuck.append(f"{name}: {exc}")
+        finally:
+            if name in held:
+                _resume(c, [name])
+    return moved, stuck
+
+
+def _lost_defaults(c: Cascade, old: str, new: str, tables: list[str]) -> list[str]:
+    """Columns whose default takes a sequence (or that are identity columns) on ``old`` and
+    that have no default on ``new`` (``add-table --create`` leaves such defaults out):
+    inserts relying on them fail on the new root."""
+    lost: list[str] = []
+    with c.on(old, autocommit=True) as old_conn, c.on(new, autocommit=True) as new_conn:
+        for table in tables:
+            _kept, by_sequence = catalog.column_defaults(old_conn, table)
+            if not by_sequence:
+                continue
+            kept, mine = catalog.column_defaults(new_conn, table)
+            lost += [f"{table}.{col}" for col in by_sequence if col not in kept and col not in mine]
+    return lost
+
+
+def _needs(c: Cascade, new: str, lost_defaults: list[str]) -> str:
+    """What the new root needs from the operator: a ticker, and the defaults it lacks."""
+    dbname = psycopg.conninfo.conninfo_to_dict(c.connstr(new)).get("dbname", "?")
+    text = (
+        f"its queue needs the ticker daemon now: make sure one runs for database {dbname}"
+        " (pgferry PGQD.INI ticker, database_list empty or naming it)"
+    )
+    if lost_defaults:
+        text += (
+            f"; columns without the sequence default they have on the old root (inserts"
+            f" relying on it fail on {new}): {', '.join(lost_defaults)}"
+        )
+    return text
 
 
 def _check_tables(c: Cascade, old: str, new: str) -> list[str]:
@@ -374,6 +490,8 @@ def _take_branch(
     upstream = old_view.provider if old_view else cascade._provider_of(views, old)[0]
     if upstream is None:
         raise NodeError(f"Provider of node {old} is unknown")
+    if move_all or old_view is None:
+        _check_branch_movers(c, views, old, new)
     if me.provider == old:
         change_provider(c, new, upstream, timeout, poll)
     moved = []
@@ -386,3 +504,18 @@ def _take_branch(
         change_provider(c, old, new, timeout, poll)
         moved.append(old)
     return f"Node {new} took the place of {old}" + (f"; moved {', '.join(moved)}" if moved else "")
+
+
+def _check_branch_movers(c: Cascade, views: dict[str, NodeView], old: str, new: str) -> None:
+    """Refuse before any move when a subscriber of branch ``old`` could not move under
+    ``new``: one standing on a tick ``new`` read past in one batch (it never held it)."""
+    problems: list[str] = []
+    for v in sorted(views.values(), key=lambda v: v.name):
+        if v.provider != old or v.name == new:
+            continue
+        if v.last_tick is not None:
+            reason = missing_tick(c, new, v.last_tick)
+            if reason is not None:
+                problems.append(f"{v.name} cannot move: node {new} {reason}")
+    if problems:
+        raise NodeError(f"takeover refused, nothing changed: node {'; node '.join(problems)}")

@@ -116,7 +116,12 @@ def _why_missing(usable: bool, oldest: int | None, top: int | None, tick: int) -
         return None
     if oldest is not None and oldest > tick:
         return f"no longer holds tick {tick} (its oldest usable tick is {oldest})"
-    return f"does not hold tick {tick} (it holds ticks {oldest} to {top})"
+    # Between its oldest and newest tick a node lacks the ticks one of its batches spanned
+    # (it read past them from its provider in one go): the tick never was in its queue.
+    return (
+        f"does not hold tick {tick}: it read past that tick of its provider in one batch"
+        f" (it holds some of ticks {oldest} to {top}, not that one)"
+    )
 
 
 def wait_tick_available(c: Cascade, name: str, tick: int, timeout: float, poll: float) -> None:

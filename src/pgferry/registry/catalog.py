@@ -180,6 +180,33 @@ def column_defaults(conn: psycopg.Connection, fq: str) -> tuple[dict[str, str], 
     return kept, [col for col, _expr, seq in rows if seq]
 
 
+def nextval_sequences(conn: psycopg.Connection, fq: str) -> dict[str, tuple[str, str]]:
+    """Columns of ``fq`` whose default is ``nextval`` of one sequence (a serial, say, not
+    an identity column): column -> (schema, name) of that sequence."""
+    rows = conn.execute(
+        """
+        select a.attname, sn.nspname, s.relname
+          from pg_catalog.pg_attribute a
+          join pg_catalog.pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+          join pg_catalog.pg_depend dep on dep.classid = 'pg_catalog.pg_attrdef'::regclass
+                                       and dep.objid = d.oid
+                                       and dep.refclassid = 'pg_catalog.pg_class'::regclass
+          join pg_catalog.pg_class s on s.oid = dep.refobjid and s.relkind = 'S'
+          join pg_catalog.pg_namespace sn on sn.oid = s.relnamespace
+         where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped
+           and a.attidentity = ''
+           and pg_get_expr(d.adbin, d.adrelid) like 'nextval(%%'
+         order by a.attnum
+        """,
+        (fq,),
+    ).fetchall()
+    found: dict[str, list[tuple[str, str]]] = {}
+    for col, schema, name in rows:
+        found.setdefault(col, []).append((schema, name))
+    # A default that draws on two sequences is not a plain nextval: left out.
+    return {col: seqs[0] for col, seqs in found.items() if len(seqs) == 1}
+
+
 def create_table(
     conn: psycopg.Connection,
     schema: str,

@@ -1,0 +1,140 @@
+"""A lake leaf moved to another provider while a batch is in flight: the lake commit of
+that batch and the node's position must not part, or the next batch, read from the new
+provider over other tick bounds, writes the same changes again (a keyless table's rows
+twice).  change-provider waits for the batch in flight; the batch ends recorded."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import sorted_rows
+from psycopg import sql
+
+from pgferry.lake import delta
+from tests.fixtures.fix_cascade import Tree
+
+KEYLESS = sql.Identifier("public", "k")
+
+
+def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir) -> Tree:
+    """root, branch under it, and a lake leaf under the root, all holding the keyless
+    ``public.k`` (the leaf in a Delta table) and the keyed test table."""
+    tree = make_tree()
+    tree.add_node("root", new_db_a(None), "root", None)
+    tree.add_node("branch", new_db_b(None), "branch", "root")
+    lake = new_db_a(None)
+    tree.dsns["lake"] = lake
+    tree.node("lake", lake, "leaf", "root", job_name=f"{tree.queue}_lake_job",
+              lake_path=str(lake_dir))  # fmt: skip
+    for node in ("root", "branch", "lake"):
+        tree.sql(node, sql.SQL("create table {} (id int, v text)").format(KEYLESS))
+    tree.sql("root", sql.SQL("alter table {} replica identity full").format(KEYLESS))
+    tree.add("root", "public.k")
+    tree.add("branch", "public.k", expect_sync=True)
+    tree.add("lake", "public.k", handler="lake")
+    return tree
+
+
+def test_change_provider_waits_for_the_lake_batch_in_flight(
+    make_tree, new_db_a, new_db_b, lake_dir, delta_rows, monkeypatch
+) -> None:
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    tree.sql("root", sql.SQL("insert into {} select g, 'a' from generate_series(1, 5) g")
+             .format(KEYLESS))  # fmt: skip
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")  # the lake's load done too
+    tree.sql("root", sql.SQL("insert into {} select g, 'b' from generate_series(1, 5) g")
+             .format(KEYLESS))  # fmt: skip
+    in_flight = tree.catch_up("branch")  # the branch holds the tick the lake leaf takes next
+
+    real = delta.multiset
+    moved: list[object] = []
+    mover = threading.Thread(
+        target=lambda: moved.append(
+            tree.cli("lake", "change-provider", "--provider=branch", "--timeout=30")
+        )
+    )
+
+    def during(*args, **kwargs):
+        written = real(*args, **kwargs)
+        # The move runs while the batch's lake commit is made and its PostgreSQL commit is
+        # not: it must wait for the batch (fixed: its pause waits on the node's row).
+        mover.start()
+        tree.wait_for(
+            lambda: moved
+            or tree.sql("lake", "select count(*) from pg_stat_activity where datname ="
+                        " current_database() and wait_event_type = 'Lock'")[0][0] > 0,
+            what="change-provider to run or to wait",
+        )  # fmt: skip
+        return written
+
+    monkeypatch.setattr(delta, "multiset", during)
+    try:
+        tree.worker("lake").work()
+    except Exception as exc:  # the batch refused at its PostgreSQL commit
+        assert "Provider changed" in str(exc)
+    monkeypatch.setattr(delta, "multiset", real)
+    mover.join(timeout=60)
+    assert moved and moved[0].code == 0, moved and moved[0].err
+    assert tree.provider("lake") == "branch"
+    assert (tree.last_tick("lake") or 0) >= in_flight
+    tree.sql("root", sql.SQL("insert into {} select g, 'c' from generate_series(1, 5) g")
+             .format(KEYLESS))  # fmt: skip
+    tree.sql("root", sql.SQL("delete from {} where v = 'a' and id <= 2").format(KEYLESS))
+    tree.tick()
+    tree.catch_up("branch", "lake")
+    expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == 13
+    assert sorted_rows(tree.sql("branch", sql.SQL("select * from {}").format(KEYLESS))) == (
+        expected
+    )
+    assert delta_rows("k") == expected
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
+    make_tree, new_db_a, new_db_b, lake_dir, delta_rows, monkeypatch
+) -> None:
+    """The worker dies between the lake commit and PostgreSQL's, and the node is moved
+    before it runs again: the new provider's batch spans the tick the lake holds.  It is
+    refused in one line naming the way out (resync), instead of writing the rows twice."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
+    tree.sql("root", rows, ("a",))
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.sql("root", rows, ("b",))
+    written = tree.catch_up("branch")
+
+    real = delta.multiset
+
+    def killed(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed("after the lake commit")
+
+    monkeypatch.setattr(delta, "multiset", killed)
+    with pytest.raises(Killed):
+        tree.worker("lake").work()
+    monkeypatch.setattr(delta, "multiset", real)
+    tree.workers.pop("lake").conns.close()  # as a killed process: its transaction is gone
+    assert (tree.last_tick("lake") or 0) < written
+    assert len(delta_rows("k")) == 10
+    tree.sql("root", rows, ("c",))
+    tree.catch_up("branch")
+    res = tree.cli("lake", "change-provider", "--provider=branch")
+    assert res.code == 0, res.err
+    with pytest.raises(Exception, match=f"already holds tick {written}, inside this batch"):
+        tree.worker("lake").work()
+    assert len(delta_rows("k")) == 10  # nothing written twice
+    tree.workers.pop("lake").conns.close()
+    res = tree.cli("lake", "resync", "public.k")
+    assert res.code == 0, res.err
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == 15
+    assert delta_rows("k") == expected
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
