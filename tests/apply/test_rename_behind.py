@@ -59,6 +59,8 @@ def test_rows_between_renames_keep_their_values(make_cascade, new_db_a, new_db_b
     c.node("leaf", new_db_b(), "leaf", "root", pgq_batch_collect_events="1", **settings)
     for node in ("root", "leaf"):
         c.sql(node, SCHEMA)
+    # A column of the leaf's own keeps its values: the rows do not carry it either.
+    c.sql("leaf", "alter table app.t add column here text default 'mine'")
     c.add("root", "app.t", "app.other")
     c.add("leaf", "app.t", "app.other")
     c.catch_up("leaf")
@@ -75,5 +77,6 @@ def test_rows_between_renames_keep_their_values(make_cascade, new_db_a, new_db_b
     leaf, root = _rows(c, "leaf"), _rows(c, "root")
     assert len(root) == 120 and all(r[1] is not None for r in root)
     assert leaf == root
+    assert c.sql("leaf", "select here, count(*) from app.t group by 1") == [("mine", 120)]
     q = "select id, w from app.other order by id"
     assert c.sql("leaf", q) == c.sql("root", q)

@@ -105,16 +105,18 @@ def _doubtful(
 ) -> dict[str, int]:
     """The segment's tables with rows whose columns here are not all on the provider
     (name -> the ev_id of one of its row events): a column of the subscriber's own, or
-    one a later script renamed or dropped on the provider while its rows wait here."""
+    one a later script renamed or dropped on the provider while its rows wait here, or
+    the whole table renamed there."""
     out = {}
     for row in summary:
         route = routes.get(row.name) if row.name else None
         if route is None or not route.applies or route.handler.mode == "events":
             continue
         src = src_cols.get(route.table_name)
-        if not row.row_events or row.first is None or src is None:
+        if not row.row_events or row.first is None:
             continue
-        if apply_columns(route, src) != apply_columns(route, None):
+        # None: no such table on the provider (a later script renamed it).
+        if src is None or apply_columns(route, src) != apply_columns(route, None):
             out[route.table_name] = row.first
     return out
 
