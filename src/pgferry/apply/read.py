@@ -367,9 +367,12 @@ def _row_keys(
     """The keys of the row events of ``batch_sql`` with the ev_ids of ``wanted`` (ev_id ->
     the table's registry name): the columns they carry."""
     ids = ",".join(str(int(ev_id)) for ev_id in sorted(wanted))
-    query = (  # batch_sql is the queue's own text (with braces: no sql.SQL.format)
+    # batch_sql is the queue's own text (with braces: no sql.SQL.format).  The limit ends
+    # the scan of a large batch once each row is found (each is a table's first).
+    query = (
         "select e.ev_id, array(select json_object_keys(e.ev_data::json))"
         f" from ({batch_sql}) e where e.ev_id = any(array[{ids}]::bigint[])"
+        f" limit {len(wanted)}"
     )
     try:
         rows = read_only_rows(conn, query)
