@@ -235,7 +235,9 @@ class Replayer:
         if small and not (use_spark or scripts or removals or self.second.maybe_left):
             if inputs is None:  # read ahead: the summary came without reads
                 inputs = self._plan_inputs(provider, local, routes)
-            plan = segment_plan(provider, reading, routes, Segment(), summary, inputs)
+            plan = segment_plan(
+                provider, reading, routes, Segment(), summary, inputs, shapes=self.shapes
+            )
             done_small = small_batch.apply_or_none(
                 local, provider, self.stages, plan, batch_sql, batch=batch, node=node,
                 arrays=arrays,
@@ -341,7 +343,9 @@ class Replayer:
         active = [r for r in routes.values() if r.applies]
         read_ahead = reading.read_ahead or use_spark
         inputs = self._plan_inputs(provider, local, routes)
-        plan = segment_plan(provider, reading, routes, segment, summary, inputs, later)
+        plan = segment_plan(
+            provider, reading, routes, segment, summary, inputs, later, shapes=self.shapes
+        )
         plan.tables = [w for w in plan.tables if w.table_name not in done]
         readers = None
         if use_spark and plan.tables:

@@ -298,14 +298,34 @@ def read_removals(provider: psycopg.Connection, batch_sql: str) -> list[RemovalE
 class TableShapes:
     """What the provider has of the replayed tables (their columns) and of the subscriber's
     own column types, read once and kept until :meth:`forget` (the provider or a table's
-    shape may have changed)."""
+    shape may have changed).
+
+    The provider's catalog shows its tables as they are now, which is not always the shape
+    of the rows still queued: a leaf behind may apply rows written before a RENAME COLUMN
+    or DROP COLUMN whose script is in a later batch (a queued script after the rows of
+    the same batch is :mod:`.script_shapes`' part).  Where a table's columns on the
+    subscriber are not all on the provider, the columns its queued rows carry are read
+    from one of them (:meth:`carried`) and replace the catalog's: every row queued
+    between two scripts carries the same columns, and replay forgets them after each
+    script."""
 
     def __init__(self) -> None:
         self._src_cols: dict[str, frozenset[str] | None] = {}
         self._prov_types: dict[str, bool] = {}  # the provider has this local type
+        self._carried: dict[str, frozenset[str]] = {}  # registry name -> its rows' keys
 
     def forget(self) -> None:
-        self._src_cols, self._prov_types = {}, {}
+        self._src_cols, self._prov_types, self._carried = {}, {}, {}
+
+    def carried(
+        self, provider: psycopg.Connection, batch_sql: str, rows: dict[str, int]
+    ) -> dict[str, frozenset[str]]:
+        """Per table of ``rows`` (registry name -> the ev_id of one of its row events in
+        ``batch_sql``), the columns its queued rows carry, read once until :meth:`forget`."""
+        wanted = {ev_id: t for t, ev_id in rows.items() if t not in self._carried}
+        if wanted:
+            self._carried.update(_row_keys(provider, batch_sql, wanted))
+        return {t: self._carried[t] for t in rows if t in self._carried}
 
     def source_columns(
         self, provider: psycopg.Connection, active: list[Route]
@@ -317,7 +337,9 @@ class TableShapes:
             if name not in self._src_cols:
                 self._src_cols[name] = _source_columns(provider, name)
         renamed = {r.table_name: self._src_cols[r.source_type] for r in active if r.source_type}
-        return {**self._src_cols, **renamed} if renamed else self._src_cols
+        if not renamed and not self._carried:
+            return self._src_cols
+        return {**self._src_cols, **renamed, **self._carried}
 
     def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
         """Whether the provider has each of the subscriber's own column types."""
@@ -337,6 +359,26 @@ def _source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str]
         (table_name,),
     ).fetchone()
     return frozenset(row[0]) if row and row[0] else None
+
+
+def _row_keys(
+    conn: psycopg.Connection, batch_sql: str, wanted: dict[int, str]
+) -> dict[str, frozenset[str]]:
+    """The keys of the row events of ``batch_sql`` with the ev_ids of ``wanted`` (ev_id ->
+    the table's registry name): the columns they carry."""
+    ids = ",".join(str(int(ev_id)) for ev_id in sorted(wanted))
+    # batch_sql is the queue's own text (with braces: no sql.SQL.format).  The limit ends
+    # the scan of a large batch once each row is found (each is a table's first).
+    query = (
+        "select e.ev_id, array(select json_object_keys(e.ev_data::json))"
+        f" from ({batch_sql}) e where e.ev_id = any(array[{ids}]::bigint[])"
+        f" limit {len(wanted)}"
+    )
+    try:
+        rows = read_only_rows(conn, query)
+    except psycopg.Error as exc:
+        raise ReplayError(f"reading the batch's columns: {error_text(exc)}") from None
+    return {wanted[ev_id]: frozenset(keys) for ev_id, keys in rows if ev_id in wanted}
 
 
 def _types_present(conn: psycopg.Connection, type_names: list[str]) -> dict[str, bool]:

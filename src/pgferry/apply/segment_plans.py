@@ -6,7 +6,8 @@ subscriber connection or not.  :func:`plan_inputs` gathers what a plan needs bes
 summary (the tables' shapes, cached by :class:`~pgferry.apply.read.TableShapes`, and the
 replay settings); :func:`segment_plan` plans one segment with them
 (:meth:`~pgferry.apply.plan.PlanInputs.plan`).  Both run on the worker's thread; the
-only statements they send are the provider's catalog reads of shapes not yet cached and
+only statements they send are the provider's catalog reads of shapes not yet cached, the
+columns a table's queued rows carry when the catalog's differ from the subscriber's, and
 a segment's summary when the batch's own does not serve (the segments between scripts).
 """
 
@@ -18,7 +19,7 @@ from datetime import datetime
 import psycopg
 
 from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import PlanInputs, SegmentPlan
+from pgferry.apply.plan import PlanInputs, SegmentPlan, apply_columns
 from pgferry.apply.read import TableShapes, summarize
 from pgferry.apply.routes import Route
 from pgferry.apply.script_shapes import LaterChanges
@@ -70,12 +71,21 @@ def segment_plan(
     summary: list[SummaryRow] | None,
     inputs: PlanInputs,
     later: LaterChanges | None = None,
+    shapes: TableShapes | None = None,
 ) -> SegmentPlan:
     """The segment's plan (``routes`` as the provider's catalog shows them); without
-    ``summary`` the segment's own is read first."""
-    src_cols = None if later is None else later.columns_carried(inputs.src_cols)
+    ``summary`` the segment's own is read first.  With ``shapes``, a table with columns
+    here that the provider's catalog lacks is read with the columns its queued rows carry
+    (:meth:`~pgferry.apply.read.TableShapes.carried`)."""
     if summary is None:
         summary = summarize(provider, reading.batch_sql, routes, reading.seqs, segment)
+    src_cols = inputs.src_cols
+    if shapes is not None:
+        doubtful = _doubtful(summary, routes, src_cols)
+        if doubtful:
+            src_cols = {**src_cols, **shapes.carried(provider, reading.batch_sql, doubtful)}
+    if later is not None:
+        src_cols = later.columns_carried(src_cols)
     return inputs.plan(
         summary,
         routes,
@@ -86,6 +96,29 @@ def segment_plan(
         whole_updates=not reading.use_spark and not reading.apart,
         source_columns=src_cols,
     )
+
+
+def _doubtful(
+    summary: list[SummaryRow],
+    routes: dict[str, Route],
+    src_cols: dict[str, frozenset[str] | None],
+) -> dict[str, int]:
+    """The segment's tables with rows whose columns here are not all on the provider
+    (name -> the ev_id of one of its row events): a column of the subscriber's own, or
+    one a later script renamed or dropped on the provider while its rows wait here, or
+    the whole table renamed there."""
+    out = {}
+    for row in summary:
+        route = routes.get(row.name) if row.name else None
+        if route is None or not route.applies or route.handler.mode == "events":
+            continue
+        src = src_cols.get(route.table_name)
+        if not row.row_events or row.first is None:
+            continue
+        # None: no such table on the provider (a later script renamed it).
+        if src is None or apply_columns(route, src) != apply_columns(route, None):
+            out[route.table_name] = row.first
+    return out
 
 
 def _major(conn: psycopg.Connection) -> int:
