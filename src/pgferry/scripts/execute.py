@@ -26,12 +26,13 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from pgferry.errors import NodeError, PgferryError
+from pgferry.db import SESSION_SETTINGS
+from pgferry.errors import NodeError, PgferryError, UsageError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.node import capture, merge
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
-from pgferry.registry import entries
+from pgferry.registry import entries, names
 from pgferry.scripts import ddl_check
 from pgferry.scripts.attrs import (
     NodeObjects,
@@ -93,9 +94,23 @@ def _record(conn: psycopg.Connection, queue: str, script: Script) -> None:
     )
 
 
+# What a script's bare names resolve to: ``public`` (as the original resolved them, and as
+# capture-ddl queues a public table's statement), pg_catalog searched first all the same.
+# pgferry's own SQL runs on db.SESSION_SETTINGS' path, put back right after the script:
+# the apply transaction goes on with other events.
+SCRIPT_SEARCH_PATH = "public, pg_temp"
+
+
 def _run_statements(conn: psycopg.Connection, statements: list[str]) -> None:
+    if not statements:
+        return
+    conn.execute("select pg_catalog.set_config('search_path', %s, true)", (SCRIPT_SEARCH_PATH,))
     for statement in statements:
         conn.execute(sql.SQL(statement))  # type: ignore[arg-type] - parsed and re-printed SQL
+    conn.execute(
+        "select pg_catalog.set_config('search_path', %s, true)",
+        (SESSION_SETTINGS["search_path"],),
+    )
 
 
 def execute_on_root(
@@ -247,6 +262,15 @@ def _run_captured(conn: psycopg.Connection, statements: list[str], local: str | 
     conn.execute("reset role")
 
 
+def qualify_public(name: str) -> str:
+    """A header's object name with public's schema when it names none."""
+    try:
+        parts = names.split_name(name.strip())
+    except UsageError:
+        return name
+    return f"public.{name.strip()}" if len(parts) == 1 else name
+
+
 def node_objects(
     conn: psycopg.Connection,
     local_tables: set[str],
@@ -272,10 +296,11 @@ def node_objects(
         return bool(row[0])
 
     def relkind_exists(name: str, kinds: list[str]) -> bool:
+        # A bare name in a header is public's, as in the script (not the pinned path's).
         row = conn.execute(
             "select exists (select 1 from pg_class where oid = to_regclass(%s)"
             " and relkind = any(%s))",
-            (name, kinds),
+            (qualify_public(name), kinds),
         ).fetchone()
         return bool(row[0])
 

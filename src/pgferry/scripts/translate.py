@@ -281,7 +281,7 @@ def statements_naming(script: str, queue_tables: set[str]) -> list[tuple[str, li
     for raw in _statements(script):
         collector = _Collector()
         collector(raw.stmt)
-        commented = _comment_relation(raw.stmt)
+        commented = comment_relation(raw.stmt)
         if commented is not None:
             collector.relations.append(commented)
         names = [qualified(rv.schemaname, rv.relname) for rv in collector.relations]
