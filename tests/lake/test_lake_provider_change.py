@@ -12,6 +12,7 @@ from conftest import sorted_rows
 from psycopg import sql
 
 from pgferry.lake import delta
+from pgferry.testing.load import Load
 from tests.fixtures.fix_cascade import Tree
 
 KEYLESS = sql.Identifier("public", "k")
@@ -134,6 +135,38 @@ def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
     type(tree).__mro__[1].catch_up(tree, "branch", "lake")
     expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
     assert len(expected) == 15
+    assert delta_rows("k") == expected
+
+
+def test_takeover_all_under_writes_keeps_the_lake_leaf_equal(
+    make_tree, new_db_a, new_db_b, lake_dir, delta_rows
+) -> None:
+    """The branch takes the root's place with --all while rows keep coming into the
+    keyless table: the lake leaf moves under it and ends with the rows of every node."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    insert = sql.SQL("insert into {} values (%s, 'w')").format(KEYLESS)
+    writer = Load([tree.dsns["root"], tree.dsns["branch"]],
+                  lambda conn, done: conn.execute(insert, (done,)))  # fmt: skip
+    tree.start("root", "branch", "lake")
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.start_ticker()
+    writer.start()
+    try:
+        tree.wait_for(lambda: writer.done > 40, what="writes")
+        res = tree.cli("branch", "takeover", "root", "--all", "--timeout=60")
+        assert res.code == 0, res.err
+        assert "moved lake" in res.out
+        assert tree.provider("lake") == "branch" and tree.node_type("branch") == "root"
+        at = writer.done
+        tree.wait_for(lambda: writer.done > at + 40, what="writes on the new root")
+    finally:
+        writer.stop()
+        tree.stop_ticker()
+    tree.catch_up("root", "lake")
+    expected = sorted_rows(tree.sql("branch", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == writer.done
+    old_root = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert old_root == expected
     assert delta_rows("k") == expected
 
 
