@@ -12,12 +12,33 @@ from conftest import sorted_rows
 from psycopg import sql
 
 from pgferry.lake import delta
+from pgferry.testing.load import Load
 from tests.fixtures.fix_cascade import Tree
 
 KEYLESS = sql.Identifier("public", "k")
 
 
-def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir) -> Tree:
+def _module(fmt: str):
+    if fmt == "iceberg":
+        pytest.importorskip("pyiceberg")
+        from pgferry.lake import iceberg
+
+        return iceberg
+    return delta
+
+
+def _lake_rows(lake_dir, fmt: str) -> list[tuple]:
+    """The rows of the lake table public.k, sorted."""
+    if fmt == "iceberg":
+        from pgferry.lake import iceberg
+
+        table = iceberg.catalog(str(lake_dir)).load_table(("public", "k"))
+        return sorted_rows(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+    rows = delta.rows_at(str(lake_dir / "public" / "k")).to_pylist()
+    return sorted_rows(tuple(r.values()) for r in rows)
+
+
+def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt: str = "delta") -> Tree:
     """root, branch under it, and a lake leaf under the root, all holding the keyless
     ``public.k`` (the leaf in a Delta table) and the keyed test table."""
     tree = make_tree()
@@ -26,7 +47,7 @@ def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir) -> Tree:
     lake = new_db_a(None)
     tree.dsns["lake"] = lake
     tree.node("lake", lake, "leaf", "root", job_name=f"{tree.queue}_lake_job",
-              lake_path=str(lake_dir))  # fmt: skip
+              lake_path=str(lake_dir), lake_format=fmt)  # fmt: skip
     for node in ("root", "branch", "lake"):
         tree.sql(node, sql.SQL("create table {} (id int, v text)").format(KEYLESS))
     tree.sql("root", sql.SQL("alter table {} replica identity full").format(KEYLESS))
@@ -36,10 +57,12 @@ def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir) -> Tree:
     return tree
 
 
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_change_provider_waits_for_the_lake_batch_in_flight(
-    make_tree, new_db_a, new_db_b, lake_dir, delta_rows, monkeypatch
+    make_tree, new_db_a, new_db_b, lake_dir, monkeypatch, fmt
 ) -> None:
-    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    module = _module(fmt)
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
     tree.sql("root", sql.SQL("insert into {} select g, 'a' from generate_series(1, 5) g")
              .format(KEYLESS))  # fmt: skip
     type(tree).__mro__[1].catch_up(tree, "branch", "lake")  # the lake's load done too
@@ -47,7 +70,7 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
              .format(KEYLESS))  # fmt: skip
     in_flight = tree.catch_up("branch")  # the branch holds the tick the lake leaf takes next
 
-    real = delta.multiset
+    real = module.multiset
     moved: list[object] = []
     mover = threading.Thread(
         target=lambda: moved.append(
@@ -68,12 +91,12 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
         )  # fmt: skip
         return written
 
-    monkeypatch.setattr(delta, "multiset", during)
+    monkeypatch.setattr(module, "multiset", during)
     try:
         tree.worker("lake").work()
     except Exception as exc:  # the batch refused at its PostgreSQL commit
         assert "Provider changed" in str(exc)
-    monkeypatch.setattr(delta, "multiset", real)
+    monkeypatch.setattr(module, "multiset", real)
     mover.join(timeout=60)
     assert moved and moved[0].code == 0, moved and moved[0].err
     assert tree.provider("lake") == "branch"
@@ -88,52 +111,86 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
     assert sorted_rows(tree.sql("branch", sql.SQL("select * from {}").format(KEYLESS))) == (
         expected
     )
-    assert delta_rows("k") == expected
+    assert _lake_rows(lake_dir, fmt) == expected
 
 
 class Killed(Exception):
     pass
 
 
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
-    make_tree, new_db_a, new_db_b, lake_dir, delta_rows, monkeypatch
+    make_tree, new_db_a, new_db_b, lake_dir, monkeypatch, fmt
 ) -> None:
     """The worker dies between the lake commit and PostgreSQL's, and the node is moved
     before it runs again: the new provider's batch spans the tick the lake holds.  It is
     refused in one line naming the way out (resync), instead of writing the rows twice."""
-    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    module = _module(fmt)
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
     rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
     tree.sql("root", rows, ("a",))
     type(tree).__mro__[1].catch_up(tree, "branch", "lake")
     tree.sql("root", rows, ("b",))
     written = tree.catch_up("branch")
 
-    real = delta.multiset
+    real = module.multiset
 
     def killed(*args, **kwargs):
         real(*args, **kwargs)
         raise Killed("after the lake commit")
 
-    monkeypatch.setattr(delta, "multiset", killed)
+    monkeypatch.setattr(module, "multiset", killed)
     with pytest.raises(Killed):
         tree.worker("lake").work()
-    monkeypatch.setattr(delta, "multiset", real)
+    monkeypatch.setattr(module, "multiset", real)
     tree.workers.pop("lake").conns.close()  # as a killed process: its transaction is gone
     assert (tree.last_tick("lake") or 0) < written
-    assert len(delta_rows("k")) == 10
+    assert len(_lake_rows(lake_dir, fmt)) == 10
     tree.sql("root", rows, ("c",))
     tree.catch_up("branch")
     res = tree.cli("lake", "change-provider", "--provider=branch")
     assert res.code == 0, res.err
     with pytest.raises(Exception, match=f"already holds tick {written}, inside this batch"):
         tree.worker("lake").work()
-    assert len(delta_rows("k")) == 10  # nothing written twice
+    assert len(_lake_rows(lake_dir, fmt)) == 10  # nothing written twice
     tree.workers.pop("lake").conns.close()
     res = tree.cli("lake", "resync", "public.k")
     assert res.code == 0, res.err
     type(tree).__mro__[1].catch_up(tree, "branch", "lake")
     expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
     assert len(expected) == 15
+    assert _lake_rows(lake_dir, fmt) == expected
+
+
+def test_takeover_all_under_writes_keeps_the_lake_leaf_equal(
+    make_tree, new_db_a, new_db_b, lake_dir, delta_rows
+) -> None:
+    """The branch takes the root's place with --all while rows keep coming into the
+    keyless table: the lake leaf moves under it and ends with the rows of every node."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir)
+    insert = sql.SQL("insert into {} values (%s, 'w')").format(KEYLESS)
+    writer = Load([tree.dsns["root"], tree.dsns["branch"]],
+                  lambda conn, done: conn.execute(insert, (done,)))  # fmt: skip
+    tree.start("root", "branch", "lake")
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.start_ticker()
+    writer.start()
+    try:
+        tree.wait_for(lambda: writer.done > 40, what="writes")
+        res = tree.cli("branch", "takeover", "root", "--all", "--timeout=60")
+        assert res.code == 0, res.err
+        assert "moved lake" in res.out
+        assert tree.provider("lake") == "branch" and tree.node_type("branch") == "root"
+        at = writer.done
+        tree.wait_for(lambda: writer.done > at + 40, what="writes on the new root")
+    finally:
+        writer.stop()
+        tree.stop_ticker()
+    tree.catch_up("root", "lake")
+    expected = sorted_rows(tree.sql("branch", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == writer.done
+    old_root = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert old_root == expected
     assert delta_rows("k") == expected
 
 

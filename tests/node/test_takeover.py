@@ -225,3 +225,28 @@ def test_switchover_all_under_writes_moves_a_lagging_subscriber(tree) -> None:
     assert tree.provider("leaf") == "branch" and tree.node_type("branch") == "root"
     tree.catch_up("root", "leaf", "leaf2")
     assert len(_same_everywhere(tree)) > 60
+
+
+def test_branch_takeover_all_refused_before_any_move(tree, new_db_a) -> None:
+    """leaf (under branch) stands on a tick branch2 read past in one batch: it could not
+    move under branch2, so nothing moves, branch2 included."""
+    tree.add_node("branch2", new_db_a(None), "branch", "branch")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up("branch", "branch2", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'b' from generate_series(11, 20) g")
+    hole = tree.catch_up("branch", "leaf")
+    tree.write("root", "insert into {t} select g, 'c' from generate_series(21, 30) g")
+    tree.catch_up("branch")
+    tree.catch_up("branch", "branch2")  # branch2, behind, takes one batch across the hole
+    assert tree.sql(
+        "branch2", "select count(*) from ferry_queue.tick where tick_id = %s", (hole,)
+    ) == [(0,)]
+    res = tree.cli("branch2", "takeover", "branch", "--all", "--timeout=10")
+    assert res.code != 0 and "Traceback" not in res.err
+    last = res.err.strip().splitlines()[-1]
+    assert last.startswith("pgferry: takeover refused, nothing changed: node leaf cannot move")
+    assert f"does not hold tick {hole}" in last
+    assert tree.provider("branch2") == "branch" and tree.provider("leaf") == "branch"
+    assert tree.provider("branch") == "root"
+    tree.catch_up("branch", "branch2", "leaf", "leaf2")
+    assert len(_same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))) == 30

@@ -124,10 +124,12 @@ def _switchover_root(
             wait_applied(c, name, tick, timeout, poll)
             if set_paused(c, name, True):
                 held.append(name)
-    except BaseException:
+    except BaseException as exc:
         _resume(c, held)
         set_paused(c, new, False)
         _unfreeze_root(c, old.name, tables, was_paused)
+        if isinstance(exc, NodeError):
+            raise NodeError(f"takeover refused, {old.name} restored as root: {exc}") from None
         raise
     promoted: list[bool] = []
     try:
@@ -187,9 +189,12 @@ def _movers(c: Cascade, old: str, new: str, timeout: float, poll: float) -> list
     if problems:
         raise NodeError(f"takeover --all refused, nothing changed: node {'; node '.join(problems)}")
     top = queue_top(c, old)
-    for name in movers:
-        if top is not None:
-            wait_applied(c, name, top, timeout, poll)
+    try:
+        for name in movers:
+            if top is not None:
+                wait_applied(c, name, top, timeout, poll)
+    except NodeError as exc:
+        raise NodeError(f"takeover --all refused, nothing changed: {exc}") from None
     return movers
 
 
