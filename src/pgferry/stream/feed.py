@@ -11,6 +11,7 @@ for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`)
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from pgferry.apply import sync
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import ConfigError, DatabaseError, PgferryError, QueueError
 from pgferry.events import EXECUTE_EVENT
@@ -59,6 +61,18 @@ class FeedOptions:
     partition_events: int
     ddl: bool = True  # queued scripts as op S rows
     typed: bool = False  # data and old_data as the table's columns (one table)
+    snapshot: bool = False  # a new query starts with the tables' rows at a tick
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """One table's rows in the snapshot of a tick, read as ``I`` events of ev_id 0:
+    ``query`` selects them in the columns of an event (as a span's query does)."""
+
+    tick: int
+    tick_time: datetime
+    snapshot_id: str  # pg_export_snapshot() of the transaction the tick was made for
+    query: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,7 @@ def parse_options(options: Mapping[str, str]) -> FeedOptions:
         or DEFAULT_PARTITION_EVENTS,
         ddl=_boolean(opts, "ddl", True),
         typed=_boolean(opts, "typed", False),
+        snapshot=_boolean(opts, "snapshot", False),
     )
 
 
@@ -125,6 +140,10 @@ class Feed:
         self.options = options
         self._conn: psycopg.Connection | None = None
         self.tables: tuple[str, ...] = ()  # quoted schema.table names, as events carry them
+        # The open transaction whose snapshot a new query's first batch reads, its id and
+        # tick, held until Spark is done with that batch.
+        self._held = contextlib.ExitStack()
+        self._snapshot: tuple[str, int] | None = None
 
     # --- opening -------------------------------------------------------------------------
     def open(self) -> None:
@@ -247,6 +266,59 @@ class Feed:
             parts.append(tuple(current))
         return parts
 
+    # --- the initial snapshot -----------------------------------------------------------
+    def take_snapshot(self) -> int:
+        """Make a tick whose snapshot is that of a transaction held open here (the copy's
+        and compare's way: ``ferry.sync_tick``), move the consumer to it, and return it:
+        the tables' rows in that snapshot and the events after the tick are each change
+        exactly once."""
+        opts = self.options
+        self._db()  # the consumer is registered
+        try:
+            snapshot_id, tick = self._held.enter_context(
+                sync._source_snapshot(opts.provider, opts.queue, 0.0)
+            )
+        except PgferryError as exc:
+            raise QueueError(
+                f"pgferry change feed: option snapshot: {describe(opts.provider)}: {exc}"
+            ) from None
+        self._snapshot = (snapshot_id, tick)
+        self._call(ranges.move_consumer, opts.queue, opts.consumer, tick)
+        return tick
+
+    def snapshot_reads(self, tick: int) -> list[TableSnapshot]:
+        """The reads of the snapshot of ``tick`` taken by :meth:`take_snapshot`, one per
+        table; QueueError when this process no longer holds it (Spark restarted before the
+        first batch was done: the rows of that snapshot cannot be read again)."""
+        if self._snapshot is None or self._snapshot[1] != tick:
+            raise QueueError(
+                f"pgferry change feed: the snapshot of tick {tick} is gone (the query stopped"
+                " before its first batch was done): start the query with a new checkpoint"
+            )
+        snapshot_id = self._snapshot[0]
+
+        def plan(conn: psycopg.Connection) -> list[TableSnapshot]:
+            tick_time = conn.execute(
+                "select t.tick_time from ferry_queue.tick t join ferry_queue.queue q"
+                " on q.queue_id = t.tick_queue where q.queue_name = %s and t.tick_id = %s",
+                (self.options.queue, tick),
+            ).fetchone()[0]
+            tables = self.tables or tuple(
+                e.table_name
+                for e in entries.list_tables(conn, self.options.queue, local_only=False)
+            )
+            return [
+                TableSnapshot(tick, tick_time, snapshot_id, _snapshot_query(conn, table))
+                for table in tables
+            ]
+
+        return self._call(plan)
+
+    def release_snapshot(self) -> None:
+        """Close the snapshot's transaction: every task has imported it."""
+        self._snapshot = None
+        self._held.close()
+
     def commit(self, end: int) -> None:
         """Spark will never ask for ticks before ``end`` again: move the consumer there, so
         the queue may let go of them."""
@@ -254,6 +326,7 @@ class Feed:
         self._call(ranges.move_consumer, opts.queue, opts.consumer, end)
 
     def close(self) -> None:
+        self.release_snapshot()
         if self._conn is not None and not self._conn.closed:
             self._conn.close()
         self._conn = None
@@ -287,6 +360,35 @@ def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> st
     if info and info[0]["current_batch"] is not None:
         return "reading a batch (a batch consumer's)"
     return None
+
+
+def _snapshot_query(conn: psycopg.Connection, table: str) -> str:
+    """The rows of ``table`` as ``I`` events (ev_id 0): the image as the capture writes it
+    and the primary key's columns in ev_type, so that the feed's key is the events' own."""
+    key = conn.execute(
+        "select coalesce(string_agg(quote_ident(a.attname), ',' order by k.ord), '')"
+        " from pg_index i cross join lateral unnest(i.indkey) with ordinality k(attnum, ord)"
+        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
+        " where i.indrelid = to_regclass(%s) and i.indisprimary",
+        (table,),
+    ).fetchone()[0]
+    return (
+        sql.SQL(
+            "select 0::bigint as ev_id, {name}::text as ev_extra1, {kind}::text as ev_type,"
+            " row_to_json(x)::text as ev_data, null::text as ev_extra2,"
+            " null::text as ev_extra4, null::timestamptz as ev_time from {table} x"
+        )
+        .format(
+            name=sql.Literal(table),
+            kind=sql.Literal(f"I:{key}"),
+            table=sql.SQL(".").join(sql.Identifier(p) for p in _split(conn, table)),
+        )
+        .as_string(conn)
+    )
+
+
+def _split(conn: psycopg.Connection, table: str) -> list[str]:
+    return list(conn.execute("select parse_ident(%s)", (table,)).fetchone()[0])
 
 
 def _quoted_table(conn: psycopg.Connection, name: str) -> str:
@@ -477,11 +579,13 @@ def read_chunks(
     spans: tuple[Span, ...],
     ddl: bool = True,
     columns: list[tuple[str, str]] | None = None,
+    snapshot_id: str | None = None,
 ) -> Iterator[list[tuple]]:
     """The rows of a partition (tuples in :data:`COLUMNS` order) in chunks of at most
     :data:`FETCH_ROWS`, read in one read-only transaction.  With ``columns`` (typed),
     ``data`` and ``old_data`` are tuples of the row's values (or None) and a last item
-    is an ``S`` row's statement."""
+    is an ``S`` row's statement.  With ``snapshot_id``, the read is in that snapshot (the
+    spans are then table snapshots)."""
     width = len(columns or ())
     try:
         conn = connect(provider, application_name="pgferry-changefeed")
@@ -490,6 +594,11 @@ def read_chunks(
     try:
         with conn:
             conn.read_only = True
+            if snapshot_id is not None:
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                conn.execute(
+                    sql.SQL("set transaction snapshot {}").format(sql.Literal(snapshot_id))
+                )
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
                     cur.execute(row_query(span, tables, ddl, columns))

@@ -48,6 +48,7 @@ from pgferry.stream.feed import (
     COLUMNS,
     Feed,
     Span,
+    TableSnapshot,
     column_types,
     parse_options,
     read_chunks,
@@ -175,6 +176,14 @@ class SpansPartition(InputPartition):
         self.tables = tables
 
 
+class SnapshotPartition(InputPartition):
+    """Tables read in the snapshot of a new query's first tick (plain values)."""
+
+    def __init__(self, reads: tuple[TableSnapshot, ...]) -> None:
+        super().__init__(reads)
+        self.reads = reads
+
+
 class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of whole ticks; see the module's docstring."""
 
@@ -183,6 +192,7 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = table_columns(schema) if self.options.typed and schema else None
         self._feed: Feed | None = None
         self._upto: int | None = None  # the last tick of an AvailableNow run
+        self._initial: dict | None = None  # a snapshot query's first offset
 
     def __getstate__(self) -> dict:
         # Shipped to the executors with read(): everything but the driver's connection.
@@ -198,6 +208,12 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @one_line
     def initialOffset(self) -> dict:
+        if self.options.snapshot:
+            # The first batch, from here to {"tick": N}, is the tables' rows at tick N.
+            # Spark asks again for the first batch's start: one snapshot per query.
+            if self._initial is None:
+                self._initial = {"tick": self.feed.take_snapshot(), "snapshot": 0}
+            return self._initial
         return {"tick": self.feed.position()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -213,6 +229,8 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         begin = int(start["tick"])
+        if "snapshot" in start:
+            return {"tick": begin}  # the snapshot's batch: its rows alone
         if self._upto is not None and begin >= self._upto:
             return {"tick": begin}
         return {"tick": self.feed.latest(begin, max_events, self._upto)}
@@ -224,18 +242,28 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @one_line
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = int(start["tick"]), int(end["tick"])
+        feed = self.feed
+        if "snapshot" in start:
+            # One task per table (a table is read whole in the one snapshot).
+            return [SnapshotPartition((read,)) for read in feed.snapshot_reads(begin)]
         if finish <= begin:
             return []
-        feed = self.feed
         return [SpansPartition(part, feed.tables) for part in feed.partitions(begin, finish)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Arrow batches rather than tuples: Spark would convert each tuple in Python.
-        assert isinstance(partition, SpansPartition)
         opts = self.options
-        chunks = read_chunks(
-            opts.provider, partition.tables, partition.spans, opts.ddl, self.columns
-        )
+        if isinstance(partition, SnapshotPartition):
+            reads = partition.reads
+            spans = tuple(Span(r.tick, r.tick_time, r.query) for r in reads)
+            chunks = read_chunks(
+                opts.provider, (), spans, False, self.columns, reads[0].snapshot_id
+            )
+        else:
+            assert isinstance(partition, SpansPartition)
+            chunks = read_chunks(
+                opts.provider, partition.tables, partition.spans, opts.ddl, self.columns
+            )
         for chunk in chunks:
             if self.columns is None:
                 columns = zip(*chunk, strict=True)
@@ -248,6 +276,9 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @one_line
     def commit(self, end: dict) -> None:
+        if "snapshot" not in end:
+            # Spark is done with the snapshot's batch (or never planned it): let it go.
+            self.feed.release_snapshot()
         self.feed.commit(int(end["tick"]))
 
     def stop(self) -> None:
