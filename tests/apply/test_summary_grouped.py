@@ -58,15 +58,15 @@ def _by_name(row: SummaryRow) -> tuple[bool, str]:
 def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(
-            "create table ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
+            "create table public.ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
             " ev_type text, ev_data text, ev_extra1 text)"
         )
         for ev_id, (ev_type, data, extra1) in enumerate(EVENTS, start=1):
             conn.execute(
-                "insert into ev (ev_id, ev_type, ev_data, ev_extra1) values (%s, %s, %s, %s)",
+                "insert into public.ev (ev_id, ev_type, ev_data, ev_extra1) values (%s, %s, %s, %s)",
                 (ev_id, ev_type, data, extra1),
             )
-        batch = "select * from ev"
+        batch = "select * from public.ev"
         segments = [Segment(), Segment(None, 8), Segment(4, 13), Segment(13, None)]
         seen_kinds = set()
         for segment, scripts, removals in itertools.product(segments, (False, True), (False, True)):
@@ -92,18 +92,18 @@ def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
 
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(
-            "create table ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
+            "create table public.ev (ev_id bigint, ev_txid xid8 default pg_current_xact_id(),"
             " ev_type text, ev_data text, ev_extra1 text)"
         )
         conn.execute(
-            "insert into ev (ev_id, ev_type, ev_data, ev_extra1)"
+            "insert into public.ev (ev_id, ev_type, ev_data, ev_extra1)"
             " select g, t.ev_type, t.ev_data, t.ev_extra1"
             "   from generate_series(1, 20000) g, lateral (select * from (values"
             "     ('I:id', '{\"id\":' || g || '}', 's.ins'), ('U:id', '{\"id\":1}', 's.mixed'),"
             "     ('SEQ', g::text, 's.seq_a'), ('R', null, 's.trunc')) v(ev_type, ev_data,"
             "     ev_extra1) offset g % 4 limit 1) t"
         )
-        batch = "select * from ev"
+        batch = "select * from public.ev"
         routes = {r.table_name: r for r in ROUTES}
         alone = summarize(
             conn, batch, routes, SEQS, Segment(), alone_events=PARALLEL_SUMMARY_EVENTS

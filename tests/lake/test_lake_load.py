@@ -57,7 +57,7 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
             " d date, n numeric(20,6), v text, ok boolean)"
         )
         conn.execute(
-            "insert into v values"
+            "insert into public.v values"
             " (1, '2024-06-01 10:00:00.5+05', '2024-06-01 10:00:00.000001', '2024-02-29',"
             "  -12345678901234.000001, e'a,\"b\"\\nc', true),"
             " (2, null, '0001-01-01 00:00', '1970-01-01', 0, '', false),"
@@ -93,7 +93,7 @@ def test_condition_and_floats_in_the_session_settings(db_a: str, lake_dir: Path)
         conn.execute(f"alter database {dbname} set extra_float_digits = 0")
         conn.execute("create table public.c (id int primary key, ts timestamptz, f float8)")
         conn.execute(
-            "insert into c values (1, '2024-01-01 00:00+00', 0.1::float8 + 0.2::float8),"
+            "insert into public.c values (1, '2024-01-01 00:00+00', 0.1::float8 + 0.2::float8),"
             " (2, '2024-01-01 03:00+00', 1e-310), (3, '2023-12-31 23:00+00', 1)"
         )
     # 05:45 in Kathmandu is 00:00 UTC: rows 1 and 2 (in UTC it would be none)
@@ -106,7 +106,7 @@ def test_dictionary_only_where_values_repeat(db_a: str, lake_dir: Path) -> None:
     with connect(db_a, autocommit=True) as conn:
         conn.execute("create table public.m (id int primary key, mood text, note text)")
         conn.execute(
-            "insert into m select g, (array['sad', 'ok'])[g % 2 + 1], md5(g::text)"
+            "insert into public.m select g, (array['sad', 'ok'])[g % 2 + 1], md5(g::text)"
             " from generate_series(1, 3000) g"
         )
         src = resolve_table(conn, "public.m")
