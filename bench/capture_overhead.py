@@ -60,15 +60,16 @@ insert into digoal_01.user_session (userid) select g from generate_series(1, 200
 """
 
 
-def setup(cluster: LocalCluster, seed: Path) -> str:
+def setup(cluster: LocalCluster, seed: Path, pgq: bool) -> str:
     connstr = cluster.createdb("digoal_01")
     with psycopg.connect(connstr, autocommit=True) as conn:
         conn.execute((seed / "schema.sql").read_text())  # type: ignore[arg-type]
         conn.execute(LOAD_SQL)  # type: ignore[arg-type]
         conn.execute("alter database digoal_01 set search_path = digoal_01, public")
         conn.execute("vacuum analyze")
-        conn.execute("create extension pgq")
-        conn.execute("select pgq.create_queue(%s)", (QUEUE,))
+        if pgq:  # only the phase "londiste" needs the extension
+            conn.execute("create extension pgq")
+            conn.execute("select pgq.create_queue(%s)", (QUEUE,))
     with psycopg.connect(connstr) as conn:
         schema.install(conn, ("queue",))
     with psycopg.connect(connstr, autocommit=True) as conn:
@@ -81,8 +82,8 @@ def set_triggers(connstr: str, phase: str) -> None:
         for table in TABLES:
             name = f"digoal_01.{table}"
             conn.execute("select ferry_queue.detach_capture(%s, %s)", (QUEUE, name))
-            conn.execute(f"drop trigger if exists _londiste_{QUEUE} on {name}")  # type: ignore[arg-type]
-            conn.execute(f"drop trigger if exists _londiste_{QUEUE}_truncate on {name}")  # type: ignore[arg-type]
+            for trigger in (f"_londiste_{QUEUE}", f"_londiste_{QUEUE}_truncate"):
+                conn.execute(f"drop trigger if exists {trigger} on {name}")  # type: ignore[arg-type]
             if phase == "pgferry":
                 conn.execute("select ferry_queue.attach_capture(%s, %s)", (QUEUE, name))
             elif phase in ("ignore", "when"):
@@ -107,10 +108,11 @@ def set_triggers(connstr: str, phase: str) -> None:
         conn.execute("checkpoint")
 
 
-def ticker(connstr: str, stop: threading.Event) -> None:
+def ticker(connstr: str, stop: threading.Event, pgq: bool) -> None:
     with psycopg.connect(connstr, autocommit=True) as conn:
         while not stop.wait(1.0):
-            conn.execute("select pgq.ticker()")
+            if pgq:
+                conn.execute("select pgq.ticker()")
             conn.execute("select ferry_queue.ticker()")
 
 
@@ -193,8 +195,9 @@ def main() -> None:
     results: dict[str, list[float]] = {p: [] for p in phases}
     row_times: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
     try:
-        connstr = setup(cluster, args.seed)
-        tick_thread = threading.Thread(target=ticker, args=(connstr, stop), daemon=True)
+        pgq = "londiste" in phases
+        connstr = setup(cluster, args.seed, pgq)
+        tick_thread = threading.Thread(target=ticker, args=(connstr, stop, pgq), daemon=True)
         tick_thread.start()
         for rep in range(args.reps):
             # Rotate the order each rep: no phase always runs first or after another.
@@ -209,7 +212,7 @@ def main() -> None:
         with psycopg.connect(connstr) as conn:
             events = conn.execute(
                 "select (select count(*) from ferry_queue.event),"
-                " (select count(*) from pgq.event_template)"
+                + (" (select count(*) from pgq.event_template)" if pgq else " null")
             ).fetchone()
     finally:
         stop.set()

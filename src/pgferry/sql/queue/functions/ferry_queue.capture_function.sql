@@ -17,6 +17,6 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.capture_function(i_queue_id integer, i_pkey text[])
 returns text
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select ferry_queue.templated_capture_function(i_queue_id, i_pkey, null)
 $$;

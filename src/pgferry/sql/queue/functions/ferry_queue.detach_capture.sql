@@ -16,7 +16,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.detach_capture(queue text, tbl regclass)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
     v_id integer;
 begin

@@ -12,7 +12,7 @@
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.drop_capture_triggers(i_queue text, i_table regclass)
 returns integer
-language plpgsql as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_capture', i_table);
     execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_truncate', i_table);
