@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pgferry import stream
+from pgferry.errors import QueueError
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks
 from pgferry.stream.feed import Feed, FeedOptions, read_chunks, script_rows
@@ -618,3 +619,22 @@ def test_snapshot_then_changes_exactly_once(root, feed, spark, tmp_path):
     assert keyed == {row["id"]: row for row in table_images(root, "t")}
     key = lambda row: (row["a"], row["b"])  # noqa: E731
     assert sorted(keyless, key=key) == sorted(table_images(root, "k"), key=key)
+
+
+def test_a_snapshot_not_held_is_one_line(root):
+    """Spark restarted before a snapshot query's first batch was done asks for that
+    snapshot's rows again: this process does not hold it, and says so."""
+    options = FeedOptions(root, QUEUE, "spark_feed", (), None, 1000, snapshot=True)
+    f = Feed(options)
+    try:
+        with pytest.raises(QueueError) as caught:
+            f.snapshot_reads(5)
+        assert str(caught.value) == (
+            "pgferry change feed: the snapshot of tick 5 is gone (the query stopped before its"
+            " first batch was done): start the query with a new checkpoint"
+        )
+        tick = f.take_snapshot()
+        assert consumer_tick(root, "spark_feed") == tick
+        assert [r.tick for r in f.snapshot_reads(tick)] == [tick] * 4  # t, u, k, k2
+    finally:
+        f.close()
