@@ -510,6 +510,14 @@ def test_typed_columns(root, feed, spark, write_ini, cli, tmp_path):
     )
     assert got[1].old_data is None and got[1].data.i2 is None
 
+    # A typed snapshot: the table's rows now, in the same types (the added column too).
+    snap = feed(root, tables='"Typé"', typed="true", snapshot="true", consumer="typed_snap")
+    run_available_now(snap, tmp_path / "snap", tmp_path / "snap_ck")
+    [row] = rows(spark, tmp_path / "snap")
+    assert (row.op, row.ev_id, row.key) == ("I", 0, '{"id": 1}')
+    assert row.data.n == Decimal("123456789.125") and row.data.ia is None
+    assert (row.data.t, row.data.ta, row.data.extra) == ("v", ["x,y", "z"], None)
+
     with pytest.raises(Exception) as caught:
         feed(root, typed="true", consumer="other").schema  # noqa: B018
     assert stream.error_line(caught.value) == (
