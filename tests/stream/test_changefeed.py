@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pgferry import stream
+from pgferry.errors import QueueError
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks
 from pgferry.stream.feed import Feed, FeedOptions, read_chunks, script_rows
@@ -509,6 +510,14 @@ def test_typed_columns(root, feed, spark, write_ini, cli, tmp_path):
     )
     assert got[1].old_data is None and got[1].data.i2 is None
 
+    # A typed snapshot: the table's rows now, in the same types (the added column too).
+    snap = feed(root, tables='"Typé"', typed="true", snapshot="true", consumer="typed_snap")
+    run_available_now(snap, tmp_path / "snap", tmp_path / "snap_ck")
+    [row] = rows(spark, tmp_path / "snap")
+    assert (row.op, row.ev_id, row.key) == ("I", 0, '{"id": 1}')
+    assert row.data.n == Decimal("123456789.125") and row.data.ia is None
+    assert (row.data.t, row.data.ta, row.data.extra) == ("v", ["x,y", "z"], None)
+
     with pytest.raises(Exception) as caught:
         feed(root, typed="true", consumer="other").schema  # noqa: B018
     assert stream.error_line(caught.value) == (
@@ -618,3 +627,22 @@ def test_snapshot_then_changes_exactly_once(root, feed, spark, tmp_path):
     assert keyed == {row["id"]: row for row in table_images(root, "t")}
     key = lambda row: (row["a"], row["b"])  # noqa: E731
     assert sorted(keyless, key=key) == sorted(table_images(root, "k"), key=key)
+
+
+def test_a_snapshot_not_held_is_one_line(root):
+    """Spark restarted before a snapshot query's first batch was done asks for that
+    snapshot's rows again: this process does not hold it, and says so."""
+    options = FeedOptions(root, QUEUE, "spark_feed", (), None, 1000, snapshot=True)
+    f = Feed(options)
+    try:
+        with pytest.raises(QueueError) as caught:
+            f.snapshot_reads(5)
+        assert str(caught.value) == (
+            "pgferry change feed: the snapshot of tick 5 is gone (the query stopped before its"
+            " first batch was done): start the query with a new checkpoint"
+        )
+        tick = f.take_snapshot()
+        assert consumer_tick(root, "spark_feed") == tick
+        assert [r.tick for r in f.snapshot_reads(tick)] == [tick] * 4  # t, u, k, k2
+    finally:
+        f.close()

@@ -7,6 +7,7 @@
         .option("queue", "replika")
         .option("consumer", "lake_feed")              # registered on first use
         .option("tables", "public.orders,public.items")  # default: every table
+        .option("snapshot", "true")        # on a root: a new query reads the rows first
         .load()
 
 Rows: ``tick_id``, ``ev_id``, ``table``, ``op`` (I, U, D, T, S), ``data``, ``key``,

@@ -6,7 +6,9 @@ its micro-batches) and holds the provider connection.  The read side,
 :func:`read_chunks`, runs on an executor with plain values only: the provider's connection
 string and the :class:`Span` items of its partition.  Offsets are tick ids; the queue's
 consumer stands at the last tick Spark has committed, so every tick range Spark can ask
-for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).
+for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).  A
+snapshot query's first batch reads the tables in a snapshot the driver holds, exported
+with the tick made for it (:meth:`Feed.take_snapshot`, the way of :mod:`pgferry.apply.sync`).
 """
 
 from __future__ import annotations
@@ -273,7 +275,17 @@ class Feed:
         the tables' rows in that snapshot and the events after the tick are each change
         exactly once."""
         opts = self.options
-        self._db()  # the consumer is registered
+        external = self._call(
+            lambda conn: conn.execute(
+                "select queue_external_ticker from ferry_queue.queue where queue_name = %s",
+                (opts.queue,),
+            ).fetchone()[0]
+        )
+        if external:
+            raise QueueError(
+                f"pgferry change feed: option snapshot needs the root: queue {opts.queue!r} on"
+                f" {describe(opts.provider)} is ticked by its provider, no tick can be made here"
+            )
         try:
             snapshot_id, tick = self._held.enter_context(
                 sync._source_snapshot(opts.provider, opts.queue, 0.0)
@@ -502,13 +514,15 @@ def row_query(
     tables: tuple[str, ...],
     ddl: bool = True,
     columns: list[tuple[str, str]] | None = None,
+    ordered: bool = True,
 ) -> sql.Composed:
     """The feed's events of one span in ev_id order: row events and truncates (of
     ``tables`` only, when given) and, with ``ddl``, queued scripts (captured DDL and
     ``execute``), whose tables :func:`script_rows` finds; removal events are the cascade's
     business.  Columns: ev_id, table, op, data, key, ev_time, old_data, and for a script
     its header attributes (in old_data's place) and the queue's tables when it was queued;
-    with ``columns`` (typed), then the row's columns and the old row's."""
+    with ``columns`` (typed), then the row's columns and the old row's.  ``ordered=False``
+    for a table's snapshot, whose rows all have ev_id 0: no sort of the whole table."""
     only = (
         sql.SQL(" and e.ev_extra1 = any({})").format(sql.Literal(list(tables)))
         if tables
@@ -532,8 +546,9 @@ def row_query(
         " case when e.ev_type = {execute} then e.ev_extra4 end{typed}"
         " from ({span}) e{images}"
         " where ((e.ev_type = 'R' or e.ev_type ~ '^[IUD]:'){only}{scripts}){piece}"
-        " order by e.ev_id"
+        "{order}"
     ).format(
+        order=sql.SQL(" order by e.ev_id" if ordered else ""),
         key=sql.SQL(_KEY_SQL),
         span=sql.SQL(span.query),
         only=only,
@@ -601,7 +616,7 @@ def read_chunks(
                 )
             for span in spans:
                 with conn.cursor(name=f"ferry_feed_{span.tick}_{span.piece}") as cur:
-                    cur.execute(row_query(span, tables, ddl, columns))
+                    cur.execute(row_query(span, tables, ddl, columns, snapshot_id is None))
                     while rows := cur.fetchmany(FETCH_ROWS):
                         chunk = []
                         for row in rows:

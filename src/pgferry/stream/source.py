@@ -3,7 +3,10 @@
 Spark 4's Python data source API.  :class:`PgferrySource` names the format and the
 schema; :class:`ChangeFeedReader` is its stream reader: offsets ``{"tick": N}``, admission
 control (``maxEventsPerTrigger``, in whole ticks), ``Trigger.AvailableNow`` (the newest
-tick when the query starts is its last), and ``commit`` moving the queue's consumer.
+tick when the query starts is its last), and ``commit`` moving the queue's consumer.  With
+``snapshot``, a new query's first offset is ``{"tick": N, "snapshot": 0}`` and its first
+batch, up to ``{"tick": N}``, the tables' rows at tick N.  With ``typed``, ``data`` and
+``old_data`` are structs of the table's columns (:func:`typed_schema`).
 Spark constructs the reader twice, on the driver where it plans micro-batches and in the
 worker that ships its ``read`` to the executors, so it holds only plain values; the
 connection is opened by the first driver call (:class:`pgferry.stream.feed.Feed`).
@@ -147,7 +150,8 @@ def table_columns(schema: StructType) -> list[tuple[str, str]]:
 
 class PgferrySource(DataSource):
     """``spark.readStream.format("pgferry")``: options ``provider``, ``queue``,
-    ``consumer``, ``tables``, ``ddl``, ``maxEventsPerTrigger``, ``partitionEvents``."""
+    ``consumer``, ``tables``, ``ddl``, ``typed``, ``snapshot``, ``maxEventsPerTrigger``,
+    ``partitionEvents``."""
 
     @classmethod
     def name(cls) -> str:
