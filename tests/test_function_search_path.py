@@ -17,36 +17,11 @@ from pgferry import schema
 PINNED = "search_path=pg_catalog, pg_temp"
 SCHEMAS = ("ferry_queue", "ferry_node", "ferry", "ferry_copy")
 
-# Capture and deny triggers, their code generators and what a capture calls on every
-# write (wake_ticker, insert_event), and the DDL capture's event-trigger functions: their
-# rights and paths are set with the queue's write boundary and the DDL capture's checks.
+# The functions that keep no SET search_path, each with the reason; their bodies name every
+# object with its schema.  (The capture functions add-table generates per table are not
+# in an install: a plain one, which runs on every row written, has no SET either, and
+# tests/queue/test_trust_boundary.py shows a writer's path cannot reach into it.)
 UNPINNED = {
-    "ferry.ddl_isolate",
-    "ferry.ddl_queue",
-    "ferry.ddl_replicated",
-    "ferry.ddl_statements",
-    "ferry.ddl_trigger_table",
-    "ferry.ddl_volatile_fill",
-    "ferry_queue.attach_capture",
-    "ferry_queue.attach_capture_spec",
-    "ferry_queue.capture_function",
-    "ferry_queue.capture_image",
-    "ferry_queue.capture_image_eq",
-    "ferry_queue.capture_insert",
-    "ferry_queue.capture_template",
-    "ferry_queue.capture_truncate",
-    "ferry_queue.deny_write",
-    "ferry_queue.detach_capture",
-    "ferry_queue.drop_capture_triggers",
-    "ferry_queue.insert_event",
-    "ferry_queue.install_capture_function",
-    "ferry_queue.next_capture_name",
-    "ferry_queue.plain_capture",
-    "ferry_queue.plain_capture_template",
-    "ferry_queue.prune_capture_functions",
-    "ferry_queue.refresh_capture_functions",
-    "ferry_queue.templated_capture_function",
-    "ferry_queue.wake_ticker",
     # Inlined into the ticker's round, once per queue: schema-qualified instead (its file).
     "ferry_queue.seq_position",
 }

@@ -9,26 +9,39 @@ rows.
 
 from __future__ import annotations
 
+import itertools
+
 import psycopg
 import pytest
 
 from pgferry.cli.main import main
+from pgferry.testing.cascade import Cascade
 from pgferry.testing.scenario import wait_until
+from tests.fixtures.fix_cascade import Pair
 
 READER = "ferry_rls_reader"
+_queues = itertools.count(1)
 FIX = "run it as the table's owner or as a role with BYPASSRLS"
 
 
+def make_reader(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"do $$ begin if not exists (select from pg_roles where rolname = '{READER}')"
+            f" then create role {READER} login; end if; end $$"
+        )
+
+
 def grant_reader(dsn: str) -> None:
-    """The reader may do what a leaf's worker does on its provider (all it is granted on
-    what the node's set-up makes next), and read public.t."""
+    """The reader may do what a leaf's worker does on its provider (granted on the
+    node's schemas once the root is made, as its admin could) and read public.t."""
+    schemas = "ferry_queue, ferry_node, ferry"
     statements = [
-        f"do $$ begin if not exists (select from pg_roles where rolname = '{READER}')"
-        f" then create role {READER} login; end if; end $$",
-        f"alter default privileges for role postgres grant all on tables to {READER}",
-        f"alter default privileges for role postgres grant all on sequences to {READER}",
-        f"alter default privileges for role postgres grant usage on schemas to {READER}",
-        f"grant usage on schema public to {READER}",
+        f"grant usage on schema {schemas}, public to {READER}",
+        f"grant all on all tables in schema {schemas} to {READER}",
+        f"grant all on all sequences in schema {schemas} to {READER}",
+        f"grant execute on all routines in schema {schemas} to {READER}",
+        f"grant select on public.t to {READER}",
     ]
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
@@ -36,11 +49,19 @@ def grant_reader(dsn: str) -> None:
 
 
 @pytest.fixture
-def policed(db_a, make_pair):
+def policed(db_a, db_b, tmp_path):
+    make_reader(db_a)
+    cascade = Cascade(f"rls{next(_queues)}", tmp_path)
+    root_cfg = cascade.node("rootnode", db_a, "root", job_name="rlsroot")
+    with psycopg.connect(db_a, autocommit=True) as conn:
+        conn.execute("create table public.t (id int primary key, v text)")
     grant_reader(db_a)
-    pair = make_pair(remote_extra_connstr=f"user={READER}")
-    for side in (pair.root, pair.leaf):
-        side("create table public.t (id int primary key, v text)")
+    leaf_cfg = cascade.node(
+        "leafnode", db_b, "leaf", "rootnode", job_name="rlsleaf",
+        remote_extra_connstr=f"user={READER}",
+    )  # fmt: skip
+    pair = Pair(cascade, root_cfg, leaf_cfg)
+    pair.leaf("create table public.t (id int primary key, v text)")
     pair.root("insert into public.t select g, 'v' || g from generate_series(1, 10) g")
     pair.root("alter table public.t enable row level security")
     pair.root("create policy evens on public.t using (id % 2 = 0)")
@@ -48,7 +69,9 @@ def policed(db_a, make_pair):
     # What the reader would see with row security on: half the table.
     with psycopg.connect(pair.root_dsn, user=READER) as conn:
         assert conn.execute("select count(*) from public.t").fetchone() == (5,)
-    return pair
+    yield pair
+    for worker in pair.workers:
+        worker.conns.close()
 
 
 def copy_state(pair) -> tuple:

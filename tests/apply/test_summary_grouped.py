@@ -63,7 +63,8 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
         )
         for ev_id, (ev_type, data, extra1) in enumerate(EVENTS, start=1):
             conn.execute(
-                "insert into public.ev (ev_id, ev_type, ev_data, ev_extra1) values (%s, %s, %s, %s)",
+                "insert into public.ev (ev_id, ev_type, ev_data, ev_extra1)"
+                " values (%s, %s, %s, %s)",
                 (ev_id, ev_type, data, extra1),
             )
         batch = "select * from public.ev"

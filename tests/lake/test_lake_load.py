@@ -76,7 +76,7 @@ def test_values_whatever_the_session_settings(db_a: str, lake_dir: Path) -> None
     ]  # fmt: skip
 
     with connect(db_a, autocommit=True) as conn:
-        conn.execute("update v set ts = 'infinity' where id = 2")
+        conn.execute("update public.v set ts = 'infinity' where id = 2")
     with pytest.raises(PgferryError) as failed:
         _load(db_a, lake_dir, "v", ["id"])
     assert "public.v" in str(failed.value) and "'infinity'" in str(failed.value)
@@ -111,7 +111,7 @@ def test_dictionary_only_where_values_repeat(db_a: str, lake_dir: Path) -> None:
         )
         src = resolve_table(conn, "public.m")
         assert dictionary_columns(conn, src) is None  # no statistics yet: Arrow's default
-        conn.execute("analyze m")
+        conn.execute("analyze public.m")
         src = resolve_table(conn, "public.m")
         assert dictionary_columns(conn, src) == ("mood",)
     _, table = _load(db_a, lake_dir, "m", ["id"])

@@ -14,7 +14,7 @@
 --     ferry_queue.capture_function
 -- ---------------------------------------------------------------------------------------
 create or replace function ferry_queue.next_capture_name(i_queue_id integer) returns text
-language sql as $$
+language sql set search_path = pg_catalog, pg_temp as $$
     select format('capture_%s_%s', i_queue_id,
                   coalesce(max((regexp_match(cf_name, '_([0-9]+)$'))[1]::integer), 0) + 1)
       from ferry_queue.capture_function where cf_queue = i_queue_id
