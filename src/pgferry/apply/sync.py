@@ -172,7 +172,7 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
                 """,
                 (queue, node.consumer_name, pause),
             )
-            source = _branch_snapshot if branch else _source_snapshot
+            source = _branch_snapshot if branch else source_snapshot
             try:
                 with source(provider_dsn, queue, wait) as (src_snapshot, tick_id):
                     local.execute(
@@ -240,7 +240,7 @@ def _branch_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tup
 
 
 @contextmanager
-def _source_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tuple[str, int]]:
+def source_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tuple[str, int]]:
     """An exported provider snapshot and the tick recorded with it (``wait`` unused: the
     tick is made here)."""
     for _ in range(5):

@@ -288,7 +288,7 @@ class Feed:
             )
         try:
             snapshot_id, tick = self._held.enter_context(
-                sync._source_snapshot(opts.provider, opts.queue, 0.0)
+                sync.source_snapshot(opts.provider, opts.queue, 0.0)
             )
         except PgferryError as exc:
             raise QueueError(
