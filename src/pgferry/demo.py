@@ -195,6 +195,9 @@ def _load(workdir: Path, root: LocalCluster, console: Console) -> None:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the server binds: a connection of a stopped server left in TIME_WAIT on the
+        # port does not keep a new server from listening there.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
