@@ -1,9 +1,11 @@
 """Fault injection under load: after every fault, every node catches up and equals its source.
 
 Each round runs the load, injects one fault (worker SIGKILL, subscriber or provider server
-stopped fast/immediate, ticker stopped, a backlog, a resync killed mid-copy), stops the load
-and waits until every replicated table — the full leaf and the partial renamed leaf —
-equals the source.  ``tools/soak.py`` runs the same rounds for as long as you like.
+stopped fast/immediate, ticker stopped, a backlog, a resync killed mid-copy, a worker
+SIGKILLed that ``status`` must call down with exit 1, a column renamed and back under
+capture-ddl while both leaves are stopped behind), stops the load and waits until every
+replicated table — the full leaf and the partial renamed leaf — equals the source.
+``tools/soak.py`` runs the same rounds for as long as you like.
 """
 
 from __future__ import annotations
@@ -64,5 +66,6 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
             )
             assert "ERR:" not in errors
         assert len(scenario.faults) == len(Scenario.FAULTS)
+        assert scenario.failures == []
     finally:
         scenario.shutdown()

@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry
 from pgferry.apply.worker import Worker
 from pgferry.config import load_config
 from pgferry.daemon import read_pid
+from pgferry.errors import AlreadyRunning
 from pgferry.metrics.worker import watch_worker
-from pgferry.node import worker_health
+from pgferry.node import model, worker_health
 from pgferry.polling import wait_until
 from pgferry.testing.commands import run_pgferry
 from pgferry.testing.scenario import process_running
@@ -166,3 +167,34 @@ def test_stopped_worker_counts_as_down_and_a_new_node_does_not(db_b, nodes, cli)
     wait_until(lambda: cli(leaf_ini, "status").code == 1, timeout=40, interval=0.5, what="down")
     res = cli(leaf_ini, "status")
     assert "WORKER DOWN: no heartbeat for 1" in res.out, res  # 11 s or more
+
+
+def test_a_lock_of_another_database_is_not_this_nodes(new_db_b, db_a, write_ini, cli) -> None:
+    """Two leaves of one queue in two databases of one server: the worker lock of one is not
+    the other's.  Advisory locks are per database, but ``pg_locks`` lists the server's."""
+    leaves = [new_db_b(None), new_db_b(None)]
+    root_ini = write_ini("src", db_a, **SETTINGS)
+    inis = [write_ini(f"dst{i}", dsn, **SETTINGS) for i, dsn in enumerate(leaves)]
+    assert cli(root_ini, "create-root", "src").code == 0
+    for i, ini in enumerate(inis):
+        assert cli(ini, "create-leaf", f"dst{i}", f"--provider={db_a}").code == 0
+    # dst1's worker runs (holds its lock); dst0's ran and died an hour ago.
+    with psycopg.connect(leaves[1], autocommit=True) as other:
+        model.lock_node(other, "replika")
+        q(leaves[0], "update ferry_node.local_state set last_seen = now() - interval '1 hour'")
+        q(leaves[1], "update ferry_node.local_state set last_seen = now()")
+        with psycopg.connect(leaves[0], autocommit=True) as conn:
+            reading = worker_health.read(conn, "replika")
+        assert reading is not None and reading.lock_pid is None
+        res = cli(root_ini, "status")
+        assert res.code == 1 and "worker of dst0 down" in res.err, res
+        assert "worker of dst1" not in res.err
+        # A second worker of dst1 is refused naming dst1's session, not another's.
+        with (
+            psycopg.connect(leaves[0], autocommit=True) as mine,
+            psycopg.connect(leaves[1], autocommit=True) as second,
+        ):
+            model.lock_node(mine, "replika")
+            with pytest.raises(AlreadyRunning) as refused:
+                model.lock_node(second, "replika")
+        assert f"server pid {other.info.backend_pid}" in str(refused.value)

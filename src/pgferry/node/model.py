@@ -403,7 +403,9 @@ def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
               join pg_stat_activity a on a.pid = l.pid
              where l.locktype = 'advisory' and l.granted
                and l.classid = hashtext('pgferry-worker')::oid
-               and l.objid = hashtext(%s)::oid
+               and l.objid = hashtext(%s)::oid and l.objsubid = 2
+               and l.database = (select oid from pg_database
+                                  where datname = current_database())
             """,
             (queue_name,),
         ).fetchone()

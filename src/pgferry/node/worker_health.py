@@ -19,7 +19,9 @@ an idle worker would (:func:`silent_after`) is *silent*: shown, not counted as d
 a long batch looks the same (and so does a worker whose host vanished, until the server's
 TCP keepalives end its session).
 
-The reading is one statement on the node's database (:func:`read`).
+The reading is one statement on the node's database (:func:`read`).  Advisory locks are
+the database's, but ``pg_locks`` lists the whole server's: the read keeps to its own
+database, since two nodes of one queue may share a server (their locks have the same keys).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ READ = """
            (select min(l.pid) from pg_locks l
              where l.locktype = 'advisory' and l.granted
                and l.classid = hashtext('pgferry-worker')::oid
-               and l.objid = hashtext(%(q)s)::oid and l.objsubid = 2)
+               and l.objid = hashtext(%(q)s)::oid and l.objsubid = 2
+               and l.database = (select oid from pg_database
+                                  where datname = current_database()))
       from ferry_node.node_info n
       join ferry_node.local_state s
         on s.queue_name = n.queue_name and s.consumer_name = n.worker_name

@@ -9,6 +9,7 @@ caller waits until every replicated table equals its source again.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -19,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql as q
 
 from pgferry.daemon import pid_alive, read_pid
+from pgferry.node import worker_health
 from pgferry.testing import load
 from pgferry.testing.cluster import LocalCluster
 from pgferry.testing.commands import run_pgferry
@@ -46,9 +49,19 @@ PARTIAL = {
     "digoal_01.user_session": "digoal_02.user_session1",
 }
 CONDITION = "userid<1000"
+# The column the rename fault renames to and fro: the load never names it (its statements
+# run under either name), and every row holds a value in it.
+RENAMED = ("digoal_01.user_info", "engname", "engname1")
+# The partial leaf takes one tick per batch when behind (the full leaf as many as fit in the
+# default): a batch between two renames meets a provider whose catalog shows the later one.
+SMALL_BATCHES = "pgq_batch_collect_events"
+# How long status may take to call a killed worker down, beyond the rule's own wait
+# (exception_sleep + worker_health.DOWN_MARGIN): each look runs the command line.
+STATUS_SLACK = 30.0
+EXCEPTION_SLEEP = 1.0  # every job's: a killed worker counts as down 11 s after its heartbeat
 
 
-def sql(dsn: str, query: str, params: tuple | None = None) -> list[tuple]:
+def sql(dsn: str, query: str | q.Composable, params: tuple | None = None) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         cur = conn.execute(query, params)  # type: ignore[arg-type]
         return cur.fetchall() if cur.description else []
@@ -135,6 +148,10 @@ class Scenario:
     dst2: str = ""
     faults: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)  # more ini lines of every job
+    # What a fault found wrong besides the tables (status that never saw a dead worker).
+    failures: list[str] = field(default_factory=list)
+    capture_ddl: bool = False
+    next_userid: int = 1_000_000  # rows the rename fault inserts, above the load's keys
 
     JOBS = ("src_digoal_01", "dst1_digoal_01", "dst2_digoal_02")
 
@@ -144,6 +161,26 @@ class Scenario:
         if check and proc.returncode != 0:
             raise AssertionError(f"pgferry {' '.join(args)}: {proc.stdout}{proc.stderr}")
         return proc.stdout + proc.stderr
+
+    def status(self, ini: str = "src_digoal_01.ini") -> tuple[int, dict]:
+        """``status --json`` as a monitor runs it: its exit code and its report."""
+        proc = run_pgferry(ini, "status", "--json", timeout=120, cwd=self.workdir)
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError as exc:
+            raise AssertionError(f"pgferry status: {proc.stdout}{proc.stderr}") from exc
+        return proc.returncode, report
+
+    def worker_down(self, job: str) -> bool:
+        """Whether status says the worker of node ``job`` is down (and exits 1 for it)."""
+        code, report = self.status()
+        node = next((n for n in report["nodes"] if n["name"] == job), None)
+        return (
+            code == 1
+            and node is not None
+            and node["worker_down"] is not None
+            and f"worker of {job} down" in report["problems"]
+        )
 
     def pid(self, job: str) -> int | None:
         pid = read_pid(self.workdir / "pid" / f"{job}.pid")
@@ -165,12 +202,17 @@ class Scenario:
         common = (
             f"queue_name = replika\nlogfile = {self.workdir}/log/%(job_name)s.log\n"
             f"pidfile = {self.workdir}/pid/%(job_name)s.pid\nloop_delay = 0.2\n"
-            "exception_sleep = 1\nparallel_copies = 4\nlock_timeout = 120\n"
+            f"exception_sleep = {EXCEPTION_SLEEP:g}\nparallel_copies = 4\nlock_timeout = 120\n"
             "spark_master = local[1]\nspark.sql.shuffle.partitions = 2\n"
         ) + "".join(f"{line}\n" for line in self.settings)
         for job, dsn in zip(self.JOBS, (self.src, self.dst1, self.dst2), strict=True):
+            own = ""
+            if job == "dst2_digoal_02" and not any(
+                line.split("=")[0].strip() == SMALL_BATCHES for line in self.settings
+            ):
+                own = f"{SMALL_BATCHES} = 1\n"
             (self.workdir / f"{job}.ini").write_text(
-                f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}"
+                f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}{own}"
             )
         (self.workdir / "pgqd.ini").write_text(
             f"[pgqd]\nbase_connstr = host=127.0.0.1 port={self.root_cluster.port} user=postgres\n"
@@ -284,6 +326,82 @@ class Scenario:
         self.start("dst1_digoal_01")
         return f"resync {table} + SIGKILL during copy"
 
+    def fault_kill_seen_by_status(self, rng: random.Random) -> str:
+        """A worker SIGKILLed; ``status`` must call it down (exit 1) within the rule's wait
+        and a margin, and stop calling it down once it runs again."""
+        job = rng.choice(self.JOBS[1:])
+        pid = self.pid(job)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: self.pid(job) is None, 30, f"{job} to die")
+        killed = time.monotonic()
+        bound = EXCEPTION_SLEEP + worker_health.DOWN_MARGIN + STATUS_SLACK
+        try:
+            wait_until(lambda: self.worker_down(job), bound, f"status to call {job} down")
+            seen = f"status: down after {time.monotonic() - killed:.1f} s"
+        except AssertionError:
+            seen = "status: NOT down"
+            self.failures.append(f"status did not call the killed worker of {job} down"
+                                 f" within {bound:.0f} s")  # fmt: skip
+        self.start(job)
+        try:
+            wait_until(lambda: not self.worker_down(job), 60, f"status to see {job} again")
+        except AssertionError:
+            self.failures.append(f"status still calls the worker of {job} down after its restart")
+        return f"SIGKILL {job}, {seen}"
+
+    def _renamed_writes(self, column: str, step: int) -> None:
+        """Rows written under the column's current name: inserts of new users and an update
+        of the column in a slice of the old ones (the partial leaf's among them)."""
+        table = q.Identifier(*RENAMED[0].split("."))
+        col = q.Identifier(column)
+        with psycopg.connect(self.src, autocommit=True) as conn:
+            for _ in range(10):
+                with conn.transaction():
+                    conn.execute(
+                        q.SQL(
+                            "insert into {} (userid, {}, mod_time) values (%s, %s, now())"
+                        ).format(table, col),
+                        (self.next_userid, f"r{self.next_userid}.{step}"),
+                    )
+                self.next_userid += 1
+            conn.execute(
+                q.SQL("update {} set {} = {} || %s where userid %% 17 = %s").format(
+                    table, col, col
+                ),
+                (f"+{step}", step % 17),
+            )
+
+    def _next_tick(self) -> None:
+        """Wait for a tick after now on the root, so what came before is a batch of its own."""
+        query = "select last_tick_id from ferry_queue.get_queue_info('replika')"
+        before = sql(self.src, query)[0][0]
+        wait_until(lambda: sql(self.src, query)[0][0] > before, 30, "the next tick")
+
+    def fault_rename_under_load(self, rng: random.Random) -> str:
+        """With capture-ddl on, the leaves stopped behind while the load writes: a column
+        renamed and back a few times, rows written under each name; then they catch up."""
+        if not self.capture_ddl:
+            self.cli("src_digoal_01.ini", "capture-ddl", "on")
+            self.capture_ddl = True
+        for job in self.JOBS[1:]:
+            self.stop(job)
+        table, first, second = RENAMED
+        ident = q.Identifier(*table.split("."))
+        renames = rng.choice((2, 4, 6))
+        names = (first, second)
+        for step in range(renames):
+            old, new = names[step % 2], names[(step + 1) % 2]
+            self._renamed_writes(old, step)
+            self._next_tick()
+            rename = q.SQL("alter table {} rename column {} to {}")
+            sql(self.src, rename.format(ident, q.Identifier(old), q.Identifier(new)))
+            self._next_tick()
+        self._renamed_writes(first, renames)
+        for job in self.JOBS[1:]:
+            self.start(job)
+        return f"{renames} renames of {table}.{first} with both leaves behind"
+
     FAULTS = (
         "fault_kill_worker",
         "fault_restart_subscriber",
@@ -291,6 +409,8 @@ class Scenario:
         "fault_stop_ticker",
         "fault_backlog",
         "fault_resync",
+        "fault_kill_seen_by_status",
+        "fault_rename_under_load",
     )
 
     def inject(self, name: str, rng: random.Random) -> str:
