@@ -50,7 +50,7 @@ import psycopg
 from psycopg import sql
 
 from bench.common import add_pgferry_setting, machine, pgferry_settings, result_head, write_results
-from bench.idle_cost import Side, measure_idle
+from bench.idle_cost import Side, classify, cpu_seconds, measure_idle
 from bench.repl_env import (
     SCHEMA,
     SEQUENCES,
@@ -74,6 +74,13 @@ PROBE = "probe"
 PROBE_SQL = f"create table {SCHEMA}.{PROBE} (id bigint primary key, at timestamptz not null)"
 PUBLICATION = "bench_pub"
 SUBSCRIPTION = "bench_sub"
+# --stat-statements: the statements' execution and planning times, nested ones included.
+STAT_STATEMENTS_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "all",
+    "pg_stat_statements.track_planning": "on",
+}
+TOP_STATEMENTS = 15
 GOAL_P95_S = 0.030  # latency p95 goal (0.2 s before 2026-11-27)
 # pgferry's leaf worker with -v logs one line per batch (apply/worker.py _log_batch).
 PGFERRY_BATCH = re.compile(
@@ -103,6 +110,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log-rows", type=int)
     p.add_argument("--no-load", action="store_true", help="probes only, without the seed load")
     p.add_argument("--keep", action="store_true", help="keep clusters and logs")
+    p.add_argument(
+        "--stat-statements",
+        action="store_true",
+        help="pg_stat_statements on both clusters: the top statements under load reported",
+    )
     add_pgferry_setting(p)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
@@ -369,11 +381,14 @@ def latency_phase(
     started = pair.scalar("root", "select clock_timestamp()")
     probes = Probes(pair, args.probe_ms / 1000, args.poll_ms / 1000).start()
     load_res: dict = {}
+    cpu: dict = {}
     try:
         if args.no_load:
             time.sleep(args.bench_s)
         else:
-            load_res = Load(pair, args.bench_s, outdir, tag).start().wait()
+            load = Load(pair, args.bench_s, outdir, tag).start()
+            cpu = load_cpu(pair, system.daemons(), args.bench_s)
+            load_res = load.wait()
     finally:
         probes.stop_writing()
     ended = pair.scalar("root", "select clock_timestamp()")
@@ -397,9 +412,101 @@ def latency_phase(
         "tick_gap_median_s": round(statistics.median(gaps), 4) if gaps else None,
         "tick_gap_p95_s": round(percentile(gaps, 95), 4) if gaps else None,
         "apply": system.batches(log_from),
+        "cpu_under_load": cpu,
         "raw_latency_s": [round(v, 4) for v in values],
     }
     return res
+
+
+def load_cpu(pair: Pair, daemons: dict[str, int], bench_s: int) -> dict:
+    """CPU seconds of every process of both clusters and of the replication daemons over
+    the load's middle (from 2 s after its start to 1 s before its end), grouped as in
+    ``bench/idle_cost.py`` and each backend by side and application name; the source's
+    commits in the same window (CPU per committed transaction), and the whole machine's
+    busy CPU (other work on the machine shows there)."""
+    time.sleep(2.0)
+    sides = [
+        Side("root", pair.conn("root"), pair.root.datadir, set()),
+        Side("leaf", pair.conn("leaf"), pair.leaf.datadir, set()),
+    ]
+    groups = classify(sides, daemons)
+    backends = groups.pids["backends"] + groups.pids["server_replication"]
+    statements = stat_statements(pair)
+    for side in statements:
+        pair.conn(side).execute("select pg_stat_statements_reset()")
+    commits0 = pair.scalar(
+        "root", "select xact_commit from pg_stat_database where datname = current_database()"
+    )
+    machine0 = machine_busy()
+    cpu0 = {p: c for p in [*backends, *daemons.values()] if (c := cpu_seconds(p)) is not None}
+    all0 = groups.cpu()
+    t0 = time.monotonic()
+    time.sleep(max(1.0, bench_s - 3.0))
+    elapsed = time.monotonic() - t0
+    all1 = groups.cpu()
+    cpu1 = {p: c for p in cpu0 if (c := cpu_seconds(p)) is not None}
+    machine1 = machine_busy()
+    commits1 = pair.scalar(
+        "root", "select xact_commit from pg_stat_database where datname = current_database()"
+    )
+    by_name: dict[str, float] = {}
+    for pid in backends:
+        if pid in cpu0 and pid in cpu1:
+            name = groups.names.get(pid, str(pid))
+            by_name[name] = by_name.get(name, 0.0) + cpu1[pid] - cpu0[pid]
+    for name, pid in daemons.items():
+        if pid in cpu0 and pid in cpu1:
+            by_name[f"daemon:{name}"] = cpu1[pid] - cpu0[pid]
+    top = {side: top_statements(pair, side) for side in statements}
+    commits = int(commits1 - commits0)
+    total = sum(all1[p] - all0[p] for p in all1 if p in all0)
+    return {
+        "seconds": round(elapsed, 2),
+        "root_commits": commits,
+        "groups_s": groups.used(all0, all1),
+        "clusters_and_daemons_s": round(total, 3),
+        "per_commit_ms": round(1000 * total / commits, 4) if commits else None,
+        "by_process_s": {k: round(v, 3) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])},
+        "machine_busy_cpus": round((machine1 - machine0) / elapsed, 3),
+        "top_statements": top,
+    }
+
+
+def stat_statements(pair: Pair) -> list[str]:
+    """The sides whose server loaded pg_stat_statements (the extension created there)."""
+    sides = []
+    for side in ("root", "leaf"):
+        conn = pair.conn(side)
+        if "pg_stat_statements" in (conn.execute("show shared_preload_libraries").fetchone()[0]):
+            conn.execute("create extension if not exists pg_stat_statements")
+            sides.append(side)
+    return sides
+
+
+def top_statements(pair: Pair, side: str) -> list[dict]:
+    """The statements of ``side`` that took the most time (execution + planning)."""
+    rows = (
+        pair.conn(side)
+        .execute(
+            "select calls, round((total_exec_time + total_plan_time)::numeric, 1),"
+            " round(total_plan_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ',"
+            " 'g'), 160), toplevel from pg_stat_statements"
+            " where query not like '%%pg_stat_statements%%'"
+            " order by total_exec_time + total_plan_time desc limit %s",
+            (TOP_STATEMENTS,),
+        )
+        .fetchall()
+    )
+    return [
+        {"calls": c, "ms": float(t), "plan_ms": float(p), "rows": r, "query": q, "top": top}
+        for c, t, p, r, q, top in rows
+    ]
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def check(system: Trigger | Native) -> dict:
@@ -485,7 +592,9 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
     workdir = workroot / name
     outdir = workdir / "out"
     print(f"[{name}] clusters and seed data", flush=True)
-    extra = {"wal_level": "logical"} if name == "native" else None
+    extra = {"wal_level": "logical"} if name == "native" else {}
+    if args.stat_statements:
+        extra.update(STAT_STATEMENTS_SETTINGS)
     pair = make_pair(name, workdir, extra=extra)
     outdir.mkdir(parents=True, exist_ok=True)
     result: dict = {}
@@ -513,6 +622,15 @@ def run_system(name: str, args: argparse.Namespace, workroot: Path) -> dict:
             f" max {lat['max_s']} s, {lat['probes']} probes, {lat['ticks']} ticks",
             flush=True,
         )
+        cpu = lat.get("cpu_under_load") or {}
+        if cpu:
+            top = ", ".join(f"{k} {v}" for k, v in list(cpu["by_process_s"].items())[:8])
+            print(
+                f"[{name}] CPU under load {cpu['clusters_and_daemons_s']} s in"
+                f" {cpu['seconds']} s, {cpu['per_commit_ms']} ms per root commit,"
+                f" machine {cpu['machine_busy_cpus']} CPUs busy; {top}",
+                flush=True,
+            )
         result["check"] = check(system)
         print(f"[{name}] idle ({args.idle_s} s windows)", flush=True)
         result["idle"] = idle_phase(system, args, load_end)
@@ -546,6 +664,18 @@ def report(systems: dict) -> None:
         ("latency max (s)", lambda r: r["latency"]["max_s"]),
         ("probes", lambda r: r["latency"]["probes"]),
         ("source tps", lambda r: r["latency"]["load"].get("tps")),
+        (
+            "CPU under load, clusters + daemons (s)",
+            lambda r: r["latency"].get("cpu_under_load", {}).get("clusters_and_daemons_s"),
+        ),
+        (
+            "CPU per root commit (ms)",
+            lambda r: r["latency"].get("cpu_under_load", {}).get("per_commit_ms"),
+        ),
+        (
+            "machine busy CPUs under load",
+            lambda r: r["latency"].get("cpu_under_load", {}).get("machine_busy_cpus"),
+        ),
         ("ticks during load", lambda r: r["latency"]["ticks"]),
         ("tick gap median (s)", lambda r: r["latency"]["tick_gap_median_s"]),
         ("batch seconds median", lambda r: r["latency"]["apply"].get("seconds_median")),

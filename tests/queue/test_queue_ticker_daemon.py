@@ -435,3 +435,53 @@ def test_a_write_after_a_pause_gets_its_tick_within_the_recent_period(
         assert delays[1] < 0.5, delays  # the median: a recent round, not the 2 s one
     finally:
         stop()
+
+
+def test_busy_rounds_wait_longer_while_the_consumer_works(
+    pg_a: LocalCluster, tmp_path: Path
+) -> None:
+    # While a consumer holds its batch and events keep coming, no round can tick before it
+    # finishes (a worker then wakes the ticker) or max_lag (an hour here): each round waits
+    # twice as long as the one before, up to ticker_recent_period, without the sleeping lock
+    # (every writer would notify).  Once no event waits, ticker_busy_period again.  The
+    # rounds are run by hand at chosen instants: the periods are exact, not timed.
+    name = f"step_{os.getpid()}"
+    db = _waiting_consumer_db(pg_a, name)
+    ini = write_ticker_ini(
+        tmp_path, pg_a, database_list=name, ticker_period="30", ticker_busy_period="0.005",
+        ticker_recent_period="0.05", maint_period="600", retry_period="600",
+    )  # fmt: skip
+    service = TickerService(TickerSettings.from_config(load_config(ini, ("pgqd",))))
+    state = service.databases[name] = DatabaseState(name)
+    now = time.monotonic()
+
+    def round_period() -> float:
+        nonlocal now
+        now = state.next_tick
+        service.serve(state, now)
+        assert state.last_error is None, state.last_error
+        return round(state.next_tick - now, 6)
+
+    try:
+        service.serve(state, now)  # connects; the queue's first round
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            mark = last_tick(db)
+            assert round_period() == 0.005  # the waiting consumer's tick
+            assert last_tick(db) == mark + 1
+            batch = conn.execute("select ferry_queue.next_batch('q', 'c')").fetchone()[0]
+            assert batch is not None
+            conn.execute("select ferry_queue.insert_event('q', 't', 'd')")
+            periods = [round_period() for _ in range(6)]
+            assert periods == [0.01, 0.02, 0.04, 0.05, 0.05, 0.05], periods
+            assert last_tick(db) == mark + 1  # the consumer is at work: no tick
+            assert not state.asleep
+            conn.execute("select ferry_queue.finish_batch(%s)", (batch,))
+            round_period()  # the consumer waits: its tick
+            assert last_tick(db) == mark + 2
+            while take_batch(conn, "q", "c") is not None:
+                pass
+            assert round_period() == 0.005  # nothing waits: look soon for the next write
+            assert not state.asleep
+    finally:
+        state.close()

@@ -4,7 +4,10 @@ One :class:`TickerService` watches a whole PostgreSQL cluster.  It lists the dat
 through a connection it holds, else ``initial_database`` (or takes ``database_list``), and
 for each one that has the ``ferry_queue`` schema it calls ``ferry_queue.ticker_round()``
 every ``ticker_period``, or every ``ticker_busy_period`` while events wait for a tick and
-for a ``ticker_period`` after (so an event gets its tick within about that time), then
+for a ``ticker_period`` after (so an event gets its tick within about that time; while the
+consumers are at work on their batches and events keep coming, each round waits twice as
+long as the one before, up to ``ticker_recent_period``: a worker that finishes wakes the
+ticker, and nothing else can be due before ``max_lag``), then
 every ``ticker_recent_period`` until ``ticker_recent_time`` has passed since events were
 last seen (a writer that pauses for a few seconds gets its tick within that, not within a
 ``ticker_period``).  It runs
@@ -63,7 +66,10 @@ class DatabaseState:
     next_tick: float = 0.0
     next_maint: float = 0.0
     next_retry: float = 0.0
-    busy_until: float = 0.0  # rounds come every ticker_busy_period until then
+    busy_until: float = 0.0  # rounds come every busy_step until then
+    # The wait after a round that found events waiting: ticker_busy_period, doubled by
+    # every such round up to busy_step_cap(); back to ticker_busy_period once none wait.
+    busy_step: float = 0.0
     recent_until: float = 0.0  # then every ticker_recent_period until this
     # The schema has ticker_round() (queue version 10): rounds say whether events wait.
     has_round: bool = False
@@ -242,17 +248,32 @@ class TickerService(Service):
                 if waiting:
                     db.busy_until = now + settings.ticker_period
                     db.recent_until = now + settings.ticker_recent_time
-                if now < db.busy_until:
-                    period = settings.ticker_busy_period
-                elif now < db.recent_until:
-                    # A quiet spell after writes: look more often than an idle queue is
-                    # looked at, so that the next write waits less than a ticker_period.
-                    period = min(settings.ticker_recent_period, settings.ticker_period)
+                busy = now < db.busy_until
+                if not busy:
+                    db.busy_step = settings.ticker_busy_period
+                    # Past a quiet spell after writes: look more often than an idle queue
+                    # is looked at, so that the next write waits less than a ticker_period.
+                    period = (
+                        min(settings.ticker_recent_period, settings.ticker_period)
+                        if now < db.recent_until
+                        else settings.ticker_period
+                    )
+                elif waiting:
+                    # Events waiting after this round (ticked or not) have their consumers
+                    # at work: a pgferry worker wakes the ticker when it finishes, and the
+                    # rest is max_lag's tick.  Each such round waits twice as long as the
+                    # one before, up to busy_step_cap().
+                    period = max(db.busy_step, settings.ticker_busy_period)
+                    db.busy_step = min(2 * period, self.busy_step_cap())
                 else:
-                    period = settings.ticker_period
+                    # None waits: look again soon, for the next write.
+                    period = db.busy_step = settings.ticker_busy_period
                 db.next_tick = now + period
                 if db.wakes:
-                    self._sleep_lock(db, now, asleep=period > settings.ticker_busy_period)
+                    # Never while events flow: every writer would then notify.
+                    self._sleep_lock(
+                        db, now, asleep=not busy and period > settings.ticker_busy_period
+                    )
             if now >= db.next_maint:
                 operations = self._maint(db.conn)
                 self.stats["maint"] += operations
@@ -274,6 +295,15 @@ class TickerService(Service):
             db.last_error = message
             db.close()
             db.next_try = now + min(ERROR_RETRY_DELAY, self.settings.check_period)
+
+    def busy_step_cap(self) -> float:
+        """The longest wait between rounds while events wait: ``ticker_recent_period``
+        (within ``ticker_busy_period`` and ``ticker_period``)."""
+        settings = self.settings
+        return max(
+            settings.ticker_busy_period,
+            min(settings.ticker_recent_period, settings.ticker_period),
+        )
 
     @staticmethod
     def _sleep_lock(db: DatabaseState, now: float, *, asleep: bool) -> None:
