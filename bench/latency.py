@@ -13,7 +13,11 @@ defaults, as in ``replication_vs_londiste.py``, whose set-up and seed load this 
    the leaf is polled every POLL_MS (5 ms) for new probe rows, each seen at the poll's
    ``statement_timestamp()`` on the leaf. Latency = seen − at (one machine, one clock), so
    it includes the probe's own commit and at most one poll interval.  p50/p95/p99 over
-   all probes.
+   all probes.  Over the load's middle, the CPU of every process of both clusters and of
+   the daemons (each backend by side and application name), the root's commits and the
+   machine's busy CPUs: CPU per committed transaction holds on a loaded machine, where
+   tps does not.  ``--stat-statements``: ``pg_stat_statements`` on both clusters and each
+   side's statements that took longest over the same window (planning included).
 3. **idle** — once the leaf has caught up, windows of IDLE_S seconds (30) in which
    nobody writes: one right after the load, and IDLE_WINDOWS (4) consecutive steady ones
    starting SETTLE_S (120) after the load ended, of which the medians are reported (and
@@ -433,7 +437,7 @@ def load_cpu(pair: Pair, daemons: dict[str, int], bench_s: int) -> dict:
     backends = groups.pids["backends"] + groups.pids["server_replication"]
     statements = stat_statements(pair)
     for side in statements:
-        pair.conn(side).execute("select pg_stat_statements_reset()")
+        pair.conn(side).execute("select public.pg_stat_statements_reset()")
     commits0 = pair.scalar(
         "root", "select xact_commit from pg_stat_database where datname = current_database()"
     )
@@ -478,7 +482,7 @@ def stat_statements(pair: Pair) -> list[str]:
     for side in ("root", "leaf"):
         conn = pair.conn(side)
         if "pg_stat_statements" in (conn.execute("show shared_preload_libraries").fetchone()[0]):
-            conn.execute("create extension if not exists pg_stat_statements")
+            conn.execute("create extension if not exists pg_stat_statements schema public")
             sides.append(side)
     return sides
 
@@ -490,7 +494,7 @@ def top_statements(pair: Pair, side: str) -> list[dict]:
         .execute(
             "select calls, round((total_exec_time + total_plan_time)::numeric, 1),"
             " round(total_plan_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ',"
-            " 'g'), 160), toplevel from pg_stat_statements"
+            " 'g'), 160), toplevel from public.pg_stat_statements"
             " where query not like '%%pg_stat_statements%%'"
             " order by total_exec_time + total_plan_time desc limit %s",
             (TOP_STATEMENTS,),
