@@ -7,19 +7,19 @@ every ``ticker_period``, or every ``ticker_busy_period`` while events wait for a
 for a ``ticker_period`` after (so an event gets its tick within about that time; while the
 consumers are at work on their batches and events keep coming, each round waits twice as
 long as the one before, up to ``ticker_recent_period``: a worker that finishes wakes the
-ticker, and nothing else can be due before ``max_lag``), then
-every ``ticker_recent_period`` until ``ticker_recent_time`` has passed since events were
-last seen (a writer that pauses for a few seconds gets its tick within that, not within a
-``ticker_period``).  It runs
-the maintenance operations (``ferry_queue.maint_operations()``: rotation steps and hooks)
-every ``maint_period`` and moves due retry events back every ``retry_period``.
-``force_tick`` wakes it at once (a notification), and so does the first captured write
-after a quiet spell: while its next round is more than a ``ticker_busy_period`` away it
-holds an advisory lock (``ferry_queue.ticker_asleep()``) that capture triggers try, and a
-trigger that cannot get it notifies (``ferry_queue.wake_ticker``).  Between its timers it
-blocks on its connections and a signal pipe, using no CPU; an idle round is one prepared
-statement run through libpq, and writes nothing.  A database that is missing, lacks the
-schema or fails is retried later; one failing database never stops the others.
+ticker, and nothing else can be due before ``max_lag``), then every
+``ticker_recent_period`` until ``ticker_recent_time`` has passed since events were last
+seen (a writer that pauses for a few seconds gets its tick within that, not within a
+``ticker_period``). It runs the maintenance operations (``ferry_queue.maint_operations()``:
+rotation steps and hooks) every ``maint_period`` and moves due retry events back every
+``retry_period``. ``force_tick`` wakes it at once (a notification), and so does the first
+captured write after a quiet spell: while its next round is more than a
+``ticker_busy_period`` away (and no events have waited for a ``ticker_period``) it holds an
+advisory lock (``ferry_queue.ticker_asleep()``) that capture triggers try, and a trigger
+that cannot get it notifies (``ferry_queue.wake_ticker``). Between its timers it blocks on
+its connections and a signal pipe, using no CPU; an idle round is one prepared statement
+run through libpq, and writes nothing.  A database that is missing, lacks the schema or
+fails is retried later; one failing database never stops the others.
 """
 
 from __future__ import annotations
@@ -308,9 +308,10 @@ class TickerService(Service):
     @staticmethod
     def _sleep_lock(db: DatabaseState, now: float, *, asleep: bool) -> None:
         """Hold the lock that tells capture triggers this ticker sleeps (they then wake it:
-        ``ferry_queue.wake_ticker``) while its next round is more than a busy period away;
-        release it once events flow.  A writer that holds it (shared, until its commit)
-        keeps the ticker from taking it: the next round tries again."""
+        ``ferry_queue.wake_ticker``) while its next round is more than a busy period away
+        and events have stopped; release it once events flow.  A writer that holds it
+        (shared, until its commit) keeps the ticker from taking it: the next round tries
+        again."""
         assert db.conn is not None
         if asleep and not db.asleep:
             row = db.conn.execute(
