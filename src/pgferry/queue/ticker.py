@@ -31,7 +31,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.daemon import Service
-from pgferry.db import connect, error_text, run_prepared
+from pgferry.db import connect, error_text, run_prepared, server_of
 from pgferry.queue.batches import TICKER_WAKE_CHANNEL
 from pgferry.queue.ticker_settings import TickerSettings
 
@@ -191,7 +191,7 @@ class TickerService(Service):
         db.conn, db.connected_at, db.has_round = conn, now, bool(row[1])
         db.wakes = bool(row[1] and row[2])
         db.next_tick = db.next_maint = db.next_retry = now
-        log.info("%s: ticking", db.name)
+        log.info("%s: ticking on %s", db.name, server_of(conn))
         return True
 
     def _maint(self, conn: psycopg.Connection) -> int:
