@@ -174,22 +174,26 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", RUN_AS, "--", *cmd] if os.geteuid() == 0 else cmd
 
 
-def _python_for_server_user() -> list[str]:
+def _python_for_server_user() -> list[str] | None:
     """An interpreter the server's OS user can run, importing this environment's Patroni.
 
     The environment's own when that user may run it; else (a virtualenv whose interpreter
     lies in a home only root may enter) the system's python3 of the same version without
-    its site packages, on this environment's site-packages.
+    its site packages, on this environment's site-packages.  None when there is neither.
     """
-    own = [sys.executable]
-    probe = subprocess.run(_as_server_user([*own, "-c", "import patroni"]), capture_output=True)
-    if probe.returncode == 0:
-        return own
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = shutil.which(version) or shutil.which("python3")
-    if system is None:
-        return own
-    return ["env", f"PYTHONPATH={sysconfig.get_paths()['purelib']}", system, "-S"]
+    site = f"PYTHONPATH={sysconfig.get_paths()['purelib']}"
+    candidates = [[sys.executable]]
+    candidates += [
+        ["env", site, path, "-S"]
+        for path in (f"/usr/bin/{version}", f"/usr/local/bin/{version}", shutil.which(version))
+        if path
+    ]
+    for python in candidates:
+        probe = _as_server_user([*python, "-c", "import patroni"])
+        if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+            return python
+    return None
 
 
 @dataclass
@@ -216,6 +220,15 @@ class PatroniNode:
             return None
         return state.get("role")
 
+    def postmaster(self) -> int | None:
+        """The pid of the node's running postmaster (postmaster.pid's first line)."""
+        try:
+            first = (self.base / "data" / "postmaster.pid").read_text().split("\n", 1)[0]
+        except OSError:
+            return None
+        pid = int(first) if first.strip().isdigit() else None
+        return pid if pid is not None and process_running(pid) else None
+
     def sync_standby(self) -> bool:
         """Whether Patroni has made this node the leader's synchronous standby."""
         try:
@@ -239,6 +252,8 @@ class PatroniPair:
         os.chmod(self.base, 0o755)
         self._start_etcd()
         python = _python_for_server_user()
+        if python is None:
+            raise AssertionError(f"no Python that the OS user {RUN_AS} may run imports Patroni")
         for i in (1, 2):
             node = PatroniNode(f"node{i}", self.base / f"node{i}")
             node.base.mkdir()
@@ -331,6 +346,10 @@ class PatroniPair:
         return json.dumps(config, indent=2)
 
     def _ready(self) -> bool:
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is not None:
+                tail = (node.base / "patroni.log").read_text(errors="replace").splitlines()[-3:]
+                raise AssertionError(f"Patroni {node.name} exited: {' | '.join(tail)}")
         roles = [n.role() for n in self.nodes]
         return sorted(roles, key=str) == ["primary", "replica"] and any(
             n.sync_standby() for n in self.nodes
@@ -350,11 +369,11 @@ class PatroniPair:
         if dead is None:
             raise AssertionError("the pair has no leader")
         other = next(n for n in self.nodes if n is not dead)
-        postmaster = read_pid(dead.base / "data" / "postmaster.pid")
+        postmaster = dead.postmaster()
         if dead.proc is not None:
             os.killpg(dead.proc.pid, signal.SIGKILL)
             dead.proc.wait()
-        if postmaster is not None and process_running(postmaster):
+        if postmaster is not None:
             os.kill(postmaster, signal.SIGKILL)
         wait_until(lambda: other.role() == "primary", FAILOVER_TIMEOUT, "the standby promoted")
         return dead, other
@@ -364,8 +383,8 @@ class PatroniPair:
             if node.proc is not None and node.proc.poll() is None:
                 os.killpg(node.proc.pid, signal.SIGKILL)
                 node.proc.wait()
-            postmaster = read_pid(node.base / "data" / "postmaster.pid")
-            if postmaster is not None and process_running(postmaster):
+            postmaster = node.postmaster()
+            if postmaster is not None:
                 os.kill(postmaster, signal.SIGKILL)
         if self.etcd is not None and self.etcd.poll() is None:
             self.etcd.kill()
