@@ -222,6 +222,7 @@ class TickerService(Service):
         return moved
 
     def serve(self, db: DatabaseState, now: float) -> None:
+        serving = db.conn is not None and db.last_error is None
         try:
             if not self._open(db, now):
                 return
@@ -273,7 +274,10 @@ class TickerService(Service):
                 log.warning("%s: %s", db.name, message)
             db.last_error = message
             db.close()
-            db.next_try = now + min(ERROR_RETRY_DELAY, self.settings.check_period)
+            # A connection that broke while serving is opened again at the next round:
+            # behind a multi-host connect string the new primary may be up already.
+            delay = 0.0 if serving else min(ERROR_RETRY_DELAY, self.settings.check_period)
+            db.next_try = now + delay
 
     @staticmethod
     def _sleep_lock(db: DatabaseState, now: float, *, asleep: bool) -> None:
