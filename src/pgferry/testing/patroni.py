@@ -26,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psycopg import sql as q
+
 from pgferry.daemon import read_pid
 from pgferry.testing.cluster import RUN_AS, LocalCluster, free_port, server_major
 from pgferry.testing.commands import run_pgferry
@@ -95,7 +97,10 @@ class HaScenario:
 
     def setup(self) -> None:
         for base in (self.root, self.leaf):
-            sql(f"{base} dbname=postgres", f'create database "{self.dbname}"')
+            sql(
+                f"{base} dbname=postgres",
+                q.SQL("create database {}").format(q.Identifier(self.dbname)),
+            )
         self.src = f"{self.root} dbname={self.dbname}"
         self.dst = f"{self.leaf} dbname={self.dbname}"
         common = (
