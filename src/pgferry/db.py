@@ -26,7 +26,8 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import conninfo, pq
 
-from pgferry.errors import DatabaseError
+from pgferry.errors import DatabaseError, WaitTimeout
+from pgferry.polling import wait_until
 
 APPLICATION_NAME = "pgferry"
 
@@ -41,6 +42,13 @@ NETWORK_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "60000",
 }
+
+# How long a reconnect waits for a connect string naming several servers (a primary and
+# its standbys, target_session_attrs=read-write) to offer one again after the connection
+# was lost: while a failover runs, the old primary refuses and the standby is still
+# read-only.  Patroni's defaults (ttl 30 s, loop_wait 10 s) promote within about 40 s.
+FAILOVER_WAIT = 60.0
+FAILOVER_POLL = 0.5  # a connection attempt per poll: two hosts tried each time
 
 # Server settings every session runs with, after (so over) any ``-c`` of the connect
 # string's ``options`` or of PGOPTIONS: pgferry's own SQL relies on them.
@@ -130,10 +138,32 @@ def describe(connstr: str) -> str:
         params = conninfo.conninfo_to_dict(connstr)
     except psycopg.ProgrammingError:
         return mask_connstr(connstr)
-    host = params.get("host") or params.get("hostaddr") or "local"
-    port = params.get("port") or "5432"
+    hosts = str(params.get("host") or params.get("hostaddr") or "local").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    if len(ports) != len(hosts):  # one port for every host (or a list libpq refuses)
+        ports = [ports[0]] * len(hosts)
     dbname = params.get("dbname") or params.get("user") or ""
-    return f"{host}:{port}/{dbname}"
+    # Every server of a multi-host string, each with its own port: h1:p1,h2:p2/db.
+    pairs = zip(hosts, ports, strict=True)
+    servers = ",".join(f"{host or 'local'}:{port or '5432'}" for host, port in pairs)
+    return f"{servers}/{dbname}"
+
+
+def server_of(conn: psycopg.Connection) -> str:
+    """host:port of the server ``conn`` reached: of a multi-host connect string, the one
+    libpq chose (e.g. the primary, with ``target_session_attrs=read-write``)."""
+    info = conn.info
+    host = info.host or getattr(info, "hostaddr", "") or "local"
+    return f"{host}:{info.port}"
+
+
+def host_count(connstr: str) -> int:
+    """How many servers ``connstr`` names (1 for text libpq cannot read)."""
+    try:
+        params = conninfo.conninfo_to_dict(connstr)
+    except psycopg.ProgrammingError:
+        return 1
+    return len(str(params.get("host") or params.get("hostaddr") or "").split(","))
 
 
 def error_text(exc: BaseException) -> str:
@@ -189,6 +219,27 @@ def connect(
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot connect to {describe(connstr)}: {error_text(exc)}") from None
+
+
+def reconnect(connstr: str, *, wait: float = FAILOVER_WAIT, **kwargs) -> psycopg.Connection:
+    """:func:`connect` again after a lost connection.  A connect string that names several
+    servers is tried until one accepts, for up to ``wait`` seconds: its primary may be
+    failing over.  A single server's refusal is raised at once, as :func:`connect` does."""
+    if host_count(connstr) < 2:
+        return connect(connstr, **kwargs)
+    last: list[DatabaseError] = []
+
+    def attempt() -> psycopg.Connection | None:
+        try:
+            return connect(connstr, **kwargs)
+        except DatabaseError as exc:
+            last[:] = [exc]
+            return None
+
+    try:
+        return wait_until(attempt, timeout=wait, interval=FAILOVER_POLL, what="a server")
+    except WaitTimeout:
+        raise DatabaseError(f"{last[0]} (tried for {wait:g} s)") from None
 
 
 @contextmanager

@@ -485,3 +485,34 @@ def test_busy_rounds_wait_longer_while_the_consumer_works(
             assert not state.asleep
     finally:
         state.close()
+
+
+def test_a_broken_connection_is_opened_again_at_the_next_round(
+    pg_a: LocalCluster, tmp_path: Path
+) -> None:
+    # A failover behind a multi-host connect string breaks the serving connection while the
+    # new primary may be up already: the next round connects, without the error delay.  A
+    # connection that cannot be made still waits the delay.
+    name = f"lost_{os.getpid()}"
+    make_queue_db(pg_a, name)
+    ini = write_ticker_ini(tmp_path, pg_a, database_list=name, check_period="60")
+    service = TickerService(TickerSettings.from_config(load_config(ini, ("pgqd",))))
+    try:
+        service.work()
+        db = service.databases[name]
+        assert db.conn is not None and db.last_error is None
+        pid = db.conn.info.backend_pid
+        query(pg_a.connstr(name), "select pg_terminate_backend(%s)", pid)
+        service.work()  # meets the broken connection
+        assert db.conn is None and db.last_error is not None
+        service.work()  # the next round
+        assert db.conn is not None and db.conn.info.backend_pid != pid
+        assert db.last_error is None  # served on the new connection
+        # A refused connection is tried again only after the delay.
+        db.close()
+        db.last_error = "refused"
+        db.next_try = time.monotonic() + 60
+        service.work()
+        assert db.conn is None
+    finally:
+        service.shutdown()

@@ -17,6 +17,7 @@ worker waits to retry after an error.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 import psycopg
@@ -25,11 +26,13 @@ from pgferry.apply.batch import Replayer
 from pgferry.apply.read import set_text_format
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
-from pgferry.db import connect, describe, error_text
+from pgferry.db import connect, describe, error_text, server_of
 from pgferry.errors import DatabaseError
 from pgferry.node import model
 from pgferry.node.connect import remote_connstr
 from pgferry.queue import ticks as queue_ticks
+
+log = logging.getLogger(__name__)
 
 REPLICA_REMEDY = (
     "cannot set session_replication_role = replica: {detail}; "
@@ -55,6 +58,18 @@ class WorkerConnections:
         self._connected_at = 0.0
         self.recycled = 0  # times the connections were reopened for their lifetime
         self._replica_conn: psycopg.Connection | None = None
+        # host:port that served each connection last: a new one is logged (a failover).
+        self._servers: dict[str, str] = {}
+
+    def _note_server(self, role: str, conn: psycopg.Connection) -> None:
+        """Log the server a new connection reached when it is not the one before: behind
+        a multi-host connect string, the primary the worker follows now."""
+        server = server_of(conn)
+        before = self._servers.get(role)
+        if server != before:
+            if before is not None:
+                log.info("%s connection now served by %s (was %s)", role, server, before)
+            self._servers[role] = server
 
     def recycle(self) -> None:
         """Close the node's and the provider's connections and replay's (the next loop
@@ -94,6 +109,7 @@ class WorkerConnections:
             # session rather than in every batch's transaction (a round trip each).
             conn.execute("set synchronous_commit = on")
             conn.commit()
+            self._note_server("node", conn)
             self.local = conn
             self._connected_at = time.monotonic()
             self.replay.use_node(self.settings.local_dsn)
@@ -110,6 +126,7 @@ class WorkerConnections:
             set_text_format(self.provider)
             queue_ticks.listen_for_ticks(self.provider)
             self.provider_dsn = dsn
+            self._note_server("provider", self.provider)
             self.replay.use_provider(dsn)
         return self.provider
 
@@ -146,6 +163,7 @@ class WorkerConnections:
         except BaseException:
             conn.close()
             raise
+        self._note_server("lock", conn)
         self.lock = conn
         return True
 

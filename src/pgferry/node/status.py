@@ -5,7 +5,10 @@ tick, error, table states, the divergence its replay repaired, whether its worke
 as down, see :mod:`.worker_health`; on the root, whether its ticker counts as stopped, see
 :mod:`.ticker_health`) through its public location, in parallel.  Dead members are not
 contacted and unreachable ones are shown with the connection error, so ``status`` works
-from any node even when parts of the cascade are down.
+from any node even when parts of the cascade are down.  Each node's ``server`` is the
+host:port that answered for it, read from the live connection: a location that names a
+primary and its standbys (docs/nodes.md, "Connect strings for a highly available side")
+shows in the tree which of them serves now.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import psycopg
 
 from pgferry.config import Config
-from pgferry.db import error_text
+from pgferry.db import error_text, host_count, server_of
 from pgferry.errors import PgferryError
 from pgferry.node import connect, model, ticker_health, worker_health
 from pgferry.queue import ticks as queue_ticks
@@ -65,6 +68,10 @@ class NodeStatus:
     # the last one's event id, name and reason.
     refused_ddl: int = 0
     refused_last: str | None = None
+    # host:port of the server that answered for the node (of a location naming a primary
+    # and its standbys, the one serving now), and whether its location names several.
+    server: str | None = None
+    several_hosts: bool = field(default=False, repr=False)
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -99,6 +106,7 @@ class StatusReport:
         for n in self.nodes:
             item = asdict(n)
             item.pop("now")
+            item.pop("several_hosts")
             for key in ("tick_time", "last_seen", "diverged_since", "diverged_last"):
                 if item[key] is not None:
                     item[key] = item[key].isoformat()
@@ -141,6 +149,7 @@ def read_node_status(
     if node is None:
         return NodeStatus(name=name, reachable=True, error="node not initialized here")
     st = NodeStatus(name=node.node_name, node_type=node.node_type, provider=node.provider_node)
+    st.server = server_of(conn)
     counts = conn.execute(
         """
         select count(*) filter (where merge_state = 'ok'),
@@ -208,6 +217,7 @@ def _remote_status(config: Config, queue: str, member: model.Member) -> NodeStat
     except psycopg.Error as exc:
         return NodeStatus(name=member.node_name, reachable=False, error=error_text(exc))
     st.name = member.node_name
+    st.several_hosts = host_count(member.node_location) > 1
     return st
 
 
@@ -221,6 +231,7 @@ def gather(
     queue = connect.queue_name(config)
     local = model.require_node(conn, queue)
     local_status = read_node_status(conn, queue, local.node_name, Thresholds.of(config))
+    local_status.several_hosts = host_count(connect.local_connstr(config)) > 1
     others = [
         model.Member(m.node_name, m.node_location, m.dead or m.node_name in assume_dead)
         for m in model.members(conn, queue)
@@ -278,6 +289,8 @@ def _info_lines(n: NodeStatus) -> list[str]:
     if n.dead:
         lines.append("Node is marked dead")
     elif n.reachable:
+        if n.several_hosts and n.server:
+            lines.append(f"Server: {n.server}")
         lines.append(f"Tables: {n.tables_ok}/{n.tables_copying}/{n.tables_other}")
         lines.append(
             f"Lag: {format_lag(n.lag_seconds)}, Tick: {n.tick if n.tick is not None else '?'}"

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.daemon import Service
-from pgferry.db import connect, error_text, run_prepared
+from pgferry.db import connect, error_text, run_prepared, server_of
 from pgferry.queue.batches import TICKER_WAKE_CHANNEL
 from pgferry.queue.ticker_settings import TickerSettings
 
@@ -197,7 +197,7 @@ class TickerService(Service):
         db.conn, db.connected_at, db.has_round = conn, now, bool(row[1])
         db.wakes = bool(row[1] and row[2])
         db.next_tick = db.next_maint = db.next_retry = now
-        log.info("%s: ticking", db.name)
+        log.info("%s: ticking on %s", db.name, server_of(conn))
         return True
 
     def _maint(self, conn: psycopg.Connection) -> int:
@@ -228,6 +228,7 @@ class TickerService(Service):
         return moved
 
     def serve(self, db: DatabaseState, now: float) -> None:
+        serving = db.conn is not None and db.last_error is None
         try:
             if not self._open(db, now):
                 return
@@ -294,7 +295,10 @@ class TickerService(Service):
                 log.warning("%s: %s", db.name, message)
             db.last_error = message
             db.close()
-            db.next_try = now + min(ERROR_RETRY_DELAY, self.settings.check_period)
+            # A connection that broke while serving is opened again at the next round:
+            # behind a multi-host connect string the new primary may be up already.
+            delay = 0.0 if serving else min(ERROR_RETRY_DELAY, self.settings.check_period)
+            db.next_try = now + delay
 
     def busy_step_cap(self) -> float:
         """The longest wait between rounds while events wait: ``ticker_recent_period``

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from pgferry.apply import sync
-from pgferry.db import connect, describe, error_text
+from pgferry.db import connect, describe, error_text, reconnect
 from pgferry.errors import ConfigError, DatabaseError, PgferryError, QueueError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.queue import api as queue_api
@@ -148,13 +148,16 @@ class Feed:
         self._snapshot: tuple[str, int] | None = None
 
     # --- opening -------------------------------------------------------------------------
-    def open(self) -> None:
-        """Connect, check the queue, register the consumer on first use, resolve tables."""
+    def open(self, *, again: bool = False) -> None:
+        """Connect, check the queue, register the consumer on first use, resolve tables.
+        ``again``: the connection was lost; a provider named by several servers is given
+        :data:`pgferry.db.FAILOVER_WAIT` to offer its new primary."""
         if self._conn is not None and not self._conn.closed:
             return
         opts = self.options
+        how = reconnect if again else connect
         try:
-            conn = connect(opts.provider, autocommit=True, application_name="pgferry-changefeed")
+            conn = how(opts.provider, autocommit=True, application_name="pgferry-changefeed")
         except DatabaseError as exc:
             raise DatabaseError(f"pgferry change feed: {exc}") from None
         try:
@@ -199,6 +202,7 @@ class Feed:
                 if attempt == 2 or not conn.closed and not conn.broken:
                     raise DatabaseError(self._where(exc)) from None
                 self._conn = None
+                self.open(again=True)
             except psycopg.Error as exc:
                 raise DatabaseError(self._where(exc)) from None
         raise AssertionError("unreachable")
@@ -603,7 +607,9 @@ def read_chunks(
     spans are then table snapshots)."""
     width = len(columns or ())
     try:
-        conn = connect(provider, application_name="pgferry-changefeed")
+        # Planned on the driver before the task ran: a provider failing over meanwhile is
+        # waited for (a task started in that window would otherwise fail the query).
+        conn = reconnect(provider, application_name="pgferry-changefeed")
     except DatabaseError as exc:
         raise DatabaseError(f"pgferry change feed: {exc}") from None
     try:
