@@ -307,8 +307,9 @@ class Worker(Service):
                 forward.ensure_tick(local, queue, batch)
 
         if not positions.follows(
-            provider, queue, consumer, node.last_tick_id, batch, already_applied=mirror
-        ):
+            provider, queue, consumer, node.last_tick_id, batch,
+            recorded_time=node.last_tick_time, already_applied=mirror,
+        ):  # fmt: skip
             self.replay.ahead.drop_reads()
             return True
 

@@ -74,6 +74,8 @@ class NodeInfo:
     consumer_name: str  # the worker's consumer on the provider's queue
     last_tick_id: int | None  # last tick applied here
     paused: bool
+    # The provider's time of that tick: with the id, the tick's identity (docs/failover.md).
+    last_tick_time: datetime | None = None
 
     @property
     def is_root(self) -> bool:
@@ -95,7 +97,7 @@ NODE_SQL = """
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
                s.provider_node, p.node_location, l.node_location,
                coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
-               coalesce(s.paused, false)
+               coalesce(s.paused, false), s.last_tick_time
           from ferry_node.node_info n
           left join ferry_node.local_state s
                  on s.queue_name = n.queue_name and s.consumer_name = n.worker_name

@@ -1,0 +1,120 @@
+"""Failover of a side to a real streaming standby (pg_basebackup -R, pg_ctl promote), the
+nodes reaching it through a connect string naming both servers with
+target_session_attrs=read-write.
+
+A synchronous standby has every tick: replication carries on.  An asynchronous one lacks
+the last ticks: the subscriber that applied them must call the provider diverged (never
+"repositioned", which would skip the new primary's events under reused tick ids), and
+reconcile.  A subscriber that fails over to a lagging standby rewinds its provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pgferry.testing.cascade import Cascade
+from pgferry.testing.cluster import LocalCluster, make_cluster
+from pgferry.testing.standby import Standby, both_hosts, make_standby
+
+TABLE = 'public."Fail é"'
+CREATE = f'create table {TABLE} (id int primary key, "Val" text)'
+
+
+class Side:
+    """A primary and its standby: one database reached on whichever is primary."""
+
+    def __init__(self, name: str, *, sync: bool) -> None:
+        # In the system's temporary folder: the server's OS user must reach it.
+        self.primary: LocalCluster = make_cluster(f"{name}p")
+        self.primary.createdb("db")
+        self.standby: Standby = make_standby(self.primary, f"{name}s", sync=sync)
+        self.dsn = both_hosts(self.primary, self.standby.cluster, "db")
+
+    def fail_over(self) -> None:
+        """The primary dies at once; the standby takes over with what it has."""
+        self.primary.stop("immediate")
+        self.standby.promote()
+
+    def destroy(self) -> None:
+        self.primary.destroy(background=True)
+        self.standby.destroy()
+
+
+@pytest.fixture
+def sides() -> Iterator[Callable[..., Side]]:
+    made: dict[str, Side] = {}
+
+    def side(name: str, *, sync: bool) -> Side:
+        made[name] = Side(name, sync=sync)
+        return made[name]
+
+    yield side
+    for s in made.values():
+        s.destroy()
+
+
+def _rows(cascade: Cascade, node: str) -> list[tuple]:
+    return cascade.sql(node, f'select id, "Val" from {TABLE} order by id')
+
+
+def _write(cascade: Cascade, ids: range, val: str) -> None:
+    insert = f"insert into {TABLE} select g, %s from generate_series(%s::int, %s::int) g"
+    cascade.sql("root", insert, (val, ids.start, ids.stop - 1))
+
+
+def _root_leaf(make_cascade, root_dsn: str, leaf_dsn: str) -> Cascade:
+    cascade = make_cascade()
+    cascade.node("root", root_dsn, "root")
+    cascade.node("leaf", leaf_dsn, "leaf", "root")
+    for name in ("root", "leaf"):
+        cascade.sql(name, CREATE)
+        cascade.add(name, TABLE)
+    _write(cascade, range(1, 11), "before")
+    # The worker loops as the daemon does: a connection lost in the failover is an error
+    # of one loop, and the next loop connects to whichever server is primary.
+    cascade.start("leaf")
+    cascade.catch_up("leaf")
+    return cascade
+
+
+def test_sync_provider_fails_over_nothing_lost(make_cascade, sides, db_b) -> None:
+    side = sides("prov", sync=True)
+    cascade = _root_leaf(make_cascade, side.dsn, db_b)
+    _write(cascade, range(11, 21), "last")
+    cascade.tick()
+    side.fail_over()
+    _write(cascade, range(21, 31), "after")
+    cascade.catch_up("leaf")
+    assert _rows(cascade, "leaf") == _rows(cascade, "root")
+    assert len(_rows(cascade, "root")) == 30
+
+
+def test_async_provider_lost_ticks_is_diverged(make_cascade, sides, db_b) -> None:
+    """The standby lacks the old primary's last ticks; the new primary's tick ids pass the
+    leaf's: the worker must not take the new primary's tick of the same id for its own
+    (it would skip the new primary's events up to there, keeping the lost rows)."""
+    side = sides("prov", sync=False)
+    cascade = _root_leaf(make_cascade, side.dsn, db_b)
+    side.standby.wait_caught_up()
+    side.standby.cut_off()
+    # More ticks than a sequence logs ahead (32): the new primary makes the leaf's tick id.
+    for i in range(11, 51):  # acknowledged by the old primary, applied on the leaf
+        _write(cascade, range(i, i + 1), "lost")
+        cascade.tick()
+    cascade.catch_up("leaf")
+    applied = cascade.last_tick("leaf")
+    side.fail_over()
+    # The new primary's ticks reach past the leaf's, with rows written after the failover.
+    made = 0
+    while made <= applied + 1:
+        _write(cascade, range(100 + made, 101 + made), "after")
+        made = cascade.tick()
+    assert cascade.sql("root", "select count(*) from ferry_queue.tick where tick_id = %s",
+                       (applied,)) == [(1,)]  # fmt: skip
+    runner = cascade.runners["leaf"]
+    cascade.wait_for(
+        lambda: any("Diverged provider" in e for e in runner.errors), what="diverged provider"
+    )
+    assert cascade.last_tick("leaf") == applied
