@@ -180,10 +180,11 @@ def reposition(config: Config, *, reset: bool) -> None:
                 raise NodeError("no tick to reposition to")
             if not reset:
                 same_tick(prov, queue, node.consumer_name, tick, node.last_tick_time)
+            tick_time = queue_ticks.tick_time(prov, queue, tick)
             if reset:
                 queue_api.register_at(prov, queue, node.consumer_name, tick)
             else:
                 rewind_provider(prov, queue, node.consumer_name, tick)
         if reset:
-            model.set_position(local, queue, node.consumer_name, tick)
+            model.set_position(local, queue, node.consumer_name, tick, tick_time)
     log.info("Consumer %s positioned at tick %s", node.consumer_name, tick)

@@ -331,14 +331,21 @@ def add_divergence(
     )
 
 
-def set_position(conn: psycopg.Connection, queue_name: str, consumer_name: str, tick: int) -> None:
-    """Record ``tick`` as the last applied one without applying anything (worker --reset)."""
+def set_position(
+    conn: psycopg.Connection,
+    queue_name: str,
+    consumer_name: str,
+    tick: int,
+    tick_time: datetime | None,
+) -> None:
+    """Record ``tick`` (made at ``tick_time`` on the provider) as the last applied one
+    without applying anything (worker --reset, a reconcile)."""
     conn.execute(
         """
-        update ferry_node.local_state set last_tick_id = %s
+        update ferry_node.local_state set last_tick_id = %s, last_tick_time = %s
          where queue_name = %s and consumer_name = %s
         """,
-        (tick, queue_name, consumer_name),
+        (tick, tick_time, queue_name, consumer_name),
     )
 
 
