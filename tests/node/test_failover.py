@@ -64,10 +64,10 @@ def _write(cascade: Cascade, ids: range, val: str) -> None:
     cascade.sql("root", insert, (val, ids.start, ids.stop - 1))
 
 
-def _root_leaf(make_cascade, root_dsn: str, leaf_dsn: str) -> Cascade:
+def _root_leaf(make_cascade, root_dsn: str, leaf_dsn: str, **leaf: str) -> Cascade:
     cascade = make_cascade()
     cascade.node("root", root_dsn, "root")
-    cascade.node("leaf", leaf_dsn, "leaf", "root")
+    cascade.node("leaf", leaf_dsn, "leaf", "root", **leaf)
     for name in ("root", "leaf"):
         cascade.sql(name, CREATE)
         cascade.add(name, TABLE)
@@ -91,30 +91,61 @@ def test_sync_provider_fails_over_nothing_lost(make_cascade, sides, db_b) -> Non
     assert len(_rows(cascade, "root")) == 30
 
 
-def test_async_provider_lost_ticks_is_diverged(make_cascade, sides, db_b) -> None:
-    """The standby lacks the old primary's last ticks; the new primary's tick ids pass the
-    leaf's: the worker must not take the new primary's tick of the same id for its own
-    (it would skip the new primary's events up to there, keeping the lost rows)."""
+def _lose_ticks(make_cascade, sides, db_b, **leaf: str) -> tuple[Cascade, int]:
+    """Root on a pair failed over to an async standby that lacked the old primary's last
+    40 ticks (rows 11-50, applied on the leaf); the new primary's ticks then pass the
+    leaf's, with rows written after the failover (ids from 100).  Returns the cascade and
+    the leaf's last tick from the old primary."""
     side = sides("prov", sync=False)
-    cascade = _root_leaf(make_cascade, side.dsn, db_b)
+    cascade = _root_leaf(make_cascade, side.dsn, db_b, **leaf)
     side.standby.wait_caught_up()
     side.standby.cut_off()
     # More ticks than a sequence logs ahead (32): the new primary makes the leaf's tick id.
-    for i in range(11, 51):  # acknowledged by the old primary, applied on the leaf
+    for i in range(11, 51):
         _write(cascade, range(i, i + 1), "lost")
         cascade.tick()
     cascade.catch_up("leaf")
     applied = cascade.last_tick("leaf")
+    assert applied is not None
+    cascade.stop("leaf")
     side.fail_over()
-    # The new primary's ticks reach past the leaf's, with rows written after the failover.
     made = 0
     while made <= applied + 1:
         _write(cascade, range(100 + made, 101 + made), "after")
         made = cascade.tick()
-    assert cascade.sql("root", "select count(*) from ferry_queue.tick where tick_id = %s",
-                       (applied,)) == [(1,)]  # fmt: skip
+    held = "select count(*) from ferry_queue.tick where tick_id = %s"
+    assert cascade.sql("root", held, (applied,)) == [(1,)]  # the same id, another tick
+    return cascade, applied
+
+
+def test_async_provider_lost_ticks_reconciled(make_cascade, sides, db_b) -> None:
+    """The worker must not take the new primary's tick of the same id for its own (it would
+    skip the new primary's events up to there and keep the lost rows): it saves the lost
+    rows, repositions at the last common tick, repairs the table, replays on."""
+    cascade, applied = _lose_ticks(make_cascade, sides, db_b)
+    cascade.start("leaf")
+    cascade.catch_up("leaf")
+    assert _rows(cascade, "leaf") == _rows(cascade, "root")
+    assert [r for r in _rows(cascade, "root") if r[1] == "lost"] == []
+    assert len([r for r in _rows(cascade, "root") if r[1] == "after"]) > 10
+    lost = cascade.sql(
+        "leaf",
+        "select table_name, held_here ->> 'id', held_here ->> 'Val', on_provider, lost_tick"
+        " from ferry_node.lost_after_failover order by (held_here ->> 'id')::int",
+    )
+    assert lost == [(TABLE, str(i), "lost", None, applied) for i in range(11, 51)]
+    res = cascade.cli("leaf", "status")
+    assert "40 rows lost in a provider's failover" in res.out, res.out
+
+
+def test_async_provider_lost_ticks_stop(make_cascade, sides, db_b) -> None:
+    """failover_reconcile = stop: the worker stops on the diverged provider, nothing moves."""
+    cascade, applied = _lose_ticks(make_cascade, sides, db_b, failover_reconcile="stop")
+    before = _rows(cascade, "leaf")
+    cascade.start("leaf")
     runner = cascade.runners["leaf"]
     cascade.wait_for(
         lambda: any("Diverged provider" in e for e in runner.errors), what="diverged provider"
     )
     assert cascade.last_tick("leaf") == applied
+    assert _rows(cascade, "leaf") == before
