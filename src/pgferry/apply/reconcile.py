@@ -173,11 +173,3 @@ def _save_lost(
             ],
         )
     return len(differ)
-
-
-def lost_rows(conn: psycopg.Connection, queue: str) -> int:
-    """Rows ferry_node.lost_after_failover holds for ``queue`` (0 before the table exists)."""
-    row = conn.execute(
-        "select count(*) from ferry_node.lost_after_failover where queue_name = %s", (queue,)
-    ).fetchone()
-    return row[0] if row else 0

@@ -161,6 +161,20 @@ def local_state(conn: psycopg.Connection, queue: str, consumer: str) -> LocalSta
         return cur.fetchone()
 
 
+def lost_in_failover(conn: psycopg.Connection, queue: str) -> int:
+    """Rows saved in ferry_node.lost_after_failover for ``queue`` (0 on a node whose schema
+    predates the table)."""
+    row = conn.execute(
+        "select to_regclass('ferry_node.lost_after_failover') is not null"
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute(
+        "select count(*) from ferry_node.lost_after_failover where queue_name = %s", (queue,)
+    ).fetchone()
+    return found[0] if found else 0
+
+
 def divergence(conn: psycopg.Connection, queue: str, consumer: str) -> Divergence | None:
     """The node's divergence totals; None on a node whose schema predates them (status
     reads other members, which may not have been upgraded yet)."""
