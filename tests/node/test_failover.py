@@ -149,3 +149,67 @@ def test_async_provider_lost_ticks_stop(make_cascade, sides, db_b) -> None:
     )
     assert cascade.last_tick("leaf") == applied
     assert _rows(cascade, "leaf") == before
+
+
+def test_subscriber_fails_over_to_a_lagging_standby(make_cascade, sides, db_a) -> None:
+    """The leaf's standby lacks its last applied batches: its recorded tick is older than
+    its position on the provider, which it rewinds; the events are applied again."""
+    side = sides("leaf", sync=False)
+    cascade = _root_leaf(make_cascade, db_a, side.dsn)
+    side.standby.wait_caught_up()
+    side.standby.cut_off()
+    _write(cascade, range(11, 31), "lost here")
+    cascade.catch_up("leaf")
+    applied = cascade.last_tick("leaf")
+    cascade.stop("leaf")
+    side.fail_over()
+    assert (cascade.last_tick("leaf") or 0) < (applied or 0)  # the standby lags
+    _write(cascade, range(31, 41), "after")
+    cascade.start("leaf")
+    cascade.catch_up("leaf")
+    assert _rows(cascade, "leaf") == _rows(cascade, "root")
+    assert len(_rows(cascade, "leaf")) == 40
+    assert cascade.sql("leaf", "select count(*) from ferry_node.lost_after_failover") == [(0,)]
+
+
+def test_branch_in_the_middle_reconciles(make_cascade, sides, new_db_b) -> None:
+    """root (failed over, lost ticks) -> branch -> leaf: the branch reconciles with the new
+    root, cutting its queue back; the leaf then reconciles with the branch."""
+    side = sides("prov", sync=False)
+    cascade = make_cascade()
+    cascade.node("root", side.dsn, "root")
+    cascade.node("branch", new_db_b(None), "branch", "root")
+    cascade.node("leaf", new_db_b(None), "leaf", "branch")
+    for name in ("root", "branch", "leaf"):
+        cascade.sql(name, CREATE)
+        cascade.add(name, TABLE)
+    _write(cascade, range(1, 11), "before")
+    cascade.start("branch", "leaf")
+    cascade.catch_up("branch", "leaf")
+    side.standby.wait_caught_up()
+    side.standby.cut_off()
+    for i in range(11, 51):
+        _write(cascade, range(i, i + 1), "lost")
+        cascade.tick()
+    cascade.catch_up("branch", "leaf")
+    applied = cascade.last_tick("leaf")
+    assert applied is not None
+    cascade.stop("branch", "leaf")
+    side.fail_over()
+    made = 0
+    while made <= applied + 1:
+        _write(cascade, range(100 + made, 101 + made), "after")
+        made = cascade.tick()
+    cascade.start("branch", "leaf")
+    cascade.catch_up("branch", "leaf")
+    expected = _rows(cascade, "root")
+    assert [r for r in expected if r[1] == "lost"] == []
+    assert _rows(cascade, "branch") == expected
+    assert _rows(cascade, "leaf") == expected
+    for node in ("branch", "leaf"):
+        lost = cascade.sql(
+            node,
+            "select distinct held_here ->> 'Val', on_provider is null"
+            " from ferry_node.lost_after_failover",
+        )
+        assert lost == [("lost", True)], node

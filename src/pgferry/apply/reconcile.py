@@ -29,7 +29,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from pgferry.errors import DivergedProvider
+from pgferry.errors import DivergedProvider, NodeError
 from pgferry.node import model
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
@@ -89,6 +89,7 @@ def reconcile(
         tick, tick_time, touched = found
         registered = {t.table_name: t for t in entries.list_tables(local, queue)}
         tables = sorted(t for t in touched if t in registered)
+        _provider_settled(provider, queue, tables)
         lost = 0
         for table in tables:
             lost += _save_lost(
@@ -102,7 +103,7 @@ def reconcile(
             (queue, consumer, tick),
         )
         if node.node_type == "branch":
-            queue_ticks.cut_after(local, queue, tick)
+            _cut_queue(local, queue, tick)
         if tables:
             entries.resync_tables(local, queue, tables)
     queue_api.rewind(provider, queue, consumer, tick)
@@ -117,6 +118,37 @@ def reconcile(
         ", ".join(tables) or "none",
     )
     return Reconciled(tick, lost_tick, tables, lost)
+
+
+def _provider_settled(provider: psycopg.Connection, queue: str, tables: list[str]) -> None:
+    """A provider that is a branch reconciling with its own provider copies the same tables
+    again: until it holds them whole, what it lacks is not known.  NodeError: retry."""
+    row = provider.execute(
+        """
+        select string_agg(table_name, ', ' order by table_name) from ferry.table_info
+         where queue_name = %s and table_name = any(%s) and merge_state is distinct from 'ok'
+        """,
+        (queue, tables),
+    ).fetchone()
+    if row and row[0]:
+        raise NodeError(
+            f"Diverged provider: waiting for the provider to copy {row[0]} again first"
+            " (its own failover reconcile)"
+        )
+
+
+def _cut_queue(local: psycopg.Connection, queue: str, tick: int) -> None:
+    """A branch's queue cut back to ``tick``: the later ticks were the old provider's.  Its
+    consumers that stood past it are put there; each subscriber then finds its own last
+    common tick with this branch, as this node did with its provider."""
+    past = [
+        info["consumer_name"]
+        for info in queue_api.consumer_info(local, queue)
+        if info["last_tick"] is not None and info["last_tick"] > tick
+    ]  # read before the cut: the consumers' info joins their ticks
+    queue_ticks.cut_after(local, queue, tick)
+    for consumer in past:
+        queue_api.rewind(local, queue, consumer, tick)
 
 
 def _save_lost(
