@@ -92,6 +92,16 @@ class Standby:
         self.cluster.destroy(background=True)
 
 
+def rebuild_as_standby(old: LocalCluster, primary: LocalCluster, name: str) -> Standby:
+    """The failed primary ``old`` made again as an asynchronous standby of ``primary`` (the
+    promoted one), in its own directory and on its own port: the side's connect string
+    still names both servers.  Its data is dropped and copied anew, as a DBA does without
+    pg_rewind."""
+    old.stop("immediate")
+    shutil.rmtree(old.datadir, ignore_errors=True)
+    return _copy_of(primary, old, name, sync=False)
+
+
 def make_standby(
     primary: LocalCluster, name: str, *, sync: bool = False, parent: Path | None = None
 ) -> Standby:
@@ -105,6 +115,11 @@ def make_standby(
         _chown_tree(base)
     cluster = LocalCluster(base_dir=base, bindir=primary.bindir, port=free_port())
     cluster.settings = dict(primary.settings)
+    return _copy_of(primary, cluster, name, sync=sync)
+
+
+def _copy_of(primary: LocalCluster, cluster: LocalCluster, name: str, *, sync: bool) -> Standby:
+    """``cluster`` (its directory without data) made a streaming copy of ``primary``."""
     cluster._run(
         "pg_basebackup",
         "-h",
