@@ -33,6 +33,11 @@ class NodeError(PgferryError):
     """Cascade node set-up or state problem (wrong node type, unknown node, ...)."""
 
 
+class DivergedProvider(NodeError):
+    """The provider's tick of a recorded id is not the tick applied here: the provider lost
+    ticks this node applied (a failover to a standby that lacked them)."""
+
+
 class TableError(PgferryError):
     """Unknown table, missing primary key, incompatible columns, ..."""
 

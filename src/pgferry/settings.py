@@ -57,6 +57,12 @@ NODE_SETTINGS: list[Setting] = [
     ("pgq_batch_collect_events", "200000", "events per multi-tick batch when catching up"),
     ("pgq_batch_collect_interval", "", "minimum time span per batch (10s, 5 min, ...)"),
     ("pgq_keep_lag", "", "only take batches at least this old: a delayed replica (1 hour)"),
+    (
+        "failover_reconcile",
+        "auto",
+        "provider failed over and lost ticks applied here: auto repairs, stop waits for the DBA",
+    ),
+    ("failover_history", "1 day", "how long applied ticks are recorded to reconcile a failover"),
     ("compare_fmt", "%(cnt)d rows, checksum=%(chksum)s", "format of compare's lines"),
     ("replay_local_events", "50000", "larger batches are read by Spark when it is up"),
     ("replay_read_ahead", "2", "provider connections reading tables ahead of the apply"),

@@ -98,6 +98,15 @@ def _tick_before(pair, tick: int) -> int:
     return pair.root("select max(tick_id) from ferry_queue.tick where tick_id < %s", (tick,))[0][0]
 
 
+def _move_leaf_to(pair, tick: int) -> None:
+    """The leaf's recorded position set back to ``tick``: its id and the provider's time of
+    it, as a lost commit leaves them (the two make the tick's identity)."""
+    made = pair.root("select tick_time from ferry_queue.tick where tick_id = %s", (tick,))[0][0]
+    pair.leaf(
+        "update ferry_node.local_state set last_tick_id = %s, last_tick_time = %s", (tick, made)
+    )
+
+
 def test_a_node_behind_the_provider_rewinds_it(pair) -> None:
     _table(pair)
     worker = pair.catch_up()
@@ -107,7 +116,7 @@ def test_a_node_behind_the_provider_rewinds_it(pair) -> None:
     assert pair.last_tick() == applied
     # As if that apply had been lost here: its rows and its recorded tick are gone.
     pair.leaf("set session_replication_role = replica; truncate t")
-    pair.leaf("update ferry_node.local_state set last_tick_id = %s", (_tick_before(pair, applied),))
+    _move_leaf_to(pair, _tick_before(pair, applied))
     pair.root("insert into t values (1000, 1000)")
     pair.catch_up(worker)
     pair.same("t")
@@ -119,10 +128,7 @@ def test_events_gone_stop_with_what_to_do(pair) -> None:
     worker = pair.catch_up()
     pair.root("insert into t values (1, 1)")
     pair.catch_up(worker)
-    pair.leaf(
-        "update ferry_node.local_state set last_tick_id = %s",
-        (_tick_before(pair, pair.last_tick()),),
-    )
+    _move_leaf_to(pair, _tick_before(pair, pair.last_tick()))
     # Rotation has emptied the event tables past every tick made so far.
     pair.root("update ferry_queue.queue set queue_rotated_xid = pg_current_xact_id()")
     pair.root("insert into t values (2, 2)")

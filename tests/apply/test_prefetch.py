@@ -64,7 +64,11 @@ def test_read_ahead_dropped_when_the_position_moved(pair) -> None:
     assert worker.work() is True  # the first batch, the next one being read ahead
     # The leaf's position goes back one batch (as a restore would): the read-ahead batch
     # no longer starts there.
-    pair.leaf("update ferry_node.local_state set last_tick_id = last_tick_id - 2")
+    back = pair.last_tick() - 2
+    made = pair.root("select tick_time from ferry_queue.tick where tick_id = %s", (back,))[0][0]
+    pair.leaf(
+        "update ferry_node.local_state set last_tick_id = %s, last_tick_time = %s", (back, made)
+    )
     pair.catch_up(worker)
     for table in TABLES:
         pair.same(table)

@@ -64,6 +64,26 @@ def test_time_spans(tmp_path: Path) -> None:
         load_config(path).getseconds("pgq_keep_lag")
 
 
+def test_failover_settings(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from pgferry.apply.worker_settings import WorkerSettings
+
+    path = tmp_path / "n.ini"
+    path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\n")
+    found = WorkerSettings.from_config(load_config(path))
+    assert (found.failover_reconcile, found.failover_history) == (True, timedelta(days=1))
+    path.write_text(
+        "[pgferry]\ndb = dbname=x\nqueue_name = q\nfailover_reconcile = Stop\n"
+        "failover_history = 2 hours\n"
+    )
+    found = WorkerSettings.from_config(load_config(path))
+    assert (found.failover_reconcile, found.failover_history) == (False, timedelta(hours=2))
+    path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\nfailover_reconcile = maybe\n")
+    with pytest.raises(ConfigError, match="'failover_reconcile' must be auto or stop, not 'maybe'"):
+        WorkerSettings.from_config(load_config(path))
+
+
 def test_log_size_and_count(tmp_path: Path) -> None:
     logfile = tmp_path / "log" / "n.log"
     path = tmp_path / "n.ini"

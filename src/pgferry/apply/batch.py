@@ -302,7 +302,8 @@ class Replayer:
                 if any(r.copy_snapshot for r in routes.values()):  # else nothing to clear
                     handover.clear_snapshots(local, queue, batch.tick_snapshot)
                 model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
-                                  batch.prev_tick_id, node.provider_node)  # fmt: skip
+                                  batch.prev_tick_id, node.provider_node,
+                                  tables=sorted(stats.tables))  # fmt: skip
                 if self.second.maybe_left:
                     self.second.forget(local, queue, consumer)
             if scripts:  # only a script can leave a failed event behind

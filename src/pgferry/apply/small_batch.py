@@ -221,7 +221,8 @@ def _apply(  # apply_or_none's arguments
         stats.sequences = apply_sequences(local, queue, plan.sequences)
         # Its result is the first one read: everything above is sent with it.
         model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
-                          batch.prev_tick_id, node.provider_node)  # fmt: skip
+                          batch.prev_tick_id, node.provider_node,
+                          tables=sorted({w.table_name for w in plan.tables}))  # fmt: skip
         for work, applied in counts:
             stats.add(tagged_stats(work.route, applied_stats(applied())))
         if log.isEnabledFor(logging.DEBUG):

@@ -27,7 +27,16 @@ from collections.abc import Callable
 
 import psycopg
 
-from pgferry.apply import compare_wait, forward, idle, loop_reads, positions, publish_seqs, sync
+from pgferry.apply import (
+    compare_wait,
+    forward,
+    idle,
+    loop_reads,
+    positions,
+    publish_seqs,
+    reconcile,
+    sync,
+)
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
@@ -39,7 +48,7 @@ from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
 from pgferry.db import connect, error_text
-from pgferry.errors import DatabaseError
+from pgferry.errors import DatabaseError, DivergedProvider
 from pgferry.handlers import registry as handler_registry
 from pgferry.node import model, ticker_health, watermarks
 from pgferry.queue import batches as queue_batches
@@ -48,6 +57,8 @@ from pgferry.queue.batches import Batch
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
+
+FORGET_EVERY = 300.0  # seconds between prunings of ferry_node.applied_tick
 
 
 class Worker(Service):
@@ -74,6 +85,7 @@ class Worker(Service):
         self.verbose = verbose
         self.settings = WorkerSettings.from_config(config)
         self._idle = idle.IdleWatch(self.settings.watermark_period)
+        self._forgotten_at = time.monotonic()  # applied ticks' records last pruned
         # The root's ticker, seen from the root or a node reading from it (metrics read it).
         self.ticker_watch = ticker_health.StallLog(ticker_health.stopped_after(config))
         self._ticker_on: str | None = None  # where to look: "local", "provider" or nowhere
@@ -306,9 +318,18 @@ class Worker(Service):
             def mirror() -> None:
                 forward.ensure_tick(local, queue, batch)
 
-        if not positions.follows(
-            provider, queue, consumer, node.last_tick_id, batch, already_applied=mirror
-        ):
+        try:
+            follows = positions.follows(
+                provider, queue, consumer, node.last_tick_id, batch,
+                recorded_time=node.last_tick_time, already_applied=mirror,
+            )  # fmt: skip
+        except DivergedProvider:
+            self.replay.ahead.drop()
+            if not self.settings.failover_reconcile:
+                raise  # failover_reconcile = stop: the DBA looks first
+            reconcile.reconcile(local, provider, node)  # its tables' copies change the routes
+            return True
+        if not follows:
             self.replay.ahead.drop_reads()
             return True
 
@@ -327,6 +348,7 @@ class Worker(Service):
         else:
             queue_batches.finish_batch(provider, batch_id, flush=False)
         self.count_applied(batch, stats, started, "")
+        self._forget_applied(local, queue, consumer)
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
         compare_wait.after_batch(
             local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
@@ -398,3 +420,12 @@ class Worker(Service):
             with local.transaction():
                 model.heartbeat(local, queue, consumer)
             self._idle.heartbeat_done()
+        self._forget_applied(local, queue, consumer)
+
+    def _forget_applied(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
+        """Drop the applied ticks' records past failover_history, every FORGET_EVERY s."""
+        if time.monotonic() - self._forgotten_at < FORGET_EVERY:
+            return
+        with local.transaction():
+            model.forget_applied(local, queue, consumer, self.settings.failover_history)
+        self._forgotten_at = time.monotonic()

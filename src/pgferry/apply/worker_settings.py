@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from pgferry.config import Config
+from pgferry.errors import ConfigError
 from pgferry.node import copymode, seqops
 from pgferry.node.connect import local_connstr, queue_name
 
@@ -69,6 +70,8 @@ class WorkerSettings:
     keep_lag: timedelta | None  # pgq_keep_lag: take only batches at least this old
     collect_interval: timedelta | None  # pgq_batch_collect_interval: minimum batch span
     replay: ReplaySettings
+    failover_reconcile: bool  # a diverged provider is reconciled (auto), or stops the worker
+    failover_history: timedelta  # applied ticks' records kept this long (docs/failover.md)
 
     @classmethod
     def from_config(cls, config: Config) -> WorkerSettings:
@@ -92,4 +95,16 @@ class WorkerSettings:
             keep_lag=config.getseconds("pgq_keep_lag"),
             collect_interval=config.getseconds("pgq_batch_collect_interval"),
             replay=ReplaySettings.from_config(config),
+            failover_reconcile=_reconcile_mode(config),
+            failover_history=config.getseconds("failover_history") or timedelta(days=1),
         )
+
+
+def _reconcile_mode(config: Config) -> bool:
+    """``failover_reconcile``: auto (True) or stop (False)."""
+    mode = (config.get("failover_reconcile", "auto") or "auto").strip().lower()
+    if mode not in ("auto", "stop"):
+        raise ConfigError(
+            f"{config.path}: setting 'failover_reconcile' must be auto or stop, not {mode!r}"
+        )
+    return mode == "auto"

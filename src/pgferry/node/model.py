@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 from psycopg.rows import class_row
@@ -74,6 +74,8 @@ class NodeInfo:
     consumer_name: str  # the worker's consumer on the provider's queue
     last_tick_id: int | None  # last tick applied here
     paused: bool
+    # The provider's time of that tick: with the id, the tick's identity (docs/failover.md).
+    last_tick_time: datetime | None = None
 
     @property
     def is_root(self) -> bool:
@@ -95,7 +97,7 @@ NODE_SQL = """
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
                s.provider_node, p.node_location, l.node_location,
                coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
-               coalesce(s.paused, false)
+               coalesce(s.paused, false), s.last_tick_time
           from ferry_node.node_info n
           left join ferry_node.local_state s
                  on s.queue_name = n.queue_name and s.consumer_name = n.worker_name
@@ -159,6 +161,20 @@ def local_state(conn: psycopg.Connection, queue: str, consumer: str) -> LocalSta
         return cur.fetchone()
 
 
+def lost_in_failover(conn: psycopg.Connection, queue: str) -> int:
+    """Rows saved in ferry_node.lost_after_failover for ``queue`` (0 on a node whose schema
+    predates the table)."""
+    row = conn.execute(
+        "select to_regclass('ferry_node.lost_after_failover') is not null"
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    found = conn.execute(
+        "select count(*) from ferry_node.lost_after_failover where queue_name = %s", (queue,)
+    ).fetchone()
+    return found[0] if found else 0
+
+
 def divergence(conn: psycopg.Connection, queue: str, consumer: str) -> Divergence | None:
     """The node's divergence totals; None on a node whose schema predates them (status
     reads other members, which may not have been upgraded yet)."""
@@ -211,6 +227,37 @@ def register_location(
 
 
 # --- the worker's position and health -------------------------------------------------
+_RECORD_TICK = """
+        update ferry_node.local_state s
+           set last_tick_id = %s, last_tick_time = %s, cur_error = null, error_time = null,
+               last_seen = now()
+          from (select last_tick_id, provider_node from ferry_node.local_state
+                 where queue_name = %s and consumer_name = %s for update) old
+         where s.queue_name = %s and s.consumer_name = %s
+        returning old.last_tick_id, old.provider_node
+"""
+_RECORD_APPLIED = """
+with applied as (
+    insert into ferry_node.applied_tick (queue_name, consumer_name, tick_id, tick_time, tables)
+    values (%s, %s, %s, %s, %s)
+    on conflict (queue_name, consumer_name, tick_id)
+    do update set tick_time = excluded.tick_time, tables = excluded.tables)
+"""
+
+
+def forget_applied(
+    conn: psycopg.Connection, queue_name: str, consumer_name: str, older_than: timedelta
+) -> None:
+    """Drop the applied ticks' records older than ``older_than`` (failover_history)."""
+    conn.execute(
+        """
+        delete from ferry_node.applied_tick
+         where queue_name = %s and consumer_name = %s and tick_time < now() - %s
+        """,
+        (queue_name, consumer_name, older_than),
+    )
+
+
 def record_tick(
     conn: psycopg.Connection,
     queue_name: str,
@@ -219,8 +266,12 @@ def record_tick(
     tick_time: datetime | None,
     expected_prev: int | None,
     provider_node: str | None = None,
+    tables: list[str] | None = None,
 ) -> None:
     """Set last applied tick inside the caller's transaction; refuse a moved position.
+
+    ``tables`` (the main stream's batches): the tables the batch changed, kept with the
+    tick in ferry_node.applied_tick to reconcile after a provider's failover.
 
     ``expected_prev`` guards against a second applier of the same batch, ``provider_node``
     against a batch read from a provider the node has left meanwhile (change-provider while
@@ -228,18 +279,12 @@ def record_tick(
     """
     # One statement: the row is locked and read as it was before the update, which the
     # checks below compare; a refused batch rolls the update back with the rest.
-    row = conn.execute(
-        """
-        update ferry_node.local_state s
-           set last_tick_id = %s, last_tick_time = %s, cur_error = null, error_time = null,
-               last_seen = now()
-          from (select last_tick_id, provider_node from ferry_node.local_state
-                 where queue_name = %s and consumer_name = %s for update) old
-         where s.queue_name = %s and s.consumer_name = %s
-        returning old.last_tick_id, old.provider_node
-        """,
-        (tick_id, tick_time, queue_name, consumer_name, queue_name, consumer_name),
-    ).fetchone()
+    params: tuple = (tick_id, tick_time, queue_name, consumer_name, queue_name, consumer_name)
+    query = _RECORD_TICK
+    if tables is not None:  # the same statement: no round trip more per batch
+        query = _RECORD_APPLIED + _RECORD_TICK
+        params = (queue_name, consumer_name, tick_id, tick_time, tables, *params)
+    row = conn.execute(query, params).fetchone()
     if row is None:
         raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
     if provider_node is not None and row[1] != provider_node:
@@ -329,14 +374,21 @@ def add_divergence(
     )
 
 
-def set_position(conn: psycopg.Connection, queue_name: str, consumer_name: str, tick: int) -> None:
-    """Record ``tick`` as the last applied one without applying anything (worker --reset)."""
+def set_position(
+    conn: psycopg.Connection,
+    queue_name: str,
+    consumer_name: str,
+    tick: int,
+    tick_time: datetime | None,
+) -> None:
+    """Record ``tick`` (made at ``tick_time`` on the provider) as the last applied one
+    without applying anything (worker --reset, a reconcile)."""
     conn.execute(
         """
-        update ferry_node.local_state set last_tick_id = %s
+        update ferry_node.local_state set last_tick_id = %s, last_tick_time = %s
          where queue_name = %s and consumer_name = %s
         """,
-        (tick, queue_name, consumer_name),
+        (tick, tick_time, queue_name, consumer_name),
     )
 
 

@@ -190,6 +190,8 @@ def _create_subscriber(
                     (queue, req.node_name, worker),
                 )
                 tick_id, tick_time = queue_api.consumer_last_tick(prov, queue, worker)
+                if tick_id is not None:  # the tick's own time: with the id, its identity
+                    tick_time = queue_ticks.tick_time(prov, queue, tick_id) or tick_time
                 provider_members = model.members(prov, queue)
             for member in provider_members:
                 model.register_location(

@@ -72,6 +72,8 @@ class NodeStatus:
     # and its standbys, the one serving now), and whether its location names several.
     server: str | None = None
     several_hosts: bool = field(default=False, repr=False)
+    # Rows the provider lost in a failover, saved here (ferry_node.lost_after_failover).
+    lost_in_failover: int = 0
     now: datetime | None = field(default=None, repr=False)
 
 
@@ -177,6 +179,7 @@ def read_node_status(
         st.diverged_rows, st.diverged_deletes = diverged.rows, diverged.deletes
         st.diverged_since, st.diverged_last = diverged.since, diverged.last
         st.diverged_tables = diverged.tables
+    st.lost_in_failover = model.lost_in_failover(conn, queue)
     refused = conn.execute(
         """
         select count(*) over (), format('event %%s (%%s): %%s', ev_id, ev_extra1, reason)
@@ -308,6 +311,11 @@ def _info_lines(n: NodeStatus) -> list[str]:
             lines.append(divergence_line(n))
         if n.refused_ddl:
             lines.append(f"Refused captured DDL: {n.refused_ddl}, last {n.refused_last}")
+        if n.lost_in_failover:
+            lines.append(
+                f"LOST: {n.lost_in_failover} rows lost in a provider's failover"
+                " (ferry_node.lost_after_failover)"
+            )
     if n.error:
         lines.append(f"ERR: {n.error}")
     return lines

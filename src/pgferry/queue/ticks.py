@@ -82,6 +82,19 @@ def tick_time(conn: psycopg.Connection, queue: str, tick_id: int) -> datetime | 
     return None if row is None else row[0]
 
 
+def tick_range(conn: psycopg.Connection, queue: str) -> tuple[int | None, int | None]:
+    """The oldest and newest tick ids ``queue`` holds (None, None: none)."""
+    row = conn.execute(
+        """
+        select min(t.tick_id), max(t.tick_id)
+          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
+         where q.queue_name = %s
+        """,
+        (queue,),
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])
+
+
 def advance_tick_ids(conn: psycopg.Connection, queue: str, past: int) -> None:
     """New tick ids of ``queue`` continue after ``past`` and after every tick it holds."""
     conn.execute(
