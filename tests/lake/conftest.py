@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,15 +81,16 @@ class S3:
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's standalone server (``moto[server]`` from PyPI), started once per session.
+@contextlib.contextmanager
+def moto_server(**env: str) -> Iterator[S3]:
+    """moto's standalone server (``moto[server]`` from PyPI) in a process of its own, on a
+    free port, until the block ends; ``env``: moto's settings.
 
     No real cloud is reachable from this machine; moto answers the S3 calls delta-rs,
     pyiceberg and pyarrow make, including the conditional PUT (``If-None-Match: *``) with
     which delta-rs commits a version only if no other writer has: the rule pgferry's one
-    writer per table relies on.  It runs as a process of its own (in this process, its
-    server thread stalled under delta-rs's concurrent requests)."""
+    writer per table relies on.  (Run in this process, its server thread stalled under
+    delta-rs's concurrent requests.)"""
     import shutil
     import subprocess
     import sys
@@ -103,7 +105,7 @@ def s3_server():
     command = [binary] if binary else [sys.executable, "-m", "moto.server"]
     proc = subprocess.Popen(
         [*command, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env},
     )  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}"
 
@@ -121,6 +123,13 @@ def s3_server():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3]:
+    """One S3-protocol server for the session (:func:`moto_server`)."""
+    with moto_server() as server:
+        yield server
 
 
 _buckets = iter(range(1, 1_000_000))

@@ -17,6 +17,7 @@ without a lock table; see ``docs/lakehouse.md`` (*Object storage*).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlparse
 
@@ -191,8 +192,10 @@ def writable(path: str, opts: Options) -> None:
 def reason(exc: BaseException, opts: Options) -> str:
     """The first line of a library's error that says something, secrets masked."""
     lines = [ln.strip(" ↳\t") for ln in str(exc).splitlines() if ln.strip()]
-    text = next((ln for ln in lines if "NoSuchBucket" in ln or "bucket" in ln.lower()), "")
-    text = text or (lines[0] if lines else type(exc).__name__)
+    text = lines[0] if lines else type(exc).__name__
+    if "AWS Error " in text:  # pyarrow: "When ... in bucket 'b': AWS Error X during ..."
+        text = "AWS Error " + text.split("AWS Error ", 1)[1]
+    text = re.sub(r"\s*\(Request ID: [^)]*\)", "", text)
     return mask(text, opts)
 
 

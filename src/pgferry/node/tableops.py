@@ -323,7 +323,9 @@ def _local_dest(
     if opts.create_full:
         catalog.create_structure(conn, schema, name, catalog.structure(prov, src))
     fq = catalog.fq_name(conn, schema, name)
-    log.info("Created table %s", fq)
+    # A table made for the handler only gives the rows' shape: not news for the operator.
+    log.log(logging.DEBUG if makes_table and not opts.create else logging.INFO,
+            "Created table %s", fq)  # fmt: skip
     if left_out:  # the source's sequences are not this database's
         log.warning("Table %s: created without the default of %s (a sequence or identity of"
                     " the source)", fq, ", ".join(left_out))  # fmt: skip
