@@ -100,6 +100,10 @@ def delta_options(opts: Options) -> dict[str, str]:
     table; the store refuses a second writer of one version), and the request timeout."""
     out = dict(opts)
     out.setdefault("conditional_put", "etag")
+    # A request that stalls fails after "timeout"; its retries end within as long again,
+    # so a stalled store fails the batch in about twice lake_timeout (then retried).
+    out.setdefault("max_retries", "2")
+    out.setdefault("retry_timeout", out.get("timeout", f"{DEFAULT_TIMEOUT}s"))
     return out
 
 
@@ -191,7 +195,8 @@ def writable(path: str, opts: Options) -> None:
 
 def reason(exc: BaseException, opts: Options) -> str:
     """The first line of a library's error that says something, secrets masked."""
-    lines = [ln.strip(" ↳\t") for ln in str(exc).splitlines() if ln.strip()]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # delta-rs colours its error chain
+    lines = [ln.strip(" ↳\t") for ln in plain.splitlines() if ln.strip()]
     text = lines[0] if lines else type(exc).__name__
     if "AWS Error " in text:  # pyarrow: "When ... in bucket 'b': AWS Error X during ..."
         text = "AWS Error " + text.split("AWS Error ", 1)[1]

@@ -21,6 +21,7 @@ class S3:
         import boto3
 
         self.endpoint = endpoint
+        self.pid = 0
         self.key, self.secret, self.region = "pgferry-test-key", "pgferry-test-secret", "us-east-1"
         self.client = boto3.client(
             "s3", endpoint_url=endpoint, aws_access_key_id=self.key,
@@ -86,7 +87,9 @@ def moto_server(**env: str) -> Iterator[S3]:
     try:
         wait_until(answers, timeout=60, what="the S3 server to answer")
         assert proc.poll() is None, "moto_server exited"
-        yield S3(endpoint)
+        server = S3(endpoint)
+        server.pid = proc.pid  # a test may stop it (SIGSTOP) to stall the store
+        yield server
     finally:
         proc.terminate()
         proc.wait(10)
