@@ -91,7 +91,11 @@ def options(config) -> Options:
     if allow.lower() in ("1", "true", "yes", "on") or endpoint.startswith("http://"):
         found["AWS_ALLOW_HTTP"] = "true"
     timeout = config.get("lake_timeout", "") if config is not None else ""
-    found["timeout"] = f"{int(timeout or DEFAULT_TIMEOUT)}s"
+    try:
+        seconds = int(timeout or DEFAULT_TIMEOUT)
+    except ValueError:
+        raise LakeError(f"lake_timeout must be a whole number of seconds, not {timeout!r}") from None
+    found["timeout"] = f"{max(1, seconds)}s"
     return tuple(sorted(found.items()))
 
 
