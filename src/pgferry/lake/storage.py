@@ -94,7 +94,7 @@ def options(config) -> Options:
     try:
         seconds = int(timeout or DEFAULT_TIMEOUT)
     except ValueError:
-        raise LakeError(f"lake_timeout must be a whole number of seconds, not {timeout!r}") from None
+        raise LakeError(f"lake_timeout must be whole seconds, not {timeout!r}") from None
     found["timeout"] = f"{max(1, seconds)}s"
     return tuple(sorted(found.items()))
 
