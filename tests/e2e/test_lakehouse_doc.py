@@ -85,7 +85,8 @@ def _walkthrough(
     """The walkthrough's blocks run; ``leaf_ini``, ``store_env`` and ``reader`` replace
     its leaf.ini, add to its environment and replace its reader."""
     pytest.importorskip("deltalake")
-    app, state = f"app_lake_{os.getpid()}", f"lakestate_{os.getpid()}"
+    tag = "_s3" if store_env else ""  # both runs of one session on cluster A
+    app, state = f"app_lake{tag}_{os.getpid()}", f"lakestate{tag}_{os.getpid()}"
     server = pg_a.connstr("").rsplit(" dbname=", 1)[0]
     fields = dict(part.split("=", 1) for part in server.split())
     lake = tmp_path / "lake"
