@@ -159,6 +159,9 @@ class Handler:
     on_root: ClassVar[bool] = False
     # On a root: the table's changes are captured (it must exist; triggers attached).
     captures: ClassVar[bool] = True
+    # On a leaf: the local table only gives the shape of the rows (the lake handler's):
+    # add-table makes it from the source's definition when missing, without --create.
+    makes_table: ClassVar[bool] = False
 
     # The node's ini settings, set when the handler is built by a command or the worker
     # (None otherwise, e.g. in show-handlers); read them when used, not at construction.

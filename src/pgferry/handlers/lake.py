@@ -1,7 +1,7 @@
 """The ``lake`` handler: a leaf's table kept in a Delta Lake or Iceberg table.
 
 The leaf's database keeps the node's state and, per table, an empty table of the source's
-definition (``add-table --create`` makes it): its columns are what replay decodes the
+definition (``add-table`` makes it when missing): its columns are what replay decodes the
 events to and what the lake table is made of.  Each part of a batch that the worker
 hands over (a stage of collapsed rows) becomes ONE lake commit carrying the application
 version of that part (:mod:`pgferry.lake.spec`); a part whose version the lake table has
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from psycopg import sql
 
 from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
-from pgferry.lake import formats
+from pgferry.lake import formats, storage
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.node import model
@@ -33,28 +33,37 @@ class Lake(Handler):
     """Keep the table in a lake table (Delta Lake or Iceberg) under lake_path.
 
     The leaf's database holds the node's state and an empty table of the source's
-    definition (add-table --create); the rows live in DIR/<schema>/<table> (Delta) or in
-    the Iceberg warehouse under DIR.  Initial load from the copy's snapshot as one lake
-    commit; each batch one commit per table, exactly once (the batch's tick is recorded in
-    the same commit).  See docs/lakehouse.md.
+    definition (add-table makes it); the rows live in DIR/<schema>/<table> (Delta) or in
+    the Iceberg warehouse under DIR, a folder or an object store (s3://bucket/prefix).
+    Initial load from the copy's snapshot as one lake commit; each batch one commit per
+    table, exactly once (the batch's tick is recorded in the same commit).  See
+    docs/lakehouse.md.
     """
 
     name = "lake"
+    makes_table = True  # the empty table of the source's definition is the handler's own
     params = (
         Param("format", "delta or iceberg (default: the ini's lake_format)",
               choices=lake_spec.FORMATS),
-        Param("path", "the lake's directory (default: the ini's lake_path)"),
+        Param("path", "the lake's directory or s3://bucket/prefix (default: lake_path)"),
         Param("lake_format", "the format the table was added with", computed=True),
         Param("location", "the lake's directory, absolute", computed=True),
         Param("owner", "queue:node:table, recorded in the lake table", computed=True),
         Param("lake_table", "schema.table in the lake", computed=True),
+        Param("catalog", "Iceberg: the catalog's SQLite file", computed=True),
     )  # fmt: skip
 
     # --- what the table is ---------------------------------------------------------------
     def spec(self) -> lake_spec.LakeSpec:
         schema, _, table = (self.args["lake_table"] or ".").partition(".")
         return lake_spec.LakeSpec(
-            self.args["lake_format"], self.args["location"], schema, table, self.args["owner"]
+            self.args["lake_format"],
+            self.args["location"],
+            schema,
+            table,
+            self.args["owner"],
+            storage.options(self.config),
+            self.args.get("catalog") or "",
         )
 
     def _setting(self, arg: str, key: str, default: str) -> str:
@@ -85,12 +94,25 @@ class Lake(Handler):
             " join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(%s)",
             (table.dest,),
         ).fetchone() or ("", "")
+        try:
+            root = storage.root_of(root)
+        except lake_spec.LakeError as exc:
+            raise HandlerError(f"handler lake: {exc}") from None
         spec = lake_spec.LakeSpec(
-            fmt, os.path.abspath(root), schema, name, f"{table.queue}:{node}:{table.table_name}"
+            fmt,
+            root,
+            schema,
+            name,
+            f"{table.queue}:{node}:{table.table_name}",
+            storage.options(self.config),
+            _catalog(self.config, fmt, root),
         )
         _check_not_shared(table, spec)
+        try:
+            storage.writable(spec.root, spec.storage)
+        except lake_spec.LakeError as exc:
+            raise HandlerError(f"handler lake: {exc}") from None
         _check_one_format(spec)
-        lake_spec.writable(spec.root)
         owner = module.owner_of(spec)
         if owner == "":
             raise HandlerError(f"handler lake: {spec.location} holds a {fmt} table pgferry did"
@@ -105,10 +127,13 @@ class Lake(Handler):
         # The empty table carries the owner marker (and the key) from now on, so a second
         # node's add-table is refused; a failed add-table leaves only it (a retry takes it).
         module.prepare(spec, lake_types.arrow_schema(columns), table.pk)
-        return {
+        done = {
             "lake_format": fmt, "location": spec.root, "owner": spec.owner,
             "lake_table": f"{schema}.{name}",
         }  # fmt: skip
+        if spec.catalog:
+            done["catalog"] = spec.catalog
+        return done
 
     # --- replay ---------------------------------------------------------------------------
     def apply(self, staged: Staged) -> Applied:
@@ -323,7 +348,23 @@ def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
         raise _key_changed(name, spec, key, made)
 
 
-def check_resync(conn, queue: str, tables: list[str], source_key: Callable) -> None:
+def _catalog(config, fmt: str, root: str) -> str:
+    """Iceberg on object storage: the local SQLite file of the catalog (``lake_catalog``,
+    by default beside the ini); "" for a local lake (DIR/pgferry_catalog.db)."""
+    if fmt != "iceberg" or not storage.is_remote(root):
+        return ""
+    given = config.get("lake_catalog", "") if config is not None else ""
+    if not given:
+        base = config.get("config_dir", "") if config is not None else ""
+        job = config.get("job_name", "lake") if config is not None else "lake"
+        given = os.path.join(base or os.getcwd(), f"{job}_iceberg_catalog.db")
+    path = os.path.abspath(os.path.expanduser(given))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path
+
+
+def check_resync(conn, queue: str, tables: list[str], source_key: Callable,
+                 config=None) -> None:  # fmt: skip
     """``resync`` refuses a lake table whose key on the provider (``source_key(table)``)
     is no longer the one its lake table was made for (one line, before anything changes)."""
     rows = conn.execute(
@@ -338,7 +379,13 @@ def check_resync(conn, queue: str, tables: list[str], source_key: Callable) -> N
             continue
         schema, _, table = args["lake_table"].partition(".")
         spec = lake_spec.LakeSpec(
-            args["lake_format"], args["location"], schema, table, args["owner"]
+            args["lake_format"],
+            args["location"],
+            schema,
+            table,
+            args["owner"],
+            storage.options(config),
+            args.get("catalog") or "",
         )
         module = formats.module(spec.format)
         made = module.key_of(spec) if module.owner_of(spec) else None

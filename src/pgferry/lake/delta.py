@@ -45,8 +45,29 @@ def _props(spec: LakeSpec, version: int | None, tick: int | None):
     return CommitProperties(app_transactions=apps, custom_metadata=meta)
 
 
+def _opts(spec: LakeSpec) -> dict[str, str] | None:
+    """delta-rs's storage options of the spec's store (None: a local folder)."""
+    if not spec.remote:
+        return None
+    from pgferry.lake import storage
+
+    return storage.delta_options(spec.storage)
+
+
 def _exists(spec: LakeSpec) -> bool:
-    return _dl().DeltaTable.is_deltatable(spec.location)
+    try:
+        return _dl().DeltaTable.is_deltatable(spec.location, storage_options=_opts(spec))
+    except OSError as exc:  # the store answered with an error, or not at all
+        raise _store_error(spec, exc) from None
+
+
+def _store_error(spec: LakeSpec, exc: BaseException) -> LakeError:
+    from pgferry.lake import storage
+
+    return LakeError(
+        f"lake table {storage.mask(spec.location, spec.storage)} cannot be reached:"
+        f" {storage.reason(exc, spec.storage)}"
+    )
 
 
 def owner_of(spec: LakeSpec) -> str | None:
@@ -61,7 +82,7 @@ def _marker(spec: LakeSpec) -> dict:
     if not _exists(spec):
         return {}
     try:
-        marker = json.loads(_dl().DeltaTable(spec.location).metadata().description or "")
+        marker = json.loads(_table(spec).metadata().description or "")
     except ValueError:
         return {}
     return marker if isinstance(marker, dict) else {}
@@ -84,17 +105,19 @@ def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
     (checked before)."""
     if _exists(spec):
         return
-    os.makedirs(spec.location, exist_ok=True)
+    if not spec.remote:
+        os.makedirs(spec.location, exist_ok=True)
     _dl().DeltaTable.create(
         spec.location, schema, mode="ignore", name=spec.name,
         description=json.dumps({"pgferry": spec.owner, "key": list(key)}),
+        storage_options=_opts(spec),
     )  # fmt: skip
 
 
 def _table(spec: LakeSpec):
     if not _exists(spec):
         raise LakeError(f"no Delta table at {spec.location} (was it removed?)")
-    return _dl().DeltaTable(spec.location)
+    return _dl().DeltaTable(spec.location, storage_options=_opts(spec))
 
 
 def applied_version(spec: LakeSpec) -> int | None:
@@ -136,7 +159,7 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -
 
 def append(spec: LakeSpec, rows, version: int | None, tick: int | None) -> int:
     dl = _dl()
-    dl.write_deltalake(spec.location, rows, mode="append",
+    dl.write_deltalake(spec.location, rows, mode="append", storage_options=_opts(spec),
                        commit_properties=_props(spec, version, tick))  # fmt: skip
     return rows.num_rows
 
@@ -149,10 +172,11 @@ def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple
 
     if not deletes.num_rows:
         return append(spec, inserts, version, tick), 0
-    here = _arrow(_table(spec), spec.location)
+    here = _arrow(_table(spec), spec.location, storage_opts=spec.storage)
     kept, removed = rows_kept_after_deletes(here, deletes.cast(here.schema))
     result = pa.concat_tables([here.take(kept), inserts.cast(here.schema)])
     _dl().write_deltalake(spec.location, result, mode="overwrite",
+                          storage_options=_opts(spec),
                           commit_properties=_props(spec, version, tick))  # fmt: skip
     return inserts.num_rows, removed
 
@@ -198,15 +222,19 @@ def read(spec: LakeSpec, tick: int | None = None):
         version = _version_at(dt, tick)
         if version is not None and version != dt.version():
             dt.load_as_version(version)
-    return _arrow(dt, spec.location)
+    return _arrow(dt, spec.location, storage_opts=spec.storage)
 
 
-def rows_at(location: str, columns: list[str] | None = None):
+def rows_at(
+    location: str, columns: list[str] | None = None, storage_options: dict[str, str] | None = None
+):
     """The newest rows of the Delta table at ``location`` as Arrow (readers, tests)."""
-    return _arrow(_dl().DeltaTable(location), location, columns)
+    table = _dl().DeltaTable(location, storage_options=storage_options)
+    given = tuple(sorted((storage_options or {}).items()))
+    return _arrow(table, location, columns, given)
 
 
-def _arrow(dt, location: str, columns: list[str] | None = None):
+def _arrow(dt, location: str, columns: list[str] | None = None, storage_opts=()):
     """The rows of ``dt`` (at its loaded version) as one Arrow table.
 
     A local table's files are read through pyarrow's own file system: delta-rs's, called
@@ -214,10 +242,16 @@ def _arrow(dt, location: str, columns: list[str] | None = None):
     (SIGABRT, "terminate called without an active exception") in about two short
     processes of three, after a read that succeeded.
     """
-    path = local_path(location)
-    if path is None:
-        return dt.to_pyarrow_table(columns=columns)
     from pyarrow import fs
+
+    path = local_path(location)
+    if path is None:  # a store: through pyarrow's S3 file system, for the same reason
+        from pgferry.lake import storage
+
+        if urlparse(location).scheme.lower() not in ("s3", "s3a"):
+            return dt.to_pyarrow_table(columns=columns)
+        store, inner = storage.filesystem(location, tuple(storage_opts))
+        return dt.to_pyarrow_table(columns=columns, filesystem=fs.SubTreeFileSystem(inner, store))
 
     local = fs.SubTreeFileSystem(path, fs.LocalFileSystem())
     return dt.to_pyarrow_table(columns=columns, filesystem=local)
@@ -230,6 +264,16 @@ def local_path(location: str) -> str | None:
     if url.scheme == "file":
         return os.path.abspath(unquote(url.path))
     return None if "://" in location else os.path.abspath(location)
+
+
+def data_files(spec: LakeSpec, tick: int) -> list[str]:
+    """The Parquet files of the newest version whose commit is of a tick at most ``tick``
+    (local paths, or the store's URLs)."""
+    dt = _table(spec)
+    version = _version_at(dt, tick)
+    if version is not None and version != dt.version():
+        dt.load_as_version(version)
+    return [uri.removeprefix("file://") for uri in dt.file_uris()]
 
 
 def _version_at(dt, tick: int) -> int | None:

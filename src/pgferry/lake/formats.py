@@ -8,9 +8,9 @@ a missing one is one line naming the extra to install.
 from __future__ import annotations
 
 import dataclasses
-import os
 from types import ModuleType
 
+from pgferry.lake import storage
 from pgferry.lake.spec import FORMATS, LakeError, LakeSpec
 
 # What each format leaves in a table's directory: found without the format's package.
@@ -37,7 +37,9 @@ def other_format(spec: LakeSpec) -> tuple[str, str] | None:
     it is not known: not pgferry's, or that format's package is missing here), None when
     there is none. Two formats in one directory would read and delete each other's files."""
     for fmt, footprint in _FOOTPRINTS.items():
-        if fmt == spec.format or not os.path.isdir(os.path.join(spec.location, footprint)):
+        if fmt == spec.format or not storage.is_dir(
+            storage.join(spec.location, footprint), spec.storage
+        ):
             continue
         try:
             owner = module(fmt).owner_of(dataclasses.replace(spec, format=fmt))

@@ -1,7 +1,9 @@
 """Apache Iceberg tables through pyiceberg, with a SQL catalog in a SQLite file.
 
 The catalog of a lake is ``DIR/pgferry_catalog.db`` (SQLite, SQLAlchemy's
-``sqlite:///`` URL; catalog name ``pgferry``), its warehouse ``DIR``; a table
+``sqlite:///`` URL; catalog name ``pgferry``), its warehouse ``DIR``; a lake on object
+storage (``s3://...``) keeps the catalog file on this machine (``lake_catalog``: SQLite
+cannot live on a store) and its tables in the store; a table
 ``schema.table`` is the namespace ``schema``'s table, kept at ``DIR/schema/table``
 (``metadata/`` and ``data/``).  Any Iceberg reader given that catalog finds it.
 
@@ -42,13 +44,28 @@ def check_installed() -> None:
         ) from None
 
 
-def catalog(root: str):
+def catalog_file(spec: LakeSpec) -> str:
+    """The SQLite file of the spec's catalog."""
+    return spec.catalog or os.path.join(spec.root, CATALOG_FILE)
+
+
+def catalog(spec: LakeSpec | str):
+    """The lake's catalog (given a spec, or a local lake's folder)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
+    if isinstance(spec, str):
+        spec = LakeSpec("iceberg", spec, "", "", "")
+
+    props: dict[str, str] = {}
+    if spec.remote:
+        from pgferry.lake import storage
+
+        props = storage.iceberg_properties(spec.storage)
     return SqlCatalog(
         "pgferry",
-        uri=f"sqlite:///{os.path.join(root, CATALOG_FILE)}",
-        warehouse=f"file://{root}",
+        uri=f"sqlite:///{catalog_file(spec)}",
+        warehouse=spec.root if spec.remote else f"file://{spec.root}",
+        **props,
     )
 
 
@@ -60,7 +77,7 @@ def _load(spec: LakeSpec):
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return catalog(spec.root).load_table(_ident(spec))
+        return catalog(spec).load_table(_ident(spec))
     except NoSuchTableError:
         return None
 
@@ -68,7 +85,9 @@ def _load(spec: LakeSpec):
 def owner_of(spec: LakeSpec) -> str | None:
     table = _load(spec)
     if table is None:
-        if os.path.isdir(os.path.join(spec.location, "metadata")):
+        from pgferry.lake import storage
+
+        if storage.is_dir(storage.join(spec.location, "metadata"), spec.storage):
             return ""  # an Iceberg table of another catalog at the same place
         return None
     return table.properties.get(OWNER, "")
@@ -90,7 +109,7 @@ def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
     """Create the empty table with the owner marker and its key, unless it is there."""
     if _load(spec) is not None:
         return
-    cat = catalog(spec.root)
+    cat = catalog(spec)
     cat.create_namespace_if_not_exists(spec.schema)
     cat.create_table(_ident(spec), schema=schema, location=spec.location,
                      properties={OWNER: spec.owner, KEY: json.dumps(list(key))})  # fmt: skip
@@ -207,7 +226,9 @@ def truncate(spec: LakeSpec, version: int, tick: int) -> int:
 
 
 def data_dir(spec: LakeSpec) -> str:
-    return os.path.join(spec.location, "data")
+    from pgferry.lake import storage
+
+    return storage.join(spec.location, "data")
 
 
 def new_file_name(range_no: int) -> str:
@@ -221,7 +242,9 @@ def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, 
 
     table = _table(spec)
     props = _props(0, tick)
-    paths = [os.path.join(data_dir(spec), path) for path, _, _ in files]
+    from pgferry.lake import storage
+
+    paths = [storage.join(data_dir(spec), path) for path, _, _ in files]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with table.transaction() as tx:

@@ -15,16 +15,9 @@ from pgferry.lake.spec import LakeError, LakeSpec
 def data_files(spec: LakeSpec, tick: int) -> list[str]:
     """Paths of the files of the newest version whose commit is of a tick at most ``tick``."""
     if spec.format == "delta":
-        from deltalake import DeltaTable
+        from pgferry.lake import delta
 
-        dt = DeltaTable(spec.location)
-        for entry in dt.history():  # newest first
-            at = entry.get("pgferry.tick")
-            if at is None or int(at) <= tick:
-                if int(entry["version"]) != dt.version():
-                    dt.load_as_version(int(entry["version"]))
-                break
-        return [uri.removeprefix("file://") for uri in dt.file_uris()]
+        return delta.data_files(spec, tick)
     if spec.format == "iceberg":
         table = iceberg._table(spec)
         for snap in iceberg._ancestry(table):

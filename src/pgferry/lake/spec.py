@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pgferry.errors import TableError
 
@@ -34,10 +34,23 @@ class LakeSpec:
     schema: str  # the table's schema and name in the lake
     table: str
     owner: str  # queue:node:table, recorded in the lake table
+    # The object store's options (lake.storage.options: endpoint, region, credentials),
+    # read from the ini or the environment by each command, never stored nor shown.
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    # Iceberg: the SQLite file of the catalog (default: DIR/pgferry_catalog.db; a lake on
+    # object storage keeps it on this machine, lake_catalog)
+    catalog: str = ""
+
+    @property
+    def remote(self) -> bool:
+        """Whether the lake is on an object store (a URL) rather than a folder."""
+        return "://" in self.root
 
     @property
     def location(self) -> str:
         """Delta: the table's directory; Iceberg: its data directory in the warehouse."""
+        if self.remote:
+            return "/".join((self.root.rstrip("/"), self.schema, self.table))
         return os.path.join(self.root, self.schema, self.table)
 
     @property

@@ -57,7 +57,7 @@ def resync(
             on_provider = {t.table_name for t in entries.list_tables(prov, part.queue_name)}
             # A lake table made for another key than the source's now is not loaded again.
             lake.check_resync(conn, part.queue_name, [t for t in mine if t in on_provider],
-                              lambda t: catalog.primary_key(prov, t))  # fmt: skip
+                              lambda t: catalog.primary_key(prov, t), config)  # fmt: skip
         for fq in mine:
             if fq not in on_provider:
                 raise TableError(f"Table not replicated on the provider: {fq}")

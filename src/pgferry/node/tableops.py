@@ -223,7 +223,7 @@ def _add_on_subscriber(
             # Stored as written (what `tables` shows); every use renders the parsed form.
             expressions.check_on_table(prov, schema, name, opts.copy_condition, what)
             condition = opts.copy_condition.strip()
-        dest = _local_dest(conn, prov, src, opts)
+        dest = _local_dest(conn, prov, src, opts, handler.makes_table)
         if dest is None:  # missing here, --skip-non-existing
             continue
         spec = capture.CaptureSpec.from_attrs(prov_entries[src].table_attrs)
@@ -280,10 +280,15 @@ def _add_on_subscriber(
 
 
 def _local_dest(
-    conn: psycopg.Connection, prov: psycopg.Connection, src: str, opts: AddTableOptions
+    conn: psycopg.Connection,
+    prov: psycopg.Connection,
+    src: str,
+    opts: AddTableOptions,
+    makes_table: bool = False,
 ) -> str | None:
     """The local table for ``src``: --dest-table or the same name, created with --create
-    (None: missing, and skipped by --skip-non-existing)."""
+    or when the handler's table only gives the rows' shape (``makes_table``: the lake
+    handler's) (None: missing, and skipped by --skip-non-existing)."""
     pattern = parse_pattern(opts.dest_table) if opts.dest_table else None
     if pattern is None:
         schema, name = split_qualified(src)
@@ -296,7 +301,7 @@ def _local_dest(
         found = catalog.find_relation(conn, schema, name, "r")
         if found is not None:
             return found.fq
-    if not (opts.create or opts.create_full):
+    if not (opts.create or opts.create_full or makes_table):
         shown = opts.dest_table or src
         if opts.skip_non_existing:
             log.warning("Table not found on local node: %s, skipped", shown)
@@ -318,7 +323,9 @@ def _local_dest(
     if opts.create_full:
         catalog.create_structure(conn, schema, name, catalog.structure(prov, src))
     fq = catalog.fq_name(conn, schema, name)
-    log.info("Created table %s", fq)
+    # A table made for the handler only gives the rows' shape: not news for the operator.
+    log.log(logging.DEBUG if makes_table and not opts.create else logging.INFO,
+            "Created table %s", fq)  # fmt: skip
     if left_out:  # the source's sequences are not this database's
         log.warning("Table %s: created without the default of %s (a sequence or identity of"
                     " the source)", fq, ", ".join(left_out))  # fmt: skip

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pgferry.db import connect, describe
 from pgferry.errors import DatabaseError, PgferryError, TableError
-from pgferry.lake import formats
+from pgferry.lake import formats, storage
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.copy import CopyResult, CopyTask
@@ -151,7 +151,7 @@ def _run_on_driver(job: LakeJob, groups: list[list[BlockRange]]) -> list[tuple]:
         outcomes = [pool.submit(load_group, job, group) for group in groups]
     errors = [f.exception() for f in outcomes if f.exception() is not None]
     if errors:
-        raise DatabaseError(f"lake load failed: {errors[0]}")
+        raise DatabaseError(f"lake load failed: {_masked(job, str(errors[0]))}")
     return [entry for f in outcomes for entry in f.result()]
 
 
@@ -166,5 +166,12 @@ def run_groups(spark, job: LakeJob, groups, cancelled: threading.Event | None) -
     except Exception as exc:
         if cancelled is not None and cancelled.is_set():
             raise PgferryError("lake load cancelled") from None
-        raise DatabaseError(f"lake load failed: {job_error(exc)}") from None
+        raise DatabaseError(f"lake load failed: {_masked(job, job_error(exc))}") from None
     return [entry for files in done for entry in files]
+
+
+def _masked(job: LakeJob, text: str) -> str:
+    """``text`` without the secrets of the job's object stores."""
+    for plan in job.plans:
+        text = storage.mask(text, plan.spec.storage)
+    return text

@@ -3,7 +3,9 @@
 :func:`load_group` is the body of one task of :func:`.lake_copy.copy_to_lake` (and of the
 compare's scratch copy, :mod:`.lake_compare`): it imports the exported snapshot, reads each
 range and writes it into the lake table's directory, a new file every ``file_rows`` rows,
-and returns only the files' names, sizes and rows.
+and returns only the files' names, sizes and rows.  Files are written through pyarrow's
+file systems: a local folder, or the object store of ``s3://...`` (the spec's storage
+options, :mod:`pgferry.lake.storage`).
 
 When every column's text parses exactly (:func:`pgferry.lake.types.csv_ready`), a range
 travels as ``COPY ... TO STDOUT (format csv)`` read with libpq's own calls (psycopg's COPY
@@ -20,7 +22,6 @@ in memory: one piece, or one fetch, at a time.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import select
 import threading
@@ -32,7 +33,7 @@ from psycopg import pq, sql
 
 from pgferry import expressions
 from pgferry.errors import TableError
-from pgferry.lake import formats
+from pgferry.lake import formats, storage
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.copy.task import BlockRange
@@ -92,11 +93,13 @@ def load_group(job: LakeJob, ranges: list[BlockRange]) -> list[tuple[int, str, i
             plan = job.plans[rng.plan_no]
             if rng.plan_no not in files:
                 module = formats.module(plan.spec.format)
-                directory = module.data_dir(plan.spec)
-                os.makedirs(directory, exist_ok=True)
+                store, directory = storage.filesystem(module.data_dir(plan.spec),
+                                                      plan.spec.storage)  # fmt: skip
+                if not plan.spec.remote:  # a store has no folders to make
+                    store.create_dir(directory, recursive=True)
                 files[rng.plan_no] = _Files(
-                    directory, rng, lake_types.arrow_schema(plan.columns), job.file_rows,
-                    module.new_file_name, plan.dictionary,
+                    store, directory, rng, lake_types.arrow_schema(plan.columns),
+                    job.file_rows, module.new_file_name, plan.dictionary,
                 )  # fmt: skip
             _load_range(plan, rng, conn, files[rng.plan_no])
         return [entry for written in files.values() for entry in written.close()]
@@ -295,9 +298,9 @@ class _Files:
     rows (named after the task's first range)."""
 
     def __init__(
-        self, directory, rng: BlockRange, schema, file_rows: int, name, dictionary
+        self, store, directory, rng: BlockRange, schema, file_rows: int, name, dictionary
     ) -> None:
-        self.directory, self.rng, self.schema = directory, rng, schema
+        self.store, self.directory, self.rng, self.schema = store, directory, rng, schema
         self.file_rows, self.name = file_rows, name
         self.dictionary = True if dictionary is None else list(dictionary)
         self.writer, self.path, self.rows = None, "", 0
@@ -310,7 +313,7 @@ class _Files:
             if self.writer is None:
                 self.path = self.name(self.rng.range_no)
                 self.writer = pq_file.ParquetWriter(
-                    os.path.join(self.directory, self.path), self.schema,
+                    f"{self.directory}/{self.path}", self.schema, filesystem=self.store,
                     compression=COMPRESSION, use_dictionary=self.dictionary,
                 )  # fmt: skip
             room = self.file_rows - self.rows
@@ -323,7 +326,7 @@ class _Files:
     def _finish(self) -> None:
         assert self.writer is not None
         self.writer.close()
-        size = os.path.getsize(os.path.join(self.directory, self.path))
+        size = self.store.get_file_info(f"{self.directory}/{self.path}").size
         self.done.append((self.rng.plan_no, self.path, size, self.rows))
         self.writer, self.rows = None, 0
 

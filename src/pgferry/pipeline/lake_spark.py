@@ -53,6 +53,11 @@ def sides(
     from pgferry.pipeline.copy.task import BlockRange
     from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
 
+    if task.spec.remote:  # Spark here has no jars for s3a:// (none come from Maven)
+        raise TableError(
+            f"{task.source_table}: a lake table this large on object storage is compared"
+            " and repaired only on the driver: its Spark path reads a local lake"
+        )
     if is_connect_session(spark):
         raise TableError(
             f"{task.source_table}: a lake table this large is compared on a classic Spark"
