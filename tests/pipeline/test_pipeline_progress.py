@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import time
 
+import pytest
+
 from pgferry.pipeline import progress as progress_mod
 from pgferry.pipeline.progress import TableProgress
+
+pytestmark = pytest.mark.pure
 
 
 def test_plain_log_lines(monkeypatch, caplog) -> None:
