@@ -129,16 +129,12 @@ def test_worker_settings_of_an_empty_ini_are_the_declared_defaults() -> None:
     assert WorkerSettings.from_config(_config(required)) == WorkerSettings.from_config(
         _config({**written, **required})
     )
-    assert ReplaySettings.from_config(_config({})) == ReplaySettings.from_config(
-        _config(written)
-    )
+    assert ReplaySettings.from_config(_config({})) == ReplaySettings.from_config(_config(written))
 
 
 def test_ticker_settings_of_an_empty_ini_are_the_declared_defaults() -> None:
     required = {"base_connstr": "host=127.0.0.1"}
-    written = {
-        key: default for key, default, _ in settings.TICKER_SETTINGS if default is not None
-    }
+    written = {key: default for key, default, _ in settings.TICKER_SETTINGS if default is not None}
     empty = TickerSettings.from_config(_config(required, "pgqd"))
     assert empty == TickerSettings.from_config(_config({**written, **required}, "pgqd"))
     assert empty == TickerSettings(base_connstr="host=127.0.0.1")  # the dataclass's own
