@@ -27,6 +27,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The fast tier: tests that start no PostgreSQL and no Spark (marked pure).
@@ -35,6 +36,7 @@ quick: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
