@@ -8,7 +8,7 @@ decides only; these tests give it rows as a summary query would return them.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgferry.apply.batch_sql import SummaryRow
@@ -35,11 +35,12 @@ def _route(
     return Route(**{**fields, **more})
 
 
+@settings(deadline=None)  # a loaded machine's pauses are no failure of the planner
 @given(
     rows=st.integers(1, 5000),
     first=st.integers(1, 10_000),
     width=st.integers(0, 3000),
-    range_events=st.integers(1, 800),
+    range_events=st.integers(5, 800),
 )
 def test_ranges_cover_the_events_once_in_order(
     rows: int, first: int, width: int, range_events: int
