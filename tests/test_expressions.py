@@ -8,6 +8,8 @@ from pgferry import expressions
 from pgferry.errors import UsageError
 from pgferry.expressions import as_sql, boolean_expression
 
+pytestmark = pytest.mark.pure
+
 
 @pytest.mark.parametrize(
     ("text", "rendered"),

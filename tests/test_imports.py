@@ -10,6 +10,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "pgferry"
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgferry.db import mask_connstr
+
+pytestmark = pytest.mark.pure
 
 # Any character a password may hold (libpq strings end at NUL; surrogates are not text).
 PASSWORDS = st.text(

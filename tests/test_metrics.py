@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from pgferry.metrics.worker import NodeReading, WorkerCollector, read_node, watc
 from pgferry.node.ticker_health import StallLog
 from pgferry.settings import NODE_SETTINGS, TICKER_SETTINGS
 from pgferry.testing.cluster import LocalCluster, free_port
+from pgferry.testing.scenario import wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -53,13 +53,7 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 
 def wait_for(check: Callable[[], object], timeout: float = 60, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(check, timeout, what)
 
 
 @contextmanager

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
 from pgferry.apply.worker import Worker
 from pgferry.testing.cascade import sql_rows
+from pgferry.testing.scenario import step_until
 
 DDL = "create table public.t (id int primary key, v text)"
 
 
 def _run(worker: Worker, done, timeout: float = 120) -> None:
     """Run the worker until ``done()``; copies run beside its loop, so poll."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not worker.work():
-            time.sleep(0.02)
-        if done():
-            return
-    raise AssertionError("did not converge")
+    step_until(worker, done, timeout, "the cascade to converge")
 
 
 def test_branch_forwards_to_leaf(make_cascade, db_a, db_b, new_db_b) -> None:

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from pgferry.queue import batches as queue_batches
+from pgferry.testing.scenario import step_until
 
 ROWS = 200_000  # b's copy takes seconds on Spark local[2]: long enough to act during it
 DDL = "create table public.{} (id int primary key, v int, note text)"
@@ -58,11 +59,10 @@ def _state(pair) -> str | None:
 
 
 def _run_until(pair, worker, cond, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out (b is {_state(pair)})"
-        if not worker.work():
-            time.sleep(0.02)
+    try:
+        step_until(worker, cond, timeout, "the condition")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (b is {_state(pair)})") from None
 
 
 @pytest.mark.parametrize("kill", ["none", "copy", "catch-up"])

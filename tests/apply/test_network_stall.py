@@ -114,7 +114,7 @@ def test_a_stalled_provider_is_noticed_and_replay_goes_on(path, db_b, tmp_path, 
         assert noticed < BOUND, f"noticed after {noticed:.1f}s"
         assert "\n" not in notice.getMessage() and not notice.exc_info, repr(notice.getMessage())
         assert loop.is_alive()
-        time.sleep(1)  # the path stays down a moment longer: reconnects fail meanwhile
+        _failed_again(caplog, net.far_addr, notice)  # a reconnect fails on the path down
         net.heal()
         healed_at = writer.done
         wait_until(lambda: writer.done > healed_at + 100, 60, "the writer after the heal")
@@ -160,6 +160,19 @@ def _wait_notice(
     return found[0]
 
 
+def _failed_again(caplog, host: str, after: logging.LogRecord, timeout: float = 60) -> None:
+    """Wait for a line logged after ``after`` naming ``host`` again: pgferry tried again
+    while the path was down, and that failed too."""
+
+    def again() -> bool:
+        return any(
+            r.created > after.created and r.levelno >= logging.WARNING and host in r.getMessage()
+            for r in caplog.records
+        )
+
+    wait_until(again, timeout, f"a second failure naming {host}")
+
+
 def test_a_stall_mid_copy_resumes_the_chunks(path, db_b, tmp_path, caplog) -> None:
     """A chunked copy whose source stalls between or inside chunks fails within the bound
     naming the source, is tried again, and after the heal goes on with the chunks not
@@ -184,10 +197,7 @@ def test_a_stall_mid_copy_resumes_the_chunks(path, db_b, tmp_path, caplog) -> No
     try:
         cascade.add("leafnode", "public.c", copy_mode="chunked")
         done = "select count(*) from ferry_copy.range_done where dest_table <> 'public.t'"
-        deadline = time.monotonic() + 60
-        while sql_rows(db_b, done)[0][0] < 2:  # a few chunks in: stall now
-            assert time.monotonic() < deadline, "the chunked copy did not start"
-            time.sleep(0.02)
+        wait_until(lambda: sql_rows(db_b, done)[0][0] >= 2, 60, "a few chunks copied")
         net.stall()
         stalled = time.time()
         chunks_then = sql_rows(db_b, done)[0][0]
@@ -195,7 +205,7 @@ def test_a_stall_mid_copy_resumes_the_chunks(path, db_b, tmp_path, caplog) -> No
         noticed = notice.created - stalled
         assert noticed < BOUND, f"noticed after {noticed:.1f}s"
         assert "\n" not in notice.getMessage() and not notice.exc_info
-        time.sleep(1)
+        _failed_again(caplog, net.far_addr, notice)  # the copy's retry fails on the path down
         net.heal()
         cascade.wait_for(lambda: cascade.pending("leafnode") == 0, 60, "the copy after the heal")
     finally:
@@ -256,7 +266,7 @@ def test_a_stall_mid_snapshot_copy_copies_again(path, db_b, tmp_path, caplog) ->
         noticed = notice.created - stalled
         assert noticed < BOUND, f"noticed after {noticed:.1f}s"
         assert "\n" not in notice.getMessage() and not notice.exc_info, repr(notice.getMessage())
-        time.sleep(1)  # the path stays down a moment longer: the copy's retries fail meanwhile
+        _failed_again(caplog, net.far_addr, notice)  # a retry fails on the path down
         net.heal()
         cascade.wait_for(lambda: cascade.pending("leafnode") == 0, 120, "the copy after the heal")
         writer.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import psycopg
 import pytest
@@ -20,6 +19,7 @@ from pgferry.config import Config
 from pgferry.node import seqops, tableops
 from pgferry.queue import api as queue_api
 from pgferry.testing.cascade import sql_rows
+from pgferry.testing.scenario import step_until
 
 DDL = "create table public.{} (id int primary key, v text)"
 ROWS = "insert into public.{} select g, 'x' from generate_series(1, 10) g"
@@ -143,11 +143,7 @@ def test_remove_seq_on_root(pair, caplog) -> None:
 
 
 def _run(worker: Worker, done, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "did not converge"
-        if not worker.work():
-            time.sleep(0.02)
+    step_until(worker, done, timeout, "the removal to travel")
 
 
 def test_branch_chain_follows(make_cascade, db_a, db_b, new_db_b) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import plan_segment
 from pgferry.apply.routes import Route
+
+pytestmark = pytest.mark.pure
 
 
 def _route(name: str, state: str = "ok", skip_truncate: bool = False) -> Route:

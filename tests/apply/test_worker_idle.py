@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from pgferry.apply.worker import Worker
+from pgferry.testing.scenario import step_until
 
 
 def _setup(pair) -> Worker:
@@ -28,11 +29,7 @@ def _setup(pair) -> Worker:
 
 
 def _apply(pair, worker: Worker, tick: int) -> None:
-    deadline = time.monotonic() + 30
-    while pair.last_tick() != tick:
-        assert time.monotonic() < deadline, f"tick {tick} was not applied"
-        worker.work()
-        time.sleep(0.02)
+    step_until(worker, lambda: pair.last_tick() == tick, 30, f"tick {tick} applied")
 
 
 def _unchanged(pair):
@@ -72,11 +69,8 @@ def test_a_pause_is_confirmed_at_once(pair) -> None:
     # worker's next write sets it again, and `pause --wait` waits for that.
     pair.leaf("update ferry_node.local_state set paused = true")
     assert pair.leaf("select uptodate from ferry_node.local_state") == [(False,)]
-    deadline = time.monotonic() + 10
-    while pair.leaf("select uptodate from ferry_node.local_state") != [(True,)]:
-        assert time.monotonic() < deadline, "the pause was not confirmed"
-        worker.work()
-        time.sleep(0.02)
+    confirmed = "select uptodate from ferry_node.local_state"
+    step_until(worker, lambda: pair.leaf(confirmed) == [(True,)], 10, "the pause confirmed")
 
 
 def test_a_table_added_on_the_node_wakes_it(pair) -> None:
@@ -85,14 +79,13 @@ def test_a_table_added_on_the_node_wakes_it(pair) -> None:
         side("create table public.u (id int primary key)")
     pair.root("insert into u values (7)")
     pair.add_tables("public.u")
-    deadline = time.monotonic() + 60
-    while pair.leaf("select merge_state from ferry.table_info where table_name = 'public.u'") != [
-        ("ok",)
-    ]:
-        assert time.monotonic() < deadline, "the added table was not copied"
-        if not worker.work():
-            time.sleep(0.02)
+    state = "select merge_state from ferry.table_info where table_name = 'public.u'"
+
+    def copied() -> bool:
         pair.tick()
+        return pair.leaf(state) == [("ok",)]
+
+    step_until(worker, copied, 60, "the added table copied")
     assert pair.leaf("select id from u") == [(7,)]
 
 

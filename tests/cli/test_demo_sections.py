@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from pgferry.demo import Demo
+
+pytestmark = pytest.mark.pure
 
 
 def test_sections_numbered_in_order(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from pgferry.handlers import registry as handler_registry
 from pgferry.node.capture_spec import FLAGS, CaptureSpec
 from pgferry.settings import ALIASES, BUILTINS, NODE_SETTINGS, TICKER_SETTINGS
 
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "londiste.md"
 SQL_DIR = ROOT / "src" / "pgferry" / "sql"

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
 
+from pgferry.errors import WaitTimeout
+from pgferry.polling import wait_until
 from pgferry.testing.commands import run_pgferry
 
 pgferry = run_pgferry
 
 
 def _gone(pidfile: Path, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not pidfile.exists():
-            return True
-        time.sleep(0.05)
-    return False
+    try:
+        return wait_until(lambda: not pidfile.exists(), timeout=timeout, what="the pidfile gone")
+    except WaitTimeout:
+        return False
 
 
 def test_one_worker_per_node(db_a, db_b, write_ini, cli, tmp_path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from pgferry.config import load_config
 from pgferry.errors import ConfigError
 from pgferry.log import setup_logging
 from pgferry.settings import REFUSED
+from pgferry.testing.scenario import wait_until
 
 
 def test_unknown_key_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -103,10 +103,7 @@ def test_log_size_and_count(tmp_path: Path) -> None:
 
 
 def _wait(check, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    wait_until(check, timeout, "the condition")
 
 
 def test_reload_reopens_the_log_file(tmp_path: Path, pg_a) -> None:

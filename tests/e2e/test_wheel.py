@@ -64,6 +64,7 @@ def test_wheel_in_a_fresh_venv(tmp_path: Path) -> None:
                  " print('\\n'.join(str(f) for f in m.files('pgferry')))", cwd=tmp_path,
                  env=env).stdout.split()  # fmt: skip
     assert sql_files <= set(listed)
+    assert "pgferry/py.typed" in listed  # the package's type hints are for its users too
 
     walkthrough = run(
         str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",

@@ -4,9 +4,13 @@ below ``apply/`` and cannot import them)."""
 
 from __future__ import annotations
 
+import pytest
+
 from pgferry.apply import idle, worker_settings
 from pgferry.node import worker_health
 from pgferry.settings import NODE_SETTINGS
+
+pytestmark = pytest.mark.pure
 
 
 def test_rule_uses_the_workers_figures() -> None:

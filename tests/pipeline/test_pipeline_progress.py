@@ -5,8 +5,13 @@ from __future__ import annotations
 import logging
 import time
 
+import pytest
+
 from pgferry.pipeline import progress as progress_mod
 from pgferry.pipeline.progress import TableProgress
+from pgferry.polling import wait_until
+
+pytestmark = pytest.mark.pure
 
 
 def test_plain_log_lines(monkeypatch, caplog) -> None:
@@ -22,9 +27,7 @@ def test_plain_log_lines(monkeypatch, caplog) -> None:
         caplog.at_level(logging.INFO, logger="pgferry.pipeline.progress"),
         TableProgress("copy", {"public.t": 1_000_000}, poll, enabled=False),
     ):
-        deadline = time.monotonic() + 5
-        while not caplog.records and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: caplog.records, timeout=5, interval=0.01, what="a progress line")
     line = caplog.records[0].getMessage()
     assert line.startswith("copy public.t: ") and "/1000000 rows" in line and "rows/s" in line
     assert "ETA" in line

@@ -17,19 +17,20 @@ from pgferry.config import load_config
 from pgferry.queue.ticker import DatabaseState, TickerService, TickerSettings
 from pgferry.testing.cluster import LocalCluster
 from pgferry.testing.commands import run_pgferry
+from pgferry.testing.scenario import wait_until
 
 
 def wait_for(check: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """:func:`pgferry.testing.scenario.wait_until`, any database error counting as "not yet"
+    (a database dropped or renamed under the ticker)."""
+
+    def safe() -> object:
         try:
-            result = check()
+            return check()
         except psycopg.Error:
-            result = None
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+            return None
+
+    return wait_until(safe, timeout, what)
 
 
 def pgferry(*args: object) -> subprocess.CompletedProcess:

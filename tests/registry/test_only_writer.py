@@ -13,7 +13,11 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import pgferry
+
+pytestmark = pytest.mark.pure
 
 PACKAGE = Path(pgferry.__file__).parent
 REGISTRY = PACKAGE / "registry"

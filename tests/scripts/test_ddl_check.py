@@ -8,6 +8,8 @@ import pytest
 from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.ddl_check import DdlRefused, captured_table, is_captured
 
+pytestmark = pytest.mark.pure
+
 LOCAL_T = ScriptAttrs({"local-table": ["app.t"]})
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from pgferry.node.capture_spec import CaptureSpec
+
+pytestmark = pytest.mark.pure
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "changefeed.md"
 

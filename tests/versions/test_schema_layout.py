@@ -37,6 +37,38 @@ _REPOSITORY = Path(__file__).resolve().parents[2]
 _names = itertools.count(1)
 
 
+def history_missing(repository: Path = _REPOSITORY) -> str | None:
+    """Why the old chain's release cannot be read from ``repository``, or None when it can
+    (a shallow clone, or a tree without git, lacks it)."""
+    found = subprocess.run(
+        ["git", "-C", str(repository), "cat-file", "-e", f"{OLD_CHAIN_RELEASE}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    if found.returncode == 0:
+        return None
+    shallow = subprocess.run(
+        ["git", "-C", str(repository), "rev-parse", "--is-shallow-repository"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    how = (
+        "this is a shallow clone (git fetch --unshallow)"
+        if shallow.stdout.strip() == "true"
+        else "it is not in this tree's git history"
+    )
+    return f"the upgrade proof needs release {OLD_CHAIN_RELEASE[:12]} of the SQL: {how}"
+
+
+try:
+    _MISSING = history_missing()
+except FileNotFoundError:  # no git program
+    _MISSING = "the upgrade proof reads the SQL's old release with git, which is not installed"
+if _MISSING is not None:
+    pytest.skip(_MISSING, allow_module_level=True)
+
+
 @functools.cache
 def old_chain() -> Path:
     """The release's ``sql/`` folder, taken out of the repository's history once per run."""

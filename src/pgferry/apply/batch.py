@@ -25,7 +25,7 @@ from functools import partial
 
 import psycopg
 
-from pgferry.apply import forward, handover, script_replay, small_batch
+from pgferry.apply import forward, handover, script_replay, small_batch, strategy
 from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import PlanInputs, count_removals, count_scripts
@@ -210,29 +210,25 @@ class Replayer:
         summary_seconds = time.monotonic() - summary_at
         scripts = read_scripts(provider, batch_sql) if main and count_scripts(summary) else []
         removals = read_removals(provider, batch_sql) if main and count_removals(summary) else []
-        big = estimate is None or estimate > self.settings.local_max_events
-        applies = any(r.applies for r in routes.values())
-        # A batch never starts Spark: a JVM starting during a catch-up takes the CPU the
-        # catch-up needs.  The session comes up once caught up, or for an initial copy.
-        use_spark = applies and not scripts and big and self.spark.ready(start=False)
-        read_ahead = estimate is None or estimate > self.settings.read_ahead_events
-        second_events = self.settings.second_events
-        apart = (main and not scripts and not removals and not use_spark and second_events > 0
-                 and (estimate is None or estimate > second_events))  # fmt: skip
+        facts = strategy.BatchFacts(
+            main, estimate, bool(scripts), bool(removals),
+            any(r.applies for r in routes.values()), small, self.second.maybe_left,
+            bool(read_next),
+        )  # fmt: skip
+        how = strategy.choose(facts, self.settings, lambda: self.spark.ready(start=False))
+        use_spark = how.use_spark
         reading = Reading(
             queue, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql, list(seqs),
-            use_spark, read_ahead, started, apart, consumer,
+            use_spark, how.read_ahead, started, how.apart, consumer,
         )  # fmt: skip
-        # The next batch is read meanwhile only after a large one (catching up); scripts
-        # and removals change what it is read with.
         start_next = None
-        if read_next and main and read_ahead and not scripts and not removals:
+        if how.start_next:
             start_next = partial(self._start_prefetch, provider, local, reading, consumer,
                                  routes, read_next)  # fmt: skip
         if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
-        if small and not (use_spark or scripts or removals or self.second.maybe_left):
+        if how.small:
             if inputs is None:  # read ahead: the summary came without reads
                 inputs = self._plan_inputs(provider, local, routes)
             plan = segment_plan(

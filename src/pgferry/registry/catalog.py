@@ -63,7 +63,8 @@ def find_relation(conn: psycopg.Connection, schema: str, name: str, kinds: str) 
 def fq_name(conn: psycopg.Connection, schema: str, name: str) -> str:
     row = conn.execute("select format('%%I.%%I', %s::text, %s::text)", (schema, name)).fetchone()
     assert row is not None
-    return row[0]
+    quoted: str = row[0]
+    return quoted
 
 
 def ident(schema: str, name: str) -> sql.Composed:

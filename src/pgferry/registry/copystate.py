@@ -147,7 +147,8 @@ def clear_group_snapshots(
         (queue, consumer, tick_snapshot, queue, consumer),
     ).fetchone()
     assert row is not None
-    return row[0]
+    count: int = row[0]
+    return count
 
 
 def clear_snapshots(conn: psycopg.Connection, queue: str, tick_snapshot: str) -> list[str]:

@@ -91,7 +91,8 @@ def get_table(conn: psycopg.Connection, queue: str, table: str) -> TableEntry | 
 def next_copy_group(conn: psycopg.Connection) -> int:
     row = conn.execute("select nextval('ferry.copy_group_seq')").fetchone()
     assert row is not None
-    return row[0]
+    group: int = row[0]
+    return group
 
 
 def register_table(conn: psycopg.Connection, entry: TableEntry) -> None:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import psycopg
 
+from pgferry import polling
 from pgferry.apply.worker import Worker
 from pgferry.config import Config, load_config
+from pgferry.errors import WaitTimeout
 from pgferry.node import setup, tableops
 from pgferry.testing.commands import Result, run_cli
 
@@ -201,12 +203,11 @@ class Cascade:
 
     def wait_for(self, cond: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
         """Poll ``cond`` until true; on timeout name ``what`` and the workers' last errors."""
-        deadline = time.monotonic() + timeout
-        while not cond():
-            if time.monotonic() > deadline:
-                errors = {n: r.errors[-3:] for n, r in self.runners.items() if r.errors}
-                raise AssertionError(f"timed out waiting for {what}; worker errors: {errors}")
-            time.sleep(0.1)
+        try:
+            polling.wait_until(cond, timeout=timeout, what=what)
+        except WaitTimeout:
+            errors = {n: r.errors[-3:] for n, r in self.runners.items() if r.errors}
+            raise AssertionError(f"timed out waiting for {what}; worker errors: {errors}") from None
 
     # --- workers stepped in this thread -------------------------------------------------
     def worker(self, name: str) -> Worker:

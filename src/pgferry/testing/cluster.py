@@ -17,11 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgferry.errors import PgferryError
+from pgferry.polling import wait_until
 
 SUPERUSER = "postgres"
 RUN_AS = "postgres"  # OS user for the server binaries when we are root
@@ -260,13 +260,11 @@ class LocalCluster:
         return self.connstr(dbname)
 
     def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             proc = self._run("pg_isready", "-h", "127.0.0.1", "-p", str(self.port), check=False)
-            if proc.returncode == 0:
-                return
-            time.sleep(0.1)
-        raise PgferryError(f"cluster on port {self.port} did not become ready")
+            return proc.returncode == 0
+
+        wait_until(ready, timeout=timeout, what=f"the cluster on port {self.port} to be ready")
 
     def destroy(self, *, background: bool = False) -> None:
         """Stop the server and remove its directory; with ``background`` the removal runs in

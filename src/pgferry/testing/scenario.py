@@ -18,11 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import psycopg
 from psycopg import sql as q
 
+from pgferry import polling
 from pgferry.daemon import pid_alive, read_pid
+from pgferry.errors import WaitTimeout
 from pgferry.node import worker_health
 from pgferry.testing import load
 from pgferry.testing.cluster import LocalCluster
@@ -80,24 +83,67 @@ def process_running(pid: int) -> bool:
     return state != "Z"
 
 
+T = TypeVar("T")
+
 # Polling intervals: a condition that holds soon is seen soon; a long wait polls no more
 # often than every 0.3 s, as each look (a table digest, a query) costs the machine too.
 FIRST_POLL = 0.05
 LAST_POLL = 0.3
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    interval = FIRST_POLL
-    while time.monotonic() < deadline:
+def backoff(first: float = FIRST_POLL, last: float = LAST_POLL) -> Callable[[float], None]:
+    """A ``sleep`` for :func:`pgferry.polling.wait_until` whose pauses grow from ``first``
+    to ``last`` (never past the deadline the poll loop passes it)."""
+    pause = [first]
+
+    def sleep(left: float) -> None:
+        time.sleep(min(left, pause[0]))
+        pause[0] = min(pause[0] * 1.5, last)
+
+    return sleep
+
+
+def wait_until(cond: Callable[[], T], timeout: float, what: str) -> T:
+    """The tests' wait: :func:`pgferry.polling.wait_until` with growing pauses, a server
+    being restarted counted as "not yet", and a failed assertion naming ``what`` on
+    timeout.  Returns what ``cond`` returned."""
+
+    def check() -> T | bool:
         try:
-            if cond():
-                return
+            return cond()
         except psycopg.OperationalError:
-            pass  # a server being restarted
-        time.sleep(interval)
-        interval = min(interval * 1.5, LAST_POLL)
-    raise AssertionError(f"timed out waiting for {what}")
+            return False  # a server being restarted
+
+    try:
+        return polling.wait_until(  # type: ignore[return-value]
+            check, timeout=timeout, interval=LAST_POLL, what=what, sleep=backoff()
+        )
+    except WaitTimeout:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+class Steps(Protocol):
+    def work(self) -> bool: ...
+
+
+def step_until(worker: Steps, done: Callable[[], T], timeout: float, what: str) -> T:
+    """Step ``worker`` (its loop's one pass, :meth:`pgferry.apply.worker.Worker.work`) in
+    this thread until ``done()`` holds; it pauses only while the worker has nothing to do
+    (copies run beside its loop).  A failed assertion names ``what`` on timeout."""
+    worked = [False]
+
+    def step() -> T:
+        worked[0] = bool(worker.work())
+        return done()
+
+    def pause(left: float) -> None:
+        if not worked[0]:
+            time.sleep(min(left, 0.02))
+
+    try:
+        return polling.wait_until(step, timeout=timeout, what=what, sleep=pause)
+    except WaitTimeout:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 class Load(load.Load):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pgferry
+from pgferry.errors import WaitTimeout
+from pgferry.polling import wait_until
 from pgferry.testing.cluster import free_port
 from pgferry.testing.spark_env import spark_env, spark_home
 
@@ -60,14 +61,17 @@ def start_connect_server(workdir: Path, master: str = "local[2]") -> ConnectServ
     ]
     # fmt: on
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        found = _STARTED.search(log.read_text(errors="replace"))
-        if found:
-            return ConnectServer(f"sc://127.0.0.1:{found[1]}", proc, log)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
+
+    def started() -> re.Match[str] | bool | None:
+        # True once the server exited: nothing more to wait for.
+        return _STARTED.search(log.read_text(errors="replace")) or proc.poll() is not None
+
+    try:
+        found = wait_until(started, timeout=START_TIMEOUT, interval=0.2, what="Spark Connect")
+    except WaitTimeout:
+        found = None
+    if isinstance(found, re.Match):
+        return ConnectServer(f"sc://127.0.0.1:{found[1]}", proc, log)
     server = ConnectServer("", proc, log)
     server.stop()
     tail = log.read_text(errors="replace")[-2000:]

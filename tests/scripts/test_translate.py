@@ -31,6 +31,7 @@ def test_quote_ident_matches_postgresql(db_a: str) -> None:
             assert quote_ident(name) == expected, name
 
 
+@pytest.mark.pure
 def test_renamed_table_is_rewritten_and_missing_one_skipped() -> None:
     plan = plan_script(
         "BEGIN; alter table digoal_01.user_info add column c1 int;"
@@ -42,11 +43,13 @@ def test_renamed_table_is_rewritten_and_missing_one_skipped() -> None:
     assert plan[0].sql == "ALTER TABLE digoal_02.user_info1 ADD COLUMN c1 integer"
 
 
+@pytest.mark.pure
 def test_statement_without_queue_tables_runs_everywhere() -> None:
     plan = plan_script("create table t_new (a int)", queue_tables=QUEUE, local_names={})
     assert plan[0].run and "t_new" in plan[0].sql
 
 
+@pytest.mark.pure
 def test_mixed_statement_is_refused() -> None:
     with pytest.raises(ScriptTranslateError, match="replicated here and tables that are not"):
         plan_script(
@@ -56,11 +59,13 @@ def test_mixed_statement_is_refused() -> None:
         )
 
 
+@pytest.mark.pure
 def test_do_block_refused_on_root() -> None:
     with pytest.raises(ScriptTranslateError, match="DoStmt"):
         check_script("DO $$ begin perform 1; end $$", queue_tables=QUEUE)
 
 
+@pytest.mark.pure
 def test_unparsable_sql_refused() -> None:
     with pytest.raises(ScriptTranslateError, match="cannot parse"):
         check_script("alter tabel x add column y int", queue_tables=QUEUE)
@@ -83,6 +88,7 @@ def test_translated_script_runs_on_a_real_renamed_table(db_a: str) -> None:
         assert conn.execute('select c1 from "Ziel Ü"."Info 1"').fetchone()[0] == 7
 
 
+@pytest.mark.pure
 def test_attribute_header_parsing_and_decision() -> None:
     attrs = parse_attrs(
         "--*-- Local-Table: digoal_01.user_info,\n--*--   digoal_01.user_session\n"

@@ -7,6 +7,8 @@ import pytest
 from pgferry.errors import UsageError
 from pgferry.registry.names import parse_pattern, split_qualified
 
+pytestmark = pytest.mark.pure
+
 CANDIDATES = [
     ("public", "t1"),
     ("public", "t2"),

@@ -1,0 +1,98 @@
+"""The table of how a batch is replayed (:func:`pgferry.apply.strategy.choose`), without a
+database: small batches in two round trips, Spark for large ones when it is up, reader
+threads above ``replay_read_ahead_events``, the second connection above
+``replay_second_events``, the next batch read meanwhile; and Spark asked only when its
+answer matters (asking remembers that a large batch wanted it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pgferry.apply.strategy import BatchFacts, Strategy, choose
+from pgferry.apply.worker_settings import ReplaySettings
+
+pytestmark = pytest.mark.pure
+
+SETTINGS = ReplaySettings(
+    local_max_events=50_000,
+    read_parts=0,
+    read_ahead=2,
+    read_ahead_events=2_000,
+    read_range_events=100_000,
+    merge_ranges=False,
+    second_events=0,
+)
+# The node's own stream, a batch of 100 events with nothing but rows, small enough.
+PLAIN = BatchFacts(
+    main=True,
+    estimate=100,
+    scripts=False,
+    removals=False,
+    applies=True,
+    small=True,
+    second_left=False,
+    read_next=True,
+)
+
+
+def _chosen(how: Strategy) -> str:
+    """The strategy as the names of what it does: "small", "spark readers next", ..."""
+    names = ("small", "spark", "readers", "apart", "next")
+    flags = (how.small, how.use_spark, how.read_ahead, how.apart, how.start_next)
+    return " ".join(name for name, on in zip(names, flags, strict=True) if on) or "inline"
+
+
+BIG, MID = {"estimate": 60_000, "small": False}, {"estimate": 10_000, "small": False}
+# (case, the batch's facts, Spark up, replay_second_events, what is chosen)
+TABLE = [
+    ("small", {}, True, 0, "small"),
+    ("small above read_ahead_events", {"estimate": 2_001}, True, 0, "small readers next"),
+    ("mid-sized", MID, True, 0, "readers next"),
+    ("large, Spark up", BIG, True, 0, "spark readers next"),
+    ("large, Spark down", BIG, False, 0, "readers next"),
+    ("size unknown: large", {**BIG, "estimate": None}, True, 0, "spark readers next"),
+    ("large with a script", {**BIG, "scripts": True}, True, 0, "readers"),
+    ("large, nothing applies", {**BIG, "applies": False}, True, 0, "readers next"),
+    ("small with a script", {"scripts": True}, True, 0, "inline"),
+    ("small with a removal", {"removals": True}, True, 0, "inline"),
+    ("small, second may have applied", {"second_left": True}, True, 0, "inline"),
+    ("above second_events", MID, False, 5_000, "readers apart next"),
+    ("at second_events", {**MID, "estimate": 5_000}, False, 5_000, "readers next"),
+    ("second, not beside Spark", BIG, True, 5_000, "spark readers next"),
+    ("second, not in a catch-up", {**MID, "main": False}, False, 5_000, "readers"),
+    ("next batch not asked for", {**MID, "read_next": False}, False, 0, "readers"),
+    ("a removal", {**MID, "removals": True}, False, 0, "readers"),
+]
+
+
+@pytest.mark.parametrize(
+    ("facts", "spark_up", "second", "expected"),
+    [row[1:] for row in TABLE],
+    ids=[row[0] for row in TABLE],
+)
+def test_the_table(facts: dict, spark_up: bool, second: int, expected: str) -> None:
+    settings = replace(SETTINGS, second_events=second)
+    assert _chosen(choose(replace(PLAIN, **facts), settings, lambda: spark_up)) == expected
+
+
+@pytest.mark.parametrize(
+    ("facts", "asked"),
+    [
+        ({"estimate": 60_000}, True),
+        ({"estimate": None}, True),
+        ({"estimate": 50_000}, False),  # not above local_max_events
+        ({"estimate": 60_000, "scripts": True}, False),
+        ({"estimate": 60_000, "applies": False}, False),
+    ],
+)
+def test_spark_is_asked_only_for_a_large_batch_it_could_take(facts: dict, asked: bool) -> None:
+    calls: list[int] = []
+
+    def ready() -> bool:
+        calls.append(1)
+        return False
+
+    choose(replace(PLAIN, small=False, **facts), SETTINGS, ready)
+    assert calls == ([1] if asked else [])
