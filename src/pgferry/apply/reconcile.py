@@ -171,7 +171,7 @@ def _save_lost(
     source_id = sql.Identifier(*split_qualified(table))
     key_row = sql.SQL("row({})::text").format(sql.SQL(", ").join(map(sql.Identifier, key)))
     digests = sql.SQL("select {}, md5(to_jsonb(t)::text) from {} t")
-    theirs = dict(provider.execute(digests.format(key_row, source_id)).fetchall())
+    theirs: dict[str, str] = dict(provider.execute(digests.format(key_row, source_id)).fetchall())
     ours = local.execute(
         sql.SQL("select {}, md5(to_jsonb(t)::text), to_jsonb(t)::text from {} t").format(
             key_row, dest_id
