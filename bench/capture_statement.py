@@ -12,7 +12,7 @@ statement triggers), ``row`` (pgferry's plain row trigger, as before statement c
 ``t`` vacuumed, untimed.  Printed: the median seconds per phase and statement and the
 ratio to ``none`` from the same run.  ``--small`` also times statements of 1, 10 and 100
 rows (µs per statement, the median of many), to show where statement capture and the
-row trigger cross over.
+row trigger cross over (in one transaction: no commit's flush in the times).
 
     .venv/bin/python -m bench.capture_statement [--rows 1000000] [--reps 3]
         [--phases none,pgferry,row,londiste] [--small]
@@ -88,7 +88,9 @@ def set_triggers(connstr: str, phase: str) -> None:
 def empty(connstr: str, pgq: bool) -> None:
     """Empty t2 and the event tables, vacuum t: untimed, between statements."""
     with psycopg.connect(connstr, autocommit=True) as conn:
-        parents = ["'ferry_queue.event'::regclass"] + (["'pgq.event_template'::regclass"] if pgq else [])
+        parents = ["'ferry_queue.event'::regclass"]
+        if pgq:
+            parents.append("'pgq.event_template'::regclass")
         for (child,) in conn.execute(
             "select inhrelid::regclass::text from pg_inherits"  # type: ignore[arg-type]
             f" where inhparent in ({', '.join(parents)})"
@@ -109,9 +111,10 @@ def timed(connstr: str, statement: str, *params: object) -> float:
 
 
 def small(connstr: str, size: int, count: int) -> float:
-    """Median µs of ``count`` UPDATE statements of ``size`` rows each, in one session."""
+    """Median µs of ``count`` UPDATE statements of ``size`` rows each, in one transaction
+    (no commit's flush in the times)."""
     times = []
-    with psycopg.connect(connstr, autocommit=True) as conn:
+    with psycopg.connect(connstr) as conn:
         for i in range(count):
             low = (i * size) % 500_000 + 1
             started = time.perf_counter()
@@ -153,8 +156,7 @@ def main() -> None:
                 empty(connstr, pgq)
                 ins = timed(
                     connstr,
-                    "insert into public.t2 select g, 0, md5(g::text)"
-                    " from generate_series(1, %s) g",
+                    "insert into public.t2 select g, 0, md5(g::text) from generate_series(1, %s) g",
                     half,
                 )
                 times[phase]["update"].append(upd)
@@ -193,8 +195,7 @@ def main() -> None:
         print(f"\n{'phase':<10}" + "".join(f"{f'{n} rows µs':>13}" for n in SMALL))
         for phase in phases:
             print(
-                f"{phase:<10}"
-                + "".join(f"{summary[phase]['small_us'][n]:>13.0f}" for n in SMALL)
+                f"{phase:<10}" + "".join(f"{summary[phase]['small_us'][n]:>13.0f}" for n in SMALL)
             )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": args.rows, "reps": args.reps, **summary}, indent=2))
