@@ -9,10 +9,12 @@ statement triggers), ``row`` (pgferry's plain row trigger, as before statement c
 ``londiste`` (``pgq.logutriga`` as ``londiste add-table`` creates it).  A phase times
 ``update t set v = v + 1`` and ``insert into t2 select ... `` of ``--rows // 2`` rows
 (server time, autocommit); between statements the event tables and ``t2`` are emptied and
-``t`` vacuumed, untimed.  Printed: the median seconds per phase and statement and the
-ratio to ``none`` from the same run.  ``--small`` also times statements of 1, 10 and 100
-rows (µs per statement, the median of many), to show where statement capture and the
-row trigger cross over (in one transaction: no commit's flush in the times).
+``t`` vacuumed, untimed.  Printed: the median wall seconds and backend CPU seconds
+(``/proc/<pid>/stat``: less moved by other work on the machine than wall time) per phase
+and statement, and their ratio to ``none`` from the same run.  ``--small`` also measures
+the backend CPU of UPDATE statements of 1, 10 and 100 rows (µs per statement, 2000 of
+each, in one transaction), to show where statement capture and the row trigger cross
+over.
 
     .venv/bin/python -m bench.capture_statement [--rows 1000000] [--reps 3]
         [--phases none,pgferry,row,londiste] [--small]
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -103,28 +106,36 @@ def empty(connstr: str, pgq: bool) -> None:
         conn.execute("checkpoint")
 
 
-def timed(connstr: str, statement: str, *params: object) -> float:
+def backend_cpu(conn: psycopg.Connection) -> float:
+    """CPU seconds (user + system) of the connection's backend so far."""
+    with open(f"/proc/{conn.info.backend_pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(connstr: str, statement: str, *params: object) -> tuple[float, float]:
+    """Wall and backend CPU seconds of one statement (autocommit)."""
     with psycopg.connect(connstr, autocommit=True) as conn:
+        cpu = backend_cpu(conn)
         started = time.perf_counter()
         conn.execute(statement, params)  # type: ignore[arg-type]
-        return time.perf_counter() - started
+        return time.perf_counter() - started, backend_cpu(conn) - cpu
 
 
 def small(connstr: str, size: int, count: int) -> float:
-    """Median µs of ``count`` UPDATE statements of ``size`` rows each, in one transaction
-    (no commit's flush in the times)."""
-    times = []
+    """Backend CPU µs per statement of ``count`` UPDATE statements of ``size`` rows each,
+    in one transaction (no commit's flush in the times)."""
     with psycopg.connect(connstr) as conn:
+        conn.execute("select 1")
+        cpu = backend_cpu(conn)
         for i in range(count):
             low = (i * size) % 500_000 + 1
-            started = time.perf_counter()
             conn.execute(
                 "update public.t set v = v + 1 where id between %s and %s",
                 (low, low + size - 1),
                 prepare=True,
             )
-            times.append(time.perf_counter() - started)
-    return 1e6 * statistics.median(times)
+        return 1e6 * (backend_cpu(conn) - cpu) / count
 
 
 def main() -> None:
@@ -142,7 +153,9 @@ def main() -> None:
     pgq = "londiste" in phases
     half = args.rows // 2
     cluster = make_cluster("bench", **DURABLE)
-    times: dict[str, dict[str, list[float]]] = {p: {"update": [], "insert": []} for p in phases}
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {
+        p: {"update": [], "insert": []} for p in phases
+    }
     smalls: dict[str, dict[int, list[float]]] = {p: {n: [] for n in SMALL} for p in phases}
     try:
         connstr = cluster.createdb("bench")
@@ -161,41 +174,52 @@ def main() -> None:
                 )
                 times[phase]["update"].append(upd)
                 times[phase]["insert"].append(ins)
-                line = f"rep {rep + 1} {phase:<9} update {upd:7.2f} s  insert {ins:7.2f} s"
+                line = (
+                    f"rep {rep + 1} {phase:<9} update {upd[0]:7.2f} s (cpu {upd[1]:6.2f})"
+                    f"  insert {ins[0]:7.2f} s (cpu {ins[1]:6.2f})"
+                )
                 if args.small:
                     empty(connstr, pgq)
                     for size in SMALL:
                         smalls[phase][size].append(small(connstr, size, 2000))
                     line += "  " + "  ".join(
-                        f"{n} rows {smalls[phase][n][-1]:6.0f} µs" for n in SMALL
+                        f"{n} rows {smalls[phase][n][-1]:5.0f} µs" for n in SMALL
                     )
                 print(line, flush=True)
     finally:
         cluster.destroy()
 
-    base = {s: statistics.median(times[phases[0]][s]) for s in ("update", "insert")}
+    def med(phase: str, stmt: str, i: int) -> float:
+        return statistics.median(t[i] for t in times[phase][stmt])
+
     print(f"\n{args.rows} rows updated, {half} inserted; medians of {args.reps} runs")
-    print(f"{'phase':<10}{'update s':>10}{'ratio':>8}{'insert s':>10}{'ratio':>8}")
+    print("seconds (wall, backend CPU) and their ratio to the first phase")
+    print(
+        f"{'phase':<10}{'update':>8}{'ratio':>7}{'cpu':>8}{'ratio':>7}"
+        f"{'insert':>9}{'ratio':>7}{'cpu':>8}{'ratio':>7}"
+    )
     summary: dict[str, dict] = {}
     for phase in phases:
-        upd = statistics.median(times[phase]["update"])
-        ins = statistics.median(times[phase]["insert"])
-        summary[phase] = {
-            "update_s": upd, "update_ratio": upd / base["update"],
-            "insert_s": ins, "insert_ratio": ins / base["insert"],
-            "runs": times[phase],
-        }  # fmt: skip
+        row: dict = {}
+        line = f"{phase:<10}"
+        for stmt in ("update", "insert"):
+            for i, what in enumerate(("wall", "cpu")):
+                value, base = med(phase, stmt, i), med(phases[0], stmt, i)
+                row[f"{stmt}_{what}_s"] = value
+                row[f"{stmt}_{what}_ratio"] = value / base
+                line += f"{value:>{9 if stmt == 'insert' and i == 0 else 8}.2f}{value / base:>7.2f}"
+        row["runs"] = times[phase]
         if args.small:
-            summary[phase]["small_us"] = {n: statistics.median(v) for n, v in smalls[phase].items()}
-        print(
-            f"{phase:<10}{upd:>10.2f}{upd / base['update']:>8.2f}"
-            f"{ins:>10.2f}{ins / base['insert']:>8.2f}"
-        )
+            row["small_cpu_us"] = {n: statistics.median(v) for n, v in smalls[phase].items()}
+        summary[phase] = row
+        print(line)
     if args.small:
-        print(f"\n{'phase':<10}" + "".join(f"{f'{n} rows µs':>13}" for n in SMALL))
+        print("\nbackend CPU µs per UPDATE statement of 1, 10, 100 rows (median of reps)")
+        print(f"{'phase':<10}" + "".join(f"{f'{n} rows':>10}" for n in SMALL))
         for phase in phases:
             print(
-                f"{phase:<10}" + "".join(f"{summary[phase]['small_us'][n]:>13.0f}" for n in SMALL)
+                f"{phase:<10}"
+                + "".join(f"{summary[phase]['small_cpu_us'][n]:>10.0f}" for n in SMALL)
             )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": args.rows, "reps": args.reps, **summary}, indent=2))

@@ -34,13 +34,13 @@ begin
     if tg_op operator(pg_catalog.=) 'INSERT' then
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
         select @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@),
-               'I:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(n)::pg_catalog.text,
+               'I:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(n.*)::pg_catalog.text,
                tg_argv[1]
           from _ferry_new as n;
     elsif tg_op operator(pg_catalog.=) 'DELETE' then
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
         select @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@),
-               'D:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(o)::pg_catalog.text,
+               'D:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(o.*)::pg_catalog.text,
                tg_argv[1]
           from _ferry_old as o;
     elsif not exists (select from _ferry_old as o
@@ -49,14 +49,14 @@ begin
         -- Every key kept (most UPDATEs): each new row is a U.
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
         select @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@),
-               'U:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(n)::pg_catalog.text,
+               'U:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(n.*)::pg_catalog.text,
                tg_argv[1]
           from _ferry_new as n;
     else
         -- Keys no row has any more: deleted, first.
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
         select @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@),
-               'D:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(o)::pg_catalog.text,
+               'D:' operator(pg_catalog.||) tg_argv[2], pg_catalog.row_to_json(o.*)::pg_catalog.text,
                tg_argv[1]
           from _ferry_old as o
          where not exists (select from _ferry_new as n
@@ -64,7 +64,7 @@ begin
         insert into @@ferry_event_table@@ (ev_part, ev_id, ev_type, ev_data, ev_extra1)
         select @@ferry_part@@, pg_catalog.nextval(@@ferry_event_seq@@),
                case when k.@FIRST@ is null then 'I:' else 'U:' end operator(pg_catalog.||) tg_argv[2],
-               pg_catalog.row_to_json(n)::pg_catalog.text, tg_argv[1]
+               pg_catalog.row_to_json(n.*)::pg_catalog.text, tg_argv[1]
           from _ferry_new as n
           left join (select @OLD_COLS@ from _ferry_old as o) as k on @MATCH_K@;
     end if;
