@@ -110,3 +110,26 @@ def test_events_of_a_statement(pair) -> None:
     assert update[:2] in ([('D:"Id"', 1), ('D:"Id"', 2)], [('D:"Id"', 2), ('D:"Id"', 1)])
     assert sorted(update[2:]) == [('I:"Id"', 5), ('I:"Id"', 6), ('U:"Id"', 3), ('U:"Id"', 4)]
     assert sorted(events[10:]) == [('D:"Id"', 5), ('D:"Id"', 6)]
+
+
+def test_columns_added_and_dropped_in_one_session(pair) -> None:
+    """A session that captured rows, then changed the table, queues the new row shape."""
+    with psycopg.connect(pair.root_dsn) as conn:
+        conn.execute("create table public.s (id int primary key, a text)")
+        conn.commit()
+        tableops.add_tables(pair.root_cfg, conn, ["public.s"], tableops.AddTableOptions())
+    with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
+        conn.execute("insert into public.s values (1, 'x')")
+        conn.execute("alter table public.s add column b int default 7")
+        conn.execute("update public.s set a = 'y'")
+        conn.execute("alter table public.s drop column a")
+        conn.execute("insert into public.s values (2)")
+        events = conn.execute(
+            "select ev_type, ev_data from ferry_queue.event"
+            " where ev_extra1 = 'public.s' order by ev_id"
+        ).fetchall()
+    assert events == [
+        ("I:id", '{"id":1,"a":"x"}'),
+        ("U:id", '{"id":1,"a":"y","b":7}'),
+        ("I:id", '{"id":2,"b":7}'),
+    ]
