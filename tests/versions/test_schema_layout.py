@@ -237,6 +237,8 @@ EDITED_SINCE_THE_CHAIN = {
         "prune_capture_functions(integer)",
         # inlined into the ticker's round: its one call schema-qualified
         "seq_position(regclass)",
+        # capture by statement: three statement triggers beside the truncate one
+        "drop_capture_triggers(text, regclass)",
     },
     "ferry_node": {
         "find_node(text)",

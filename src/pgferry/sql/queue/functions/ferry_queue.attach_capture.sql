@@ -49,13 +49,8 @@ begin
                        v_trunc, tbl, v_queue, v_name);
         return 1;
     end if;
-    execute format('create trigger %I after insert or update or delete on %s'
-                   ' for each row execute function ferry_queue.%I(%L, %L, %L)',
-                   v_row, tbl, ferry_queue.capture_function(q.queue_id, v_pk), v_queue, v_name,
-                   (select string_agg(quote_ident(x), ',') from unnest(v_pk) x));
-    execute format('create trigger %I after truncate on %s'
-                   ' for each statement execute function ferry_queue.capture_truncate(%L, %L)',
-                   v_trunc, tbl, v_queue, v_name);
+    -- Keyed by the primary key, without options: attach_capture_spec's plain capture.
+    perform ferry_queue.attach_capture_spec(v_queue, tbl, jsonb_build_object('key', to_jsonb(v_pk)));
     return 1;
 end;
 $$;

@@ -1,8 +1,7 @@
 -- ---------------------------------------------------------------------------------------
 -- Function: ferry_queue.attach_capture_spec(text, regclass, jsonb)
 --
---     (Re)create the capture triggers of queue on tbl as spec says; returns the row trigger's
---     function.  One call replaces the old triggers, so in one transaction no write of the
+--     (Re)create the capture triggers of queue on tbl as spec says; returns their function.  One call replaces the old triggers, so in one transaction no write of the
 --     table goes uncaptured.
 --
 --     A capture spec (jsonb, made and checked by pgferry's node/capture_spec.py; docs/events.md)
@@ -17,8 +16,11 @@
 --       ops       'IUD' or a part of it: the operations captured
 --       before, skip   a BEFORE trigger; skip also cancels the local write (queue-only table)
 --
---     A spec with a key and none of the options is captured by the plain function of its key
---     list (one cached-plan INSERT per row).  Any other spec gets a function generated from a
+--     A spec with a key and none of the options, on an ordinary table outside any
+--     inheritance tree, is captured by statement triggers (statement_capture): one function
+--     per key list queues each statement's rows with set-based INSERTs.  On other tables such
+--     a spec is captured by the plain row function of its key list (one cached-plan INSERT
+--     per row).  Any other spec gets a function generated from a
 --     template: the body with @@ferry_event_table@@, @@ferry_part@@ and @@ferry_event_seq@@
 --     where the queue's current rotation table, its partition number and its event sequence
 --     go.  The template is stored in capture_function, so every rotation rewrites these
@@ -48,6 +50,8 @@ declare
     v_timing text := 'after';
     v_name   text;
     v_fn     text;
+    v_args   text;
+    v_stmt   boolean;
     q        ferry_queue.queue;
 begin
     q := ferry_queue.find_queue(v_queue);
@@ -68,18 +72,40 @@ begin
     select format('%I.%I', n.nspname, c.relname) into v_name
       from pg_class c join pg_namespace n on n.oid = c.relnamespace
      where c.oid = tbl;
-    if ferry_queue.plain_capture(spec) then
+    v_stmt := ferry_queue.statement_capture(tbl, spec);
+    if v_stmt then
+        v_fn := ferry_queue.templated_capture_function(
+            q.queue_id, v_key, ferry_queue.statement_capture_template(v_key));
+    elsif ferry_queue.plain_capture(spec) then
         v_fn := ferry_queue.capture_function(q.queue_id, v_key);
     else
         v_fn := ferry_queue.templated_capture_function(
             q.queue_id, v_key, ferry_queue.capture_template(tbl, spec));
     end if;
+    v_args := format('%L, %L, %L', v_queue, v_name,
+        coalesce((select string_agg(quote_ident(x), ',') from unnest(v_key) x), ''));
     perform ferry_queue.drop_capture_triggers(v_queue, tbl);
-    execute format('create trigger %I %s %s on %s'
-                   ' for each row execute function ferry_queue.%I(%L, %L, %L)',
-                   '_ferry_' || v_queue || '_capture', v_timing, v_events, tbl, v_fn,
-                   v_queue, v_name,
-                   coalesce((select string_agg(quote_ident(x), ',') from unnest(v_key) x), ''));
+    if v_stmt then
+        -- One trigger per operation (transition tables allow one event); the UPDATE one
+        -- bears the row trigger's name (ddl_trigger_table reads its arguments).
+        execute format('create trigger %I after update on %s'
+                       ' referencing old table as _ferry_old new table as _ferry_new'
+                       ' for each statement execute function ferry_queue.%I(%s)',
+                       '_ferry_' || v_queue || '_capture', tbl, v_fn, v_args);
+        execute format('create trigger %I after insert on %s'
+                       ' referencing new table as _ferry_new'
+                       ' for each statement execute function ferry_queue.%I(%s)',
+                       '_ferry_' || v_queue || '_capture_insert', tbl, v_fn, v_args);
+        execute format('create trigger %I after delete on %s'
+                       ' referencing old table as _ferry_old'
+                       ' for each statement execute function ferry_queue.%I(%s)',
+                       '_ferry_' || v_queue || '_capture_delete', tbl, v_fn, v_args);
+    else
+        execute format('create trigger %I %s %s on %s'
+                       ' for each row execute function ferry_queue.%I(%s)',
+                       '_ferry_' || v_queue || '_capture', v_timing, v_events, tbl, v_fn,
+                       v_args);
+    end if;
     execute format('create trigger %I after truncate on %s'
                    ' for each statement execute function ferry_queue.capture_truncate(%L, %L)',
                    '_ferry_' || v_queue || '_truncate', tbl, v_queue, v_name);

@@ -1,7 +1,8 @@
 -- ---------------------------------------------------------------------------------------
 -- Function: ferry_queue.drop_capture_triggers(text, regclass)
 --
---     Drop the queue's row and truncate triggers of tbl (capture or deny), keeping functions.
+--     Drop the queue's capture triggers of tbl (row or statement, truncate, or deny), keeping
+--     functions.
 --
 -- Parameters:
 --     i_queue text
@@ -16,6 +17,10 @@ language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
     execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_capture', i_table);
     execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_truncate', i_table);
+    execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_capture_insert',
+                   i_table);
+    execute format('drop trigger if exists %I on %s', '_ferry_' || i_queue || '_capture_delete',
+                   i_table);
     return 1;
 end;
 $$;

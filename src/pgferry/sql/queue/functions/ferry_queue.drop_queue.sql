@@ -37,6 +37,8 @@ begin
         select tg.tgrelid::regclass as tbl, tg.tgname
           from pg_trigger tg
          where tg.tgname in (format('_ferry_%s_capture', i_queue)::name,
+                             format('_ferry_%s_capture_insert', i_queue)::name,
+                             format('_ferry_%s_capture_delete', i_queue)::name,
                              format('_ferry_%s_truncate', i_queue)::name)
            and (tg.tgfoid in ('ferry_queue.capture_truncate()'::regprocedure,
                               'ferry_queue.deny_write()'::regprocedure)

@@ -81,7 +81,15 @@ begin
     end if;
     execute format('create or replace function ferry_queue.%I() returns trigger'
                    ' language plpgsql security definer%s as %L', i_name,
-                   case when v_plain then '' else ' set search_path = pg_catalog, pg_temp' end,
+                   case when v_plain then ''
+                        -- A statement function's plans are made once per session, for
+                        -- the size of the first statement's transition tables: joins by
+                        -- hash whatever the size (a merge join sorts, a nested loop is
+                        -- quadratic), and no JIT (it costs more than it saves here).
+                        when i_template like '-- statement capture%'
+                        then ' set search_path = pg_catalog, pg_temp set jit = off'
+                             ' set enable_mergejoin = off set enable_nestloop = off'
+                        else ' set search_path = pg_catalog, pg_temp' end,
                    v_body);
     -- A new function is anyone's to run; CREATE OR REPLACE keeps the privileges it has.
     execute format('revoke all on function ferry_queue.%I() from public', i_name);
