@@ -48,6 +48,30 @@ def test_compare_and_repair_under_load(pair, capsys) -> None:
         assert main([ini, "compare", "public.t"]) == 0
 
 
+def test_compare_and_repair_a_name_that_needs_quoting(pair, capsys) -> None:
+    """Mixed case, a space and a non-ASCII letter in both parts of the name, on the
+    driver (no Spark): a row deleted and one changed on the leaf are found and fixed."""
+    table = '"Sales Ü"."Mixed T"'
+    for side in (pair.root, pair.leaf):
+        side('create schema "Sales Ü"')
+        side(f'create table {table} (id int primary key, "Qty" int)')
+    pair.root(f"insert into {table} select g, g from generate_series(1, 50) g")
+    pair.add_tables(table)
+    pair.catch_up(pair.worker())
+    ini, fixes = str(pair.leaf_cfg.path), str(pair.leaf_cfg.path.parent)
+    with running(pair, write=False):
+        assert main([ini, "compare"]) == 0
+        assert f"{table}: srcdb: 50 rows" in capsys.readouterr().out
+        pair.leaf(f"set session_replication_role = replica; delete from {table} where id = 9")
+        pair.leaf(f'set session_replication_role = replica; update {table} set "Qty" = -1'
+                  " where id = 10")  # fmt: skip
+        assert main([ini, "compare", table]) == 1
+        assert f"{table}: Results do not match!" in capsys.readouterr().out
+        assert main([ini, "repair", "--apply", "--dir", fixes, table]) == 0
+        assert main([ini, "compare"]) == 0
+    pair.same(table)
+
+
 def test_compare_needs_a_running_worker(pair) -> None:
     for side in (pair.root, pair.leaf):
         side("create table public.t (id int primary key, v int)")

@@ -169,14 +169,14 @@ def _present(config: Config, point, tasks: list) -> tuple[list, list[str]]:
     if not tasks:
         return [], []
     exists = "select to_regclass(%s) is not null"
+    # One node at a time: an error is then named after the database it came from.
+    with connection(point.provider_dsn, autocommit=True) as provider:
+        at_provider = [provider.execute(exists, (t.source_table,)).fetchone()[0] for t in tasks]
     kept, lines = [], []
-    with (
-        connection(point.local_dsn, autocommit=True) as local,
-        connection(point.provider_dsn, autocommit=True) as provider,
-    ):
+    with connection(point.local_dsn, autocommit=True) as local:
         node = require_node(local, queue_name(config))
-        for task in tasks:
-            if not provider.execute(exists, (task.source_table,)).fetchone()[0]:
+        for task, found in zip(tasks, at_provider, strict=True):
+            if not found:
                 name, where = task.source_table, node.provider_node
             elif not local.execute(exists, (task.dest_table,)).fetchone()[0]:
                 name, where = task.dest_table, node.node_name

@@ -39,7 +39,7 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
             columns = lake_types.table_columns(conn, route.dest_fq, route.columns)
             schema, name = split_qualified(route.table_name)
             lake.append(
-                LakeCompareTask(route.table_name, schema, name, route.dest_text,
+                LakeCompareTask(route.table_name, schema, name, route.dest_fq,
                                 route.handler.spec(), columns, route.source_filter,
                                  () if route.keyless else route.pk)
             )  # fmt: skip

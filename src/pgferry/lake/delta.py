@@ -273,7 +273,15 @@ def data_files(spec: LakeSpec, tick: int) -> list[str]:
     version = _version_at(dt, tick)
     if version is not None and version != dt.version():
         dt.load_as_version(version)
-    return [uri.removeprefix("file://") for uri in dt.file_uris()]
+    return [_path_of(uri) for uri in dt.file_uris()]
+
+
+def _path_of(uri: str) -> str:
+    """A local file's path as the file system names it: delta-rs percent-encodes it
+    (``Sales%20%C3%9C``), which Spark would take literally; a store's URL as it is."""
+    if "://" in uri and not uri.startswith("file://"):
+        return uri
+    return unquote(uri.removeprefix("file://"))
 
 
 def _version_at(dt, tick: int) -> int | None:

@@ -133,7 +133,6 @@ def read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema):
     try:
         kind = conn.execute(
             "select relkind::text from pg_class where oid = to_regclass(%s)",
-            # quoted: the registry's name is unquoted ("public.Mixed T")
             (sql.Identifier(task.src_schema, task.src_name).as_string(conn),),
         ).fetchone()
         query = sql.SQL("select {} from {}").format(

@@ -33,7 +33,7 @@ class LakeCompareTask:
     source_table: str  # schema.table on the provider, as the registry writes it
     src_schema: str
     src_name: str
-    dest_table: str  # the leaf's shape table (its columns are the lake's)
+    dest_table: str  # the leaf's shape table (its columns are the lake's), in %I.%I form
     spec: lake_spec.LakeSpec
     columns: tuple[lake_types.LakeColumn, ...]
     condition: str | None = None  # on the source only
