@@ -175,15 +175,17 @@ def _check_not_inside(staged: Staged, spec: lake_spec.LakeSpec, done: int | None
         )
 
 
-def _lake_specs(conn, queue: str, tables: list[str] | None = None):
-    """(table name, spec) of the node's lake tables (those of ``tables`` when given)."""
+def _lake_specs(conn, queue: str, tables: list[str] | None = None, replayed: bool = False):
+    """(table name, spec) of the node's lake tables (those of ``tables`` when given;
+    ``replayed``: only those the main stream replays, state ok)."""
     rows = conn.execute(
         """
         select table_name, table_attrs->'handler_args' from ferry.table_info
          where queue_name = %s and local and table_attrs->>'handler' = 'lake'
            and (%s::text[] is null or table_name = any(%s))
+           and (not %s or merge_state = 'ok')
         """,
-        (queue, tables, tables),
+        (queue, tables, tables, replayed),
     ).fetchall()
     for name, args in rows:
         if not args or not args.get("lake_table"):
@@ -203,7 +205,9 @@ def held_ahead(conn, queue: str, position: int | None) -> int | None:
     if position is None:
         return None
     ahead = None
-    for _name, spec in _lake_specs(conn, queue):
+    # A table still catching up after its copy has its own consumer, which the main
+    # stream meets at its tick anyway.
+    for _name, spec in _lake_specs(conn, queue, replayed=True):
         module = formats.module(spec.format)
         if module.owner_of(spec) != spec.owner:
             continue
