@@ -6,7 +6,10 @@ Starts two throw-away clusters (root; both leaves on the second), then per round
 one random fault (worker SIGKILL, subscriber or provider server stopped -m fast/immediate,
 ticker stopped, a backlog, a resync killed mid-copy, a worker SIGKILLed that `status` must
 call down with exit 1, a column renamed and back under capture-ddl while both leaves are
-stopped behind), load off, wait until every replicated table equals its source.  Prints how
+stopped behind, a branch taking over the branch the Delta and Iceberg leaves read from with
+``takeover --all``), load off, wait until every replicated table equals its source (the lake
+leaves' tables read directly; after a takeover ``pgferry compare`` on each lake leaf too,
+whose difference is a failure).  Prints how
 many faults of each kind were injected and how many rounds ended equal; exits non-zero if
 any round did not, or if a fault found something else wrong (status blind to a dead worker).
 ``--fault NAME`` (repeatable) draws from those faults only.
@@ -74,6 +77,8 @@ def main() -> int:
             try:
                 scenario.wait_synced(args.timeout)
                 scenario.wait_equal(args.timeout)
+                if fault == "fault_takeover_lake":  # compare as well (some 10 s a lake leaf)
+                    scenario.lake_compare()
                 equal_rounds += 1
                 verdict = "equal"
             except AssertionError:

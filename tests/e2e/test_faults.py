@@ -3,8 +3,10 @@
 Each round runs the load, injects one fault (worker SIGKILL, subscriber or provider server
 stopped fast/immediate, ticker stopped, a backlog, a resync killed mid-copy, a worker
 SIGKILLed that ``status`` must call down with exit 1, a column renamed and back under
-capture-ddl while both leaves are stopped behind), stops the load and waits until every
-replicated table — the full leaf and the partial renamed leaf — equals the source.
+capture-ddl while both leaves are stopped behind, a branch taking over the branch that
+feeds the Delta and Iceberg lake leaves with ``takeover --all``), stops the load and waits
+until every replicated table — the full leaf, the partial renamed leaf, the branches and
+the lake tables — equals the source.
 ``tools/soak.py`` runs the same rounds for as long as you like.
 """
 

@@ -250,3 +250,37 @@ def test_branch_takeover_all_refused_before_any_move(tree, new_db_a) -> None:
     assert tree.provider("branch") == "root"
     tree.catch_up("branch", "branch2", "leaf", "leaf2")
     assert len(_same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))) == 30
+
+
+def test_branch_takeover_checks_the_movers_paused(tree, new_db_a, monkeypatch) -> None:
+    """Under writes, a mover's worker still running could step, between the check of its
+    tick and its move, onto a tick the new branch never held: the takeover would stop
+    half-way.  The movers (the old branch too) are paused when their ticks are checked,
+    and resumed after the moves."""
+    from pgferry.node import takeover
+
+    tree.add_node("branch2", new_db_a(None), "branch", "root")
+    tree.start("branch", "leaf", "leaf2", "branch2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 10) g")
+    tree.catch_up()
+    movers = ("leaf", "branch")
+    seen: list[tuple[bool, ...]] = []
+    real = takeover.missing_tick
+
+    def checked(c, name, tick):
+        seen.append(tuple(tree.sql(n, "select paused from ferry_node.local_state")[0][0]
+                          for n in movers))  # fmt: skip
+        return real(c, name, tick)
+
+    monkeypatch.setattr(takeover, "missing_tick", checked)
+    res = tree.cli("branch2", "takeover", "branch", "--all", "--timeout=60")
+    assert res.code == 0, res.err
+    assert seen and all(s == (True, True) for s in seen), seen
+    assert [tree.provider(n) for n in movers] == ["branch2", "branch2"]
+    assert [tree.sql(n, "select paused from ferry_node.local_state")[0][0] for n in movers] == [
+        False,
+        False,
+    ]
+    tree.write("root", "insert into {t} values (50, 'moved')")
+    tree.catch_up("branch2", "branch", "leaf", "leaf2")
+    _same_everywhere(tree, ("branch", "branch2", "leaf", "leaf2"))

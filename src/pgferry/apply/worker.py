@@ -40,6 +40,7 @@ from pgferry.apply import (
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
+from pgferry.apply.lake_bound import WHOLE, LakeBound
 from pgferry.apply.loop_reads import LoopReads
 from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
@@ -86,6 +87,7 @@ class Worker(Service):
         self.settings = WorkerSettings.from_config(config)
         self._idle = idle.IdleWatch(self.settings.watermark_period)
         self._forgotten_at = time.monotonic()  # applied ticks' records last pruned
+        self._lake_bound = LakeBound(config)  # a lake table ahead of the node (lake_bound.py)
         # The root's ticker, seen from the root or a node reading from it (metrics read it).
         self.ticker_watch = ticker_health.StallLog(ticker_health.stopped_after(config))
         self._ticker_on: str | None = None  # where to look: "local", "provider" or nowhere
@@ -146,6 +148,7 @@ class Worker(Service):
     def on_error(self, exc: BaseException) -> None:
         self.errors_total += 1
         self._idle.failed()
+        self._lake_bound.failed()
         self.conns.close()
         message = exc_message(exc)
         with connect(self.settings.local_dsn, autocommit=True, connect_timeout=5) as conn:
@@ -278,17 +281,25 @@ class Worker(Service):
         plain = not one_tick and not self.settings.keep_lag and not self.settings.collect_interval
         read_next = self.settings.batch_min_events if plain else None
         batch_id, ahead, waiting, batch = None, None, 0, None
-        if read_next:
+        upto = self._lake_bound.upto(local, provider, queue, node.last_tick_id)
+        if upto == LakeBound.WAIT:
+            self._heartbeat(local, queue, consumer)
+            return False
+        if upto is not None:  # a lake table holds that tick: the batch ends there
+            self.replay.ahead.drop()
+            read_next = None
+            batch_id = queue_batches.next_batch_upto(provider, queue, consumer, upto, WHOLE)
+        elif read_next:
             batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
         else:
             self.replay.ahead.drop()
-        if batch_id is None and plain:
+        if batch_id is None and plain and upto is None:
             batch, waiting = queue_batches.next_batch_sized(
                 provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events,
                 flush=False,
             )  # fmt: skip
             batch_id = batch.batch_id if batch else None
-        elif batch_id is None:
+        elif batch_id is None and upto is None:
             min_count = None
             if not one_tick:
                 ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)

@@ -200,6 +200,55 @@ def _check_not_inside(staged: Staged, spec: lake_spec.LakeSpec, done: int | None
         )
 
 
+def _lake_specs(
+    conn, queue: str, tables: list[str] | None = None, replayed: bool = False, config=None
+):
+    """(table name, spec) of the node's lake tables (those of ``tables`` when given;
+    ``replayed``: only those the main stream replays, state ok); ``config`` the node's,
+    for an object store's settings."""
+    rows = conn.execute(
+        """
+        select table_name, table_attrs->'handler_args' from ferry.table_info
+         where queue_name = %s and local and table_attrs->>'handler' = 'lake'
+           and (%s::text[] is null or table_name = any(%s))
+           and (not %s or merge_state = 'ok')
+        """,
+        (queue, tables, tables, replayed),
+    ).fetchall()
+    for name, args in rows:
+        if not args or not args.get("lake_table"):
+            continue
+        schema, _, table = args["lake_table"].partition(".")
+        fmt, location, owner = args["lake_format"], args["location"], args["owner"]
+        yield name, lake_spec.LakeSpec(
+            fmt, location, schema, table, owner, storage.options(config),
+            args.get("catalog") or "",
+        )  # fmt: skip
+
+
+def held_ahead(conn, queue: str, position: int | None, config=None) -> int | None:
+    """The lowest tick past the node's ``position`` that one of its lake tables holds
+    (None: none is ahead).  A lake table is ahead of the position when its worker stopped
+    between the lake commit of a batch and the PostgreSQL commit that records the batch's
+    tick; read where the worker starts again, so that its next batch ends exactly there
+    (the tables that hold it then skip it) even when the node has moved to another
+    provider meanwhile, whose batches have other bounds."""
+    if position is None:
+        return None
+    ahead = None
+    # A table still catching up after its copy has its own consumer, which the main
+    # stream meets at its tick anyway.
+    for _name, spec in _lake_specs(conn, queue, replayed=True, config=config):
+        module = formats.module(spec.format)
+        if module.owner_of(spec) != spec.owner:
+            continue
+        done = module.applied_version(spec)
+        held = done // lake_spec.PARTS if done is not None else 0
+        if held > position and (ahead is None or held < ahead):
+            ahead = held
+    return ahead
+
+
 def _next_version(conn, app_id: str, tick: int) -> int:
     """The version of the next part of this attempt at the batch ending at ``tick``: parts
     count from 0 in each transaction (a retried batch numbers its parts the same way)."""
@@ -367,26 +416,7 @@ def check_resync(conn, queue: str, tables: list[str], source_key: Callable,
                  config=None) -> None:  # fmt: skip
     """``resync`` refuses a lake table whose key on the provider (``source_key(table)``)
     is no longer the one its lake table was made for (one line, before anything changes)."""
-    rows = conn.execute(
-        """
-        select table_name, table_attrs->'handler_args' from ferry.table_info
-         where queue_name = %s and table_name = any(%s) and table_attrs->>'handler' = 'lake'
-        """,
-        (queue, tables),
-    ).fetchall()
-    for name, args in rows:
-        if not args or not args.get("lake_table"):
-            continue
-        schema, _, table = args["lake_table"].partition(".")
-        spec = lake_spec.LakeSpec(
-            args["lake_format"],
-            args["location"],
-            schema,
-            table,
-            args["owner"],
-            storage.options(config),
-            args.get("catalog") or "",
-        )
+    for name, spec in _lake_specs(conn, queue, tables, config=config):
         module = formats.module(spec.format)
         made = module.key_of(spec) if module.owner_of(spec) else None
         key = source_key(name)

@@ -258,6 +258,37 @@ def forget_applied(
     )
 
 
+# How a refused batch is worded where it is refused: at the start of its transaction
+# (hold_position) or at the record of its tick (record_tick).
+_REFUSED = {
+    "start": ("before applying a batch: batch not applied", "is not the batch's start"),
+    "record": ("while applying a batch: batch discarded", "changed while applying"),
+}
+
+
+def check_position(
+    row: tuple | None,
+    queue_name: str,
+    consumer_name: str,
+    expected_prev: int | None,
+    provider_node: str | None,
+    at: str,
+) -> None:
+    """Refuse a batch that is no longer the node's to apply, from its position row
+    ``(last_tick_id, provider_node, ...)``: none at all, another provider than the one the
+    batch was read from, or a tick that is not where the batch starts.  ``at``: "start"
+    or "record" (the wording, see _REFUSED)."""
+    if row is None:
+        raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
+    provider_text, position_text = _REFUSED[at]
+    if provider_node is not None and row[1] != provider_node:
+        raise NodeError(f"Provider changed from {provider_node} to {row[1]} {provider_text}")
+    if expected_prev is not None and row[0] is not None and row[0] != expected_prev:
+        raise NodeError(
+            f"Lost position: local last tick {row[0]} {position_text} (expected {expected_prev})"
+        )
+
+
 def record_tick(
     conn: psycopg.Connection,
     queue_name: str,
@@ -285,18 +316,7 @@ def record_tick(
         query = _RECORD_APPLIED + _RECORD_TICK
         params = (queue_name, consumer_name, tick_id, tick_time, tables, *params)
     row = conn.execute(query, params).fetchone()
-    if row is None:
-        raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
-    if provider_node is not None and row[1] != provider_node:
-        raise NodeError(
-            f"Provider changed from {provider_node} to {row[1]} while applying a batch:"
-            " batch discarded"
-        )
-    if expected_prev is not None and row[0] is not None and row[0] != expected_prev:
-        raise NodeError(
-            f"Lost position: local last tick {row[0]} changed while applying "
-            f"(expected {expected_prev})"
-        )
+    check_position(row, queue_name, consumer_name, expected_prev, provider_node, "record")
 
 
 def hold_position(
@@ -323,20 +343,9 @@ def hold_position(
         """,
         (queue_name, consumer_name),
     ).fetchone()
-    if row is None:
-        raise NodeError(f"No local state for consumer {consumer_name} on queue {queue_name}")
-    if row[2]:
+    if row is not None and row[2]:
         raise NodeError("Node is paused: batch not applied")
-    if provider_node is not None and row[1] != provider_node:
-        raise NodeError(
-            f"Provider changed from {provider_node} to {row[1]} before applying a batch:"
-            " batch not applied"
-        )
-    if expected_prev is not None and row[0] is not None and row[0] != expected_prev:
-        raise NodeError(
-            f"Lost position: local last tick {row[0]} is not the batch's start"
-            f" (expected {expected_prev})"
-        )
+    check_position(row, queue_name, consumer_name, expected_prev, provider_node, "start")
     if expected_prev is not None:
         # For the handlers that commit elsewhere: where this batch starts (BATCH_START).
         conn.execute("select set_config(%s, %s, true)", (BATCH_START, str(expected_prev)))

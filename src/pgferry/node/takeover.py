@@ -24,8 +24,9 @@ published to it, and every other live subscriber of OLD is moved under NEW with
 change-provider (one that is ahead of NEW cannot be and is reported).
 
 Branch: NEW (if it reads from OLD) moves to OLD's provider; with ``--all`` or when OLD is
-dead, OLD's other subscribers move under NEW (refused before any move when one stands on a
-tick NEW never held); a live OLD finally moves under NEW.
+dead, OLD's other subscribers move under NEW; a live OLD finally moves under NEW.  Every
+node that moves is paused first and its standing position checked: the takeover is refused
+before any move when one stands on a tick NEW never held.
 """
 
 from __future__ import annotations
@@ -495,32 +496,41 @@ def _take_branch(
     upstream = old_view.provider if old_view else cascade._provider_of(views, old)[0]
     if upstream is None:
         raise NodeError(f"Provider of node {old} is unknown")
+    movers = []
     if move_all or old_view is None:
-        _check_branch_movers(c, views, old, new)
-    if me.provider == old:
-        change_provider(c, new, upstream, timeout, poll)
-    moved = []
-    if move_all or old_view is None:
-        for v in sorted(views.values(), key=lambda v: v.name):
-            if v.provider == old and v.name != new:
-                change_provider(c, v.name, new, timeout, poll)
-                moved.append(v.name)
+        movers = sorted(v.name for v in views.values() if v.provider == old and v.name != new)
     if old_view is not None:
-        change_provider(c, old, new, timeout, poll)
-        moved.append(old)
-    return f"Node {new} took the place of {old}" + (f"; moved {', '.join(moved)}" if moved else "")
+        movers.append(old)  # a live OLD moves under NEW last
+    # Every node that moves is paused before its position is checked: a worker still
+    # running could step, between the check and its move, onto a tick NEW never held,
+    # and the takeover would stop half-way.  Those paused here are resumed at the end.
+    paused: list[str] = []
+    try:
+        for name in movers:
+            if set_paused(c, name, True):
+                paused.append(name)
+        _check_branch_movers(c, movers, new)
+        if me.provider == old:
+            change_provider(c, new, upstream, timeout, poll)
+        for name in movers:
+            change_provider(c, name, new, timeout, poll)
+    finally:
+        for name in paused:
+            set_paused(c, name, False)
+    moved = f"; moved {', '.join(movers)}" if movers else ""
+    return f"Node {new} took the place of {old}{moved}"
 
 
-def _check_branch_movers(c: Cascade, views: dict[str, NodeView], old: str, new: str) -> None:
-    """Refuse before any move when a subscriber of branch ``old`` could not move under
-    ``new``: one standing on a tick ``new`` read past in one batch (it never held it)."""
+def _check_branch_movers(c: Cascade, movers: list[str], new: str) -> None:
+    """Refuse before any move when a node that moves under ``new`` (paused: its position
+    stands) could not: one standing on a tick ``new`` read past in one batch (it never
+    held it)."""
     problems: list[str] = []
-    for v in sorted(views.values(), key=lambda v: v.name):
-        if v.provider != old or v.name == new:
-            continue
-        if v.last_tick is not None:
-            reason = missing_tick(c, new, v.last_tick)
+    for name in movers:
+        tick = c.view(name).last_tick
+        if tick is not None:
+            reason = missing_tick(c, new, tick)
             if reason is not None:
-                problems.append(f"{v.name} cannot move: node {new} {reason}")
+                problems.append(f"{name} cannot move: node {new} {reason}")
     if problems:
         raise NodeError(f"takeover refused, nothing changed: node {'; node '.join(problems)}")

@@ -8,7 +8,9 @@ string and the :class:`Span` items of its partition.  Offsets are tick ids; the 
 consumer stands at the last tick Spark has committed, so every tick range Spark can ask
 for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).  A
 snapshot query's first batch reads the tables in a snapshot the driver holds, exported
-with the tick made for it (:meth:`Feed.take_snapshot`, the way of :mod:`pgferry.apply.sync`).
+with the tick made for it (:meth:`Feed.take_snapshot`, the way of :mod:`pgferry.apply.sync`),
+as :mod:`.snapshot` plans; the typed feed's columns are :mod:`.typed`'s, and the tables'
+names as events give them :mod:`.names`'.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pgferry.queue import ranges
 from pgferry.registry import entries
 from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.translate import ScriptTranslateError, statements_naming
+from pgferry.stream import names, snapshot, typed
+from pgferry.stream.snapshot import TableSnapshot
 
 # Event positions per partition: one Spark task reads about this many events.
 DEFAULT_PARTITION_EVENTS = 50_000
@@ -64,17 +68,6 @@ class FeedOptions:
     ddl: bool = True  # queued scripts as op S rows
     typed: bool = False  # data and old_data as the table's columns (one table)
     snapshot: bool = False  # a new query starts with the tables' rows at a tick
-
-
-@dataclass(frozen=True)
-class TableSnapshot:
-    """One table's rows in the snapshot of a tick, read as ``I`` events of ev_id 0:
-    ``query`` selects them in the columns of an event (as a span's query does)."""
-
-    tick: int
-    tick_time: datetime
-    snapshot_id: str  # pg_export_snapshot() of the transaction the tick was made for
-    query: str
 
 
 @dataclass(frozen=True)
@@ -180,7 +173,7 @@ class Feed:
                     f" on {where} is {taken}; a change feed needs a consumer of its own"
                 )
             # Tables first: a query refused for its options registers nothing.
-            self.tables = tuple(_quoted_table(conn, name) for name in opts.tables)
+            self.tables = tuple(names.quoted_table(conn, name) for name in opts.tables)
             _check_tables(conn, opts.queue, self.tables, where)
             queue_api.register_consumer(conn, opts.queue, opts.consumer)
         except psycopg.Error as exc:
@@ -313,22 +306,11 @@ class Feed:
             )
         snapshot_id = self._snapshot[0]
 
-        def plan(conn: psycopg.Connection) -> list[TableSnapshot]:
-            tick_time = conn.execute(
-                "select t.tick_time from ferry_queue.tick t join ferry_queue.queue q"
-                " on q.queue_id = t.tick_queue where q.queue_name = %s and t.tick_id = %s",
-                (self.options.queue, tick),
-            ).fetchone()[0]
-            tables = self.tables or tuple(
-                e.table_name
-                for e in entries.list_tables(conn, self.options.queue, local_only=False)
+        return self._call(
+            lambda conn: snapshot.table_snapshots(
+                conn, self.options.queue, self.tables, tick, snapshot_id
             )
-            return [
-                TableSnapshot(tick, tick_time, snapshot_id, _snapshot_query(conn, table))
-                for table in tables
-            ]
-
-        return self._call(plan)
+        )
 
     def release_snapshot(self) -> None:
         """Close the snapshot's transaction: every task has imported it."""
@@ -378,47 +360,6 @@ def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> st
     return None
 
 
-def _snapshot_query(conn: psycopg.Connection, table: str) -> str:
-    """The rows of ``table`` as ``I`` events (ev_id 0): the image as the capture writes it
-    and the primary key's columns in ev_type, so that the feed's key is the events' own."""
-    key = conn.execute(
-        "select coalesce(string_agg(quote_ident(a.attname), ',' order by k.ord), '')"
-        " from pg_index i cross join lateral unnest(i.indkey) with ordinality k(attnum, ord)"
-        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
-        " where i.indrelid = to_regclass(%s) and i.indisprimary",
-        (table,),
-    ).fetchone()[0]
-    return (
-        sql.SQL(
-            "select 0::bigint as ev_id, {name}::text as ev_extra1, {kind}::text as ev_type,"
-            " row_to_json(x)::text as ev_data, null::text as ev_extra2,"
-            " null::text as ev_extra4, null::timestamptz as ev_time from {table} x"
-        )
-        .format(
-            name=sql.Literal(table),
-            kind=sql.Literal(f"I:{key}"),
-            table=sql.SQL(".").join(sql.Identifier(p) for p in _split(conn, table)),
-        )
-        .as_string(conn)
-    )
-
-
-def _split(conn: psycopg.Connection, table: str) -> list[str]:
-    return list(conn.execute("select parse_ident(%s)", (table,)).fetchone()[0])
-
-
-def _quoted_table(conn: psycopg.Connection, name: str) -> str:
-    """``schema.table`` as events name it (``format('%I.%I')``); ``public`` when no schema."""
-    row = conn.execute(
-        "select format('%%I.%%I', coalesce(p[array_length(p, 1) - 1], 'public'),"
-        " p[array_length(p, 1)]) from parse_ident(%s) p where array_length(p, 1) <= 2",
-        (name,),
-    ).fetchone()
-    if row is None:
-        raise ConfigError(f"pgferry change feed: bad table name {name!r} in option tables")
-    return row[0]
-
-
 def _check_tables(
     conn: psycopg.Connection, queue: str, tables: tuple[str, ...], where: str
 ) -> None:
@@ -434,70 +375,6 @@ def _check_tables(
             f"pgferry change feed: table {unknown[0]} is not replicated by queue {queue!r}"
             f" on {where} (option tables)"
         )
-
-
-# --- typed columns -------------------------------------------------------------------------
-# PostgreSQL types the typed feed keeps (json_to_record declarations); every other type is
-# read as text.  pgferry.stream.source pairs each with its Spark and Arrow types.
-TYPED = ("int2", "int4", "int8", "float4", "float8", "bool", "text", "timestamptz")
-TYPED += ("timestamp", "date", "bytea")
-_AS_TEXT = ("varchar", "bpchar", "name", "uuid", "json", "jsonb", "citext")
-
-
-def column_types(provider: str, table: str) -> list[tuple[str, str]]:
-    """``(column, declaration)`` of ``table``'s columns in order, each declaration one of
-    :data:`TYPED`, ``numeric(p,s)`` (a numeric with a precision of at most 38), or such a
-    type with ``[]`` (a one-dimensional array); everything else ``text``."""
-    try:
-        conn = connect(provider, autocommit=True, application_name="pgferry-changefeed")
-    except DatabaseError as exc:
-        raise DatabaseError(f"pgferry change feed: {exc}") from None
-    try:
-        with conn:
-            quoted = _quoted_table(conn, table)
-            rows = conn.execute(
-                "select a.attname, coalesce(e.typname, t.typname), a.atttypmod,"
-                " e.oid is not null from pg_attribute a join pg_type t on t.oid = a.atttypid"
-                " left join pg_type e on e.oid = t.typelem and t.typcategory = 'A'"
-                " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
-                " order by a.attnum",
-                (quoted,),
-            ).fetchall()
-    except psycopg.Error as exc:
-        where = describe(provider)
-        raise DatabaseError(f"pgferry change feed: {where}: {error_text(exc)}") from None
-    if not rows:
-        raise ConfigError(
-            f"pgferry change feed: no table {quoted} on {describe(provider)} (option tables)"
-        )
-    return [
-        (name, _declaration(kind, typmod) + ("[]" if array else ""))
-        for name, kind, typmod, array in rows
-    ]
-
-
-def _declaration(kind: str, typmod: int) -> str:
-    if kind in TYPED:
-        return kind
-    if kind == "numeric" and typmod >= 4:
-        precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
-        if precision <= 38 and scale <= precision:
-            return f"numeric({precision},{scale})"
-    return "text"
-
-
-def _typed_images(columns: list[tuple[str, str]]) -> sql.Composed:
-    """The lateral reads of a row event's images as the table's columns: ``d`` the row
-    (I, U, D), ``o`` an update's old row where the capture keeps it."""
-    record = sql.SQL(", ").join(
-        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(decl)) for name, decl in columns
-    )
-    return sql.SQL(
-        " left join lateral json_to_record(case when e.ev_type ~ '^[IUD]:'"
-        " then e.ev_data::json end) as d({record}) on true"
-        " left join lateral json_to_record(case when e.ev_type like 'U:%'"
-        " and left(e.ev_extra2, 1) = '{{' then e.ev_extra2::json end) as o({record}) on true"
-    ).format(record=record)
 
 
 # --- executors -----------------------------------------------------------------------------
@@ -560,7 +437,7 @@ def row_query(
         piece=piece,
         execute=sql.Literal(EXECUTE_EVENT),
         typed=sql.SQL(", d.*, o.*") if columns else sql.SQL(""),
-        images=_typed_images(columns) if columns else sql.SQL(""),
+        images=typed.images(columns) if columns else sql.SQL(""),
     )
 
 

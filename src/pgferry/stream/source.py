@@ -47,15 +47,9 @@ from pyspark.sql.types import (
 )
 
 from pgferry.errors import PgferryError
-from pgferry.stream.feed import (
-    COLUMNS,
-    Feed,
-    Span,
-    TableSnapshot,
-    column_types,
-    parse_options,
-    read_chunks,
-)
+from pgferry.stream.feed import COLUMNS, Feed, Span, parse_options, read_chunks
+from pgferry.stream.snapshot import TableSnapshot
+from pgferry.stream.typed import column_types
 
 F = TypeVar("F", bound=Callable)
 
@@ -97,7 +91,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-# The typed feed: each declaration of feed.column_types with its Spark and Arrow types.
+# The typed feed: each declaration of typed.column_types with its Spark and Arrow types.
 _SCALARS: dict[str, tuple[DataType, pa.DataType]] = {
     "int2": (ShortType(), pa.int16()),
     "int4": (IntegerType(), pa.int32()),

@@ -1,14 +1,16 @@
 """A small replicated set-up on local clusters, a pgbench-like load and fault injection.
 
 Used by the fault-injection test and by ``tools/soak.py``: a root database and two leaves
-(one full copy, one partial renamed copy ``userid < 1000``) on a second cluster, the ticker
-and the workers as ``-d`` daemons through the real command line, a writer thread that
-survives server restarts, and faults that a DBA meets in practice.  After each fault the
-caller waits until every replicated table equals its source again.
+(one full copy, one partial renamed copy ``userid < 1000``) on a second cluster, two
+branches there too, the first feeding a Delta and an Iceberg lake leaf (a keyed and a
+keyless table), the ticker and the workers as ``-d`` daemons through the real command line,
+a writer thread that survives server restarts, and faults that a DBA meets in practice.
+After each fault the caller waits until every replicated table equals its source again.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -41,6 +43,7 @@ create table digoal_01.user_session (
     userid int primary key, logintime timestamp(0), login_count bigint default 0);
 create table digoal_01.user_login_rec (
     id bigserial primary key, userid int, login_time timestamp, ip inet);
+create table digoal_01.user_login_log (userid int, login_time timestamp, ip inet);
 """
 FILL = f"""
 insert into digoal_01.user_info select g, 'u' || g, now() from generate_series(1, {ROWS}) g;
@@ -52,6 +55,15 @@ PARTIAL = {
     "digoal_01.user_session": "digoal_02.user_session1",
 }
 CONDITION = "userid<1000"
+# The lake side: two branches on the second cluster, one feeding two lake leaves (Delta and
+# Iceberg) a keyed and a keyless table; the takeover fault moves the lake leaves between
+# the branches with `takeover --all` under load.
+KEYLESS = "digoal_01.user_login_log"
+BRANCH_TABLES = ("digoal_01.user_session", "digoal_01.user_login_rec", KEYLESS)
+LAKE_TABLES = ("digoal_01.user_session", KEYLESS)
+BRANCHES = ("branch_a", "branch_b")
+LAKES = {"lake_delta": "delta", "lake_iceberg": "iceberg"}
+TAKEOVER_ATTEMPTS = 5
 # The column the rename fault renames to and fro: the load never names it (its statements
 # run under either name), and every row holds a value in it.
 RENAMED = ("digoal_01.user_info", "engname", "engname1")
@@ -68,6 +80,14 @@ def sql(dsn: str, query: str | q.Composable, params: tuple | None = None) -> lis
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         cur = conn.execute(query, params)  # type: ignore[arg-type]
         return cur.fetchall() if cur.description else []
+
+
+def _as_lake_text(value: object) -> str:
+    """A PostgreSQL value as the text of its lake value: an inet is a string with its
+    prefix length there (``10.0.0.2/32``)."""
+    if isinstance(value, ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return ipaddress.ip_interface(value).with_prefixlen
+    return str(value)
 
 
 def process_running(pid: int) -> bool:
@@ -164,6 +184,9 @@ class Load(load.Load):
                 " values (%s, now(), '10.0.0.1')",
                 (uid,),
             )
+            conn.execute(
+                "insert into digoal_01.user_login_log values (%s, now(), '10.0.0.2')", (uid,)
+            )
             if uid % 13 == 0:
                 conn.execute(
                     "update digoal_01.user_info set mod_time = now(),"
@@ -199,7 +222,12 @@ class Scenario:
     capture_ddl: bool = False
     next_userid: int = 1_000_000  # rows the rename fault inserts, above the load's keys
 
+    # The lake side (see BRANCHES): node name = job name = database name on sub_cluster.
+    nodes: dict[str, str] = field(default_factory=dict)  # node -> dsn
+    lake_provider: str = BRANCHES[0]  # the branch the lake leaves read from now
+
     JOBS = ("src_digoal_01", "dst1_digoal_01", "dst2_digoal_02")
+    LAKE_JOBS = (*BRANCHES, *LAKES)
 
     # --- command line -----------------------------------------------------------------
     def cli(self, *args: str, check: bool = True) -> str:
@@ -280,9 +308,45 @@ class Scenario:
         for table, dest in PARTIAL.items():
             self.cli("dst2_digoal_02.ini", "add-table", table, f"--dest-table={dest}",
                      f"--copy-condition={CONDITION}", "--create")  # fmt: skip
+        self.setup_lakes(common)
+
+    def setup_lakes(self, common: str) -> None:
+        """Two branches under the root on the second cluster, the lake leaves (Delta and
+        Iceberg, each its own lake_path) under the first: the keyed user_session and the
+        keyless user_login_log in the lake."""
+        small = any(line.split("=")[0].strip() == SMALL_BATCHES for line in self.settings)
+        sql(self.src, f"alter table {KEYLESS} replica identity full")
+        self.cli("src_digoal_01.ini", "add-table", KEYLESS)
+        for name in self.LAKE_JOBS:
+            self.nodes[name] = self.sub_cluster.createdb(name)
+            # The branches take one tick per batch (when behind too): a lake leaf then stands
+            # on a tick the other branch holds as well, and can move under it.
+            own = f"{SMALL_BATCHES} = 1\n" if name in BRANCHES and not small else ""
+            if name in LAKES:
+                lake = self.workdir / name
+                lake.mkdir()
+                # Compacted every 20 commits: a commit a tick makes many small files, and
+                # the round's check reads the tables whole.
+                own = (f"lake_path = {lake}\nlake_format = {LAKES[name]}\n"
+                       "lake_compact_interval = 20\n")  # fmt: skip
+            (self.workdir / f"{name}.ini").write_text(
+                f"[londiste3]\njob_name = {name}\ndb = {self.nodes[name]}\n{common}{own}"
+            )
+        for branch in BRANCHES:
+            sql(self.nodes[branch], SCHEMA)
+            self.cli(f"{branch}.ini", "create-branch", branch, self.nodes[branch],
+                     f"--provider={self.src}")  # fmt: skip
+            self.start(branch)
+            self.cli(f"{branch}.ini", "add-table", *BRANCH_TABLES)
+        for leaf in LAKES:
+            sql(self.nodes[leaf], "create schema digoal_01")
+            self.cli(f"{leaf}.ini", "create-leaf", leaf, self.nodes[leaf],
+                     f"--provider={self.nodes[self.lake_provider]}")  # fmt: skip
+            self.start(leaf)
+            self.cli(f"{leaf}.ini", "add-table", *LAKE_TABLES, "--handler=lake", "--create")
 
     def shutdown(self) -> None:
-        for job in (*reversed(self.JOBS), "pgqd"):
+        for job in (*reversed(self.LAKE_JOBS), *reversed(self.JOBS), "pgqd"):
             pid = self.pid(job)
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
@@ -305,7 +369,46 @@ class Scenario:
         for table, dest in PARTIAL.items():
             if self._digest(self.src, table, CONDITION) != self._digest(self.dst2, dest):
                 bad.append(f"dst2 {dest}")
+        return bad + self.lake_differences()
+
+    def lake_differences(self) -> list[str]:
+        """The branches' and lake leaves' tables that differ from the root's right now."""
+        bad = []
+        for branch in BRANCHES:
+            for table in BRANCH_TABLES:
+                if self._digest(self.src, table) != self._digest(self.nodes[branch], table):
+                    bad.append(f"{branch} {table}")
+        for lake in LAKES:
+            for table in LAKE_TABLES:
+                if self._rows(self.src, table) != self._lake_rows(lake, table):
+                    bad.append(f"{lake} {table}")
         return bad
+
+    @staticmethod
+    def _rows(dsn: str, table: str) -> list[tuple[str, ...]]:
+        """The rows of ``table`` as text, sorted: a multiset the lake's can equal."""
+        rows = sql(dsn, f"select * from {table}")
+        return sorted(tuple(_as_lake_text(v) for v in row) for row in rows)
+
+    def _lake_rows(self, lake: str, table: str) -> list[tuple[str, ...]]:
+        from pgferry.lake import delta, iceberg
+
+        schema, name = table.split(".")
+        root = self.workdir / lake
+        if LAKES[lake] == "delta":
+            found = delta.rows_at(str(root / schema / name))
+        else:
+            found = iceberg.catalog(str(root)).load_table((schema, name)).scan().to_arrow()
+        return sorted(tuple(str(v) for v in row.values()) for row in found.to_pylist())
+
+    def lake_compare(self) -> None:
+        """``pgferry compare`` on each lake leaf (lake against its branch at one tick), as
+        the check of a round that ended equal; a difference is a failure."""
+        for lake in LAKES:
+            proc = run_pgferry(f"{lake}.ini", "compare", timeout=300, cwd=self.workdir)
+            if proc.returncode != 0:
+                last = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+                self.failures.append(f"compare on {lake} exit {proc.returncode}: {last}")
 
     def wait_equal(self, timeout: float = 240) -> None:
         wait_until(lambda: not self.differences(), timeout, "every table equal to its source")
@@ -319,7 +422,7 @@ class Scenario:
                     " from ferry.table_info where local",
                 )[0]  # fmt: skip
                 in ((3, 3), (2, 2))
-                for dsn in (self.dst1, self.dst2)
+                for dsn in (self.dst1, self.dst2, *self.nodes.values())
             )
 
         wait_until(ok, timeout, "every table ok")
@@ -448,6 +551,37 @@ class Scenario:
             self.start(job)
         return f"{renames} renames of {table}.{first} with both leaves behind"
 
+    def fault_takeover_lake(self, rng: random.Random) -> str:
+        """The branch the lake leaves do not read from takes the other's place with
+        ``takeover OLD --all`` under load: the lake leaves (a keyless table among theirs)
+        and the old branch move under it.  Which branch reads from which alternates."""
+        old = self.lake_provider
+        new = next(b for b in BRANCHES if b != old)
+        time.sleep(rng.uniform(0.0, 1.0))
+        # Refused, nothing changed, when a lake leaf stands on a tick the new branch never
+        # held (docs/nodes.md): run again, as the operator would.
+        refused, out = 0, ""
+        for _attempt in range(TAKEOVER_ATTEMPTS):
+            proc = run_pgferry(f"{new}.ini", "takeover", old, "--all", "--timeout=120",
+                               timeout=300, cwd=self.workdir)  # fmt: skip
+            out = (proc.stdout + proc.stderr).strip()
+            if proc.returncode == 0 or "nothing changed" not in out:
+                break
+            refused += 1
+            time.sleep(rng.uniform(0.2, 1.0))
+        where = [self._provider(lake) for lake in LAKES]
+        if where == [new] * len(LAKES) and self._provider(old) == new:
+            self.lake_provider = new
+        elif refused == TAKEOVER_ATTEMPTS:
+            self.failures.append(f"takeover of {old} by {new} refused {refused} times: {out}")
+        else:
+            self.failures.append(f"takeover of {old} by {new}: lake leaves under {where}: {out}")
+        return f"{new} takes over {old} --all ({refused} refused first), lake leaves under {where}"
+
+    def _provider(self, node: str) -> str | None:
+        found = sql(self.nodes[node], "select provider_node from ferry_node.local_state")
+        return found[0][0] if found else None
+
     FAULTS = (
         "fault_kill_worker",
         "fault_restart_subscriber",
@@ -457,6 +591,7 @@ class Scenario:
         "fault_resync",
         "fault_kill_seen_by_status",
         "fault_rename_under_load",
+        "fault_takeover_lake",
     )
 
     def inject(self, name: str, rng: random.Random) -> str:
