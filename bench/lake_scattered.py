@@ -12,8 +12,8 @@ Figures per leaf: the lag when the writer stops (seconds until the leaf holds th
 tick made then), the lake's commits and bytes added during the run (every file in the
 table's folder, nothing vacuumed) per changed row, beside the stored row size (the lake
 table's bytes after the load / ROWS); Delta's MERGE times from its log
-(``executionTimeMs``); and whether each lake table holds the same rows as the PostgreSQL
-leaf at the end.
+(``execution_time_ms``), the files they rewrote and the rows copied unchanged into new
+files; and whether each lake table holds the same rows as the PostgreSQL leaf at the end.
 
     .venv/bin/python -m bench.lake_scattered --rows 2000000 --rate 1000 --seconds 60
 """
@@ -36,8 +36,8 @@ from pgferry.db import connect
 from pgferry.testing.cascade import Cascade
 from pgferry.testing.cluster import make_cluster
 
-DDL = "create table t (id bigint primary key, i int, n numeric(12,2), s text)"
-FILL = ("insert into t select g, g %% 1000, g / 7.0, md5(g::text) || lpad(g::text, 8, '0')"
+DDL = "create table public.t (id bigint primary key, i int, n numeric(12,2), s text)"
+FILL = ("insert into public.t select g, g %% 1000, g / 7.0, md5(g::text) || lpad(g::text, 8, '0')"
         " from generate_series(1, %s) g")  # fmt: skip
 LAKES = ("delta", "iceberg")
 
@@ -60,10 +60,10 @@ def _writer(dsn: str, rows: int, rate: float, stop: threading.Event, done: dict)
             ins = list(range(next_id, next_id + per * 5 // 100))
             next_id += len(ins)
             with conn.transaction():
-                conn.execute("update t set i = i + 1, n = n + 0.01, s = md5(s) || '-updated'"
+                conn.execute("update public.t set i = i + 1, n = n + 0.01, s = md5(s) || '-updated'"
                              " where id = any(%s)", (ups,))  # fmt: skip
-                conn.execute("delete from t where id = any(%s)", (dels,))
-                conn.execute("insert into t select g, 1, 0.5, md5(g::text) || '+inserted'"
+                conn.execute("delete from public.t where id = any(%s)", (dels,))
+                conn.execute("insert into public.t select g, 1, 0.5, md5(g::text) || '+inserted'"
                              " from unnest(%s::bigint[]) g", (ins,))  # fmt: skip
             done["changes"] = done.get("changes", 0) + len(ups) + len(dels) + len(ins)
             time.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
@@ -76,7 +76,7 @@ def _rows(name: str, cascade: Cascade, lakes: dict[str, Path]):
     from pgferry.lake.spec import LakeSpec
 
     if name == "pg":
-        found = cascade.sql("pg", "select id, i, n, s from t")
+        found = cascade.sql("pg", "select id, i, n, s from public.t")
         return sorted(found)
     spec = LakeSpec(name, str(lakes[name]), "public", "t", "")
     table: pa.Table = formats.module(name).read(spec)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         cascade.node("pg", cascade.dsns["pg"], "leaf", "root")
         cascade.sql("root", DDL)
         cascade.sql("root", FILL, (args.rows,))
-        cascade.sql("root", "vacuum analyze t")
+        cascade.sql("root", "vacuum analyze public.t")
         cascade.add("root", "public.t")
         for name in names:
             cascade.add(name, "public.t", handler="lake", create=True)
@@ -153,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
 
             history = DeltaTable(str(lakes["delta"] / "public" / "t")).history()
             merges = [h for h in history if h.get("operation") == "MERGE"]
-            times = [h["operationMetrics"].get("executionTimeMs", 0) for h in merges]
+            times = [h["operationMetrics"].get("execution_time_ms", 0) for h in merges]
+            per["delta"]["files_rewritten"] = sum(
+                h["operationMetrics"].get("num_target_files_removed", 0) for h in merges
+            )
+            per["delta"]["rows_copied"] = sum(
+                h["operationMetrics"].get("num_target_rows_copied", 0) for h in merges
+            )
             per["delta"]["commits"] = len(merges)
             if times:
                 per["delta"]["merge_ms_median"] = statistics.median(times)
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         pg_rows = _rows("pg", cascade, lakes)
         doc["equal_to_pg_leaf"] = {n: _rows(n, cascade, lakes) == pg_rows for n in names}
         doc["root_equal_pg_leaf"] = (
-            sorted(cascade.sql("root", "select id, i, n, s from t")) == pg_rows
+            sorted(cascade.sql("root", "select id, i, n, s from public.t")) == pg_rows
         )
         cascade.close()
     finally:
