@@ -64,6 +64,12 @@ def test_read_newest_and_at_tick(lake_pair, lake_dir, spark, fmt) -> None:
     assert sorted_rows(odd.collect()) == sorted_rows(
         pair.root("select id from t where n > 400 or v = 'new'")
     )
+    # Another query of the same DataFrame after one whose filters the source took.
+    fresh = now.where("id <= 3").select("id")
+    assert sorted_rows(fresh.collect()) == [(1,), (2,), (3,)]
+    narrow = spark.read.format("pgferry-lake").option("columns", "id,Mixed Col").load(path)
+    assert narrow.columns == ["id", "Mixed Col"]
+    assert narrow.count() == now.count()
     nulls = now.where('"Mixed Col" is null'.replace('"', "`")).select("id")
     assert [tuple(r) for r in nulls.collect()] == [(5000,)]
 

@@ -223,13 +223,16 @@ class LakeReader(DataSourceReader):
         self.pushed: list[tuple[str, str, Any]] = []
         self.nulls: list[tuple[str, bool]] = []  # (column, must be null)
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        # Spark may hand this reader again, already given the filters of an earlier query
+        # of the same DataFrame: each call starts afresh.
+        self.pushed, self.nulls = [], []
         kinds = {f.name: str(f.type) for f in self.arrow}
+        left = []
         for given in filters:
-            if len(given.attribute) != 1 or not str(kinds.get(given.attribute[0], "")).startswith(
-                _PUSHABLE_KINDS
-            ):
-                yield given  # a nested field, a timestamp, a decimal...: Spark evaluates it
+            kind = kinds.get(given.attribute[0], "") if len(given.attribute) == 1 else ""
+            if not kind.startswith(_PUSHABLE_KINDS):
+                left.append(given)  # a nested field, a timestamp, a decimal...: Spark's
                 continue
             column = given.attribute[0]
             if isinstance(given, (IsNull, IsNotNull)):
@@ -237,7 +240,8 @@ class LakeReader(DataSourceReader):
             elif type(given) in _OPS and _plain(given.value):
                 self.pushed.append((column, _OPS[type(given)], given.value))
             else:
-                yield given
+                left.append(given)
+        return left
 
     def partitions(self) -> list[InputPartition]:
         files = self.table.files(self.tick, self.pushed)
