@@ -11,40 +11,26 @@ through delta-rs's log, an Iceberg table through pgferry's SQL catalog of that l
 (``DIR/pgferry_catalog.db``); no jar is needed.  ``tick`` picks the newest version whose
 commit carries ``pgferry.tick`` at most that tick (as ``compare`` reads the lake).
 
-On the driver the reader lists the version's Parquet files, dropping those whose column
-statistics exclude the query's filters (Delta: the add actions' min/max, Iceberg: the
-manifests'), and makes one input partition per file; the executors read their file with
-pyarrow, with the filters applied, and hand Arrow batches to Spark.  Spark (4.3) tells a
-Python data source no required columns: the ``columns`` option names the ones to read
-(default: all).  Filters on integer, floating, boolean, string and date columns are
-taken by the source (``spark.sql.python.filterPushdown.enabled``, which ``register``
-turns on); the others Spark evaluates after the scan.  Both formats as pgferry writes
-them keep a version's rows in plain Parquet files (no deletion vectors, no delete files):
-a table with delete files is refused in one line.
+On the driver the reader lists the version's Parquet files and makes one input partition
+per file; the executors read their file with pyarrow and hand Arrow batches to Spark.
+Spark (4.3) tells a Python data source no required columns: the ``columns`` option names
+the ones to read (default: all).  The source takes no filters: Spark evaluates them after
+the scan.  Spark 4.3 hands a later query of the same DataFrame, whose filters it cannot
+push, the reader an earlier query gave its filters to, so a source that kept them would
+return that query's rows (seen here: ``now.where("id > 10050")`` and then
+``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  Both formats as
+pgferry writes them keep a version's rows in plain Parquet files (no deletion vectors, no
+delete files): a table with delete files is refused in one line.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pgferry.lake.spec import LakeError
 
@@ -53,27 +39,13 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 NAME = "pgferry-lake"
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-# Filters on these Arrow types are compared by pyarrow as Spark compares them.
-_PUSHABLE_KINDS = ("int", "uint", "float", "double", "bool", "string", "large_string", "date32")
-_OPS = {
-    EqualTo: "=",
-    GreaterThan: ">",
-    GreaterThanOrEqual: ">=",
-    LessThan: "<",
-    LessThanOrEqual: "<=",
-    In: "in",
-}
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("pgferry-lake")`` known to ``spark`` and turn on the Python data
-    sources' filter pushdown (off by default in Spark; a source that takes filters is
-    refused without it).  The workers run the interpreter chosen as for the change feed
-    (:func:`pgferry.stream.worker_python`)."""
+    """Make ``format("pgferry-lake")`` known to ``spark``.  The workers run the interpreter
+    chosen as for the change feed (:func:`pgferry.stream.worker_python`)."""
     from pgferry.stream import register_source
 
-    spark.conf.set(PUSHDOWN_CONF, "true")
     register_source(spark, LakeSource)
 
 
@@ -220,31 +192,9 @@ class LakeReader(DataSourceReader):
         self.tick = tick
         self.columns = [field.name for field in schema.fields]
         self.arrow = table.arrow_schema(tick)
-        self.pushed: list[tuple[str, str, Any]] = []
-        self.nulls: list[tuple[str, bool]] = []  # (column, must be null)
-
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        # Spark may hand this reader again, already given the filters of an earlier query
-        # of the same DataFrame: each call starts afresh.
-        self.pushed, self.nulls = [], []
-        kinds = {f.name: str(f.type) for f in self.arrow}
-        left = []
-        for given in filters:
-            kind = kinds.get(given.attribute[0], "") if len(given.attribute) == 1 else ""
-            if not kind.startswith(_PUSHABLE_KINDS):
-                left.append(given)  # a nested field, a timestamp, a decimal...: Spark's
-                continue
-            column = given.attribute[0]
-            if isinstance(given, (IsNull, IsNotNull)):
-                self.nulls.append((column, isinstance(given, IsNull)))
-            elif type(given) in _OPS and _plain(given.value):
-                self.pushed.append((column, _OPS[type(given)], given.value))
-            else:
-                left.append(given)
-        return left
 
     def partitions(self) -> list[InputPartition]:
-        files = self.table.files(self.tick, self.pushed)
+        files = self.table.files(self.tick, [])
         return [InputPartition(path) for path in files]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -254,34 +204,7 @@ class LakeReader(DataSourceReader):
         schema = pa.schema([self.arrow.field(name) for name in self.columns])
         # The table's schema: columns added after a file was written read as NULL.
         data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
-        scanner = data.scanner(columns=self.columns, filter=_row_filter(self.pushed, self.nulls))
+        scanner = data.scanner(columns=self.columns)
         for batch in scanner.to_batches():
             if batch.num_rows:
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-
-
-def _plain(value: Any) -> bool:
-    values = value if isinstance(value, (tuple, list)) else (value,)
-    return all(
-        v is not None and isinstance(v, (int, float, str, bool, dt.date))
-        and not isinstance(v, dt.datetime)
-        for v in values
-    )  # fmt: skip
-
-
-def _row_filter(pushed: Sequence[tuple[str, str, Any]], nulls: Sequence[tuple[str, bool]]):
-    import operator
-
-    import pyarrow.dataset as ds
-
-    compare = {"=": operator.eq, ">": operator.gt, ">=": operator.ge, "<": operator.lt,
-               "<=": operator.le}  # fmt: skip
-    made = None
-    for column, op, value in pushed:
-        field = ds.field(column)
-        term = field.isin(list(value)) if op == "in" else compare[op](field, value)
-        made = term if made is None else made & term
-    for column, is_null in nulls:
-        term = ds.field(column).is_null() if is_null else ds.field(column).is_valid()
-        made = term if made is None else made & term
-    return made
