@@ -167,6 +167,7 @@ class LakeSource(DataSource):
         return _Table.at(path)
 
     def schema(self) -> StructType:
+        import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = self._table().arrow_schema(_tick(self.options))
@@ -177,7 +178,7 @@ class LakeSource(DataSource):
             missing = [name for name in names if name not in schema.names]
             if missing:
                 raise LakeError(f"{NAME}: no column {missing[0]!r} in {self._table().path}")
-            schema = schema.__class__([schema.field(name) for name in names])
+            schema = pa.schema([schema.field(name) for name in names])
         return from_arrow_schema(schema)
 
     def reader(self, schema: StructType) -> LakeReader:
