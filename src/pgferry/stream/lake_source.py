@@ -192,6 +192,7 @@ class LakeReader(DataSourceReader):
         self.table = table
         self.tick = tick
         self.columns = [field.name for field in schema.fields]
+        self.spark_schema = schema
         self.arrow = table.arrow_schema(tick)
 
     def partitions(self) -> list[InputPartition]:
@@ -202,10 +203,13 @@ class LakeReader(DataSourceReader):
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        schema = pa.schema([self.arrow.field(name) for name in self.columns])
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        # What Spark expects: pyiceberg's large strings and field ids cast away.
+        schema = to_arrow_schema(self.spark_schema)
         # The table's schema: columns added after a file was written read as NULL.
         data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
         scanner = data.scanner(columns=self.columns)
         for batch in scanner.to_batches():
             if batch.num_rows:
-                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
