@@ -202,7 +202,6 @@ class LakeReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.dataset as ds
-
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # What Spark expects: pyiceberg's large strings and field ids cast away.
