@@ -14,6 +14,9 @@ Rows: ``tick_id``, ``ev_id``, ``table``, ``op`` (I, U, D, T, S), ``data``, ``key
 ``committed_at``, ``ev_time``, ``old_data`` (``docs/changefeed.md``).  The source is
 :mod:`pgferry.stream.source`; its PostgreSQL side, free of PySpark, is
 :mod:`pgferry.stream.feed` over :mod:`pgferry.queue.ranges`.
+
+A lake leaf's tables are read by ``spark.read.format("pgferry-lake")``, the batch source of
+:mod:`pgferry.stream.lake_source` (``docs/lakehouse.md``).
 """
 
 from __future__ import annotations
@@ -40,23 +43,29 @@ def register(spark: SparkSession) -> None:
     :func:`worker_python` for the one chosen instead."""
     from pgferry.stream.source import PgferrySource
 
+    register_source(spark, PgferrySource)
+
+
+def register_source(spark: SparkSession, source: type) -> None:
+    """Register the Python data source ``source`` with ``spark``, its workers running the
+    interpreter :func:`worker_python` chooses (the change feed's, the lake reader's)."""
     context = getattr(spark, "_sc", None)  # None on Spark Connect: the server decides
     if context is None or not hasattr(context, "pythonExec"):
-        spark.dataSource.register(PgferrySource)
+        spark.dataSource.register(source)
         return
     conf = context.getConf()
     chosen = worker_python(
         dict(os.environ), conf.get("spark.pyspark.python"), context.master, context.pythonExec
     )
     if chosen is None:
-        spark.dataSource.register(PgferrySource)
+        spark.dataSource.register(source)
         return
     # The source's function carries the interpreter it was registered with; the session's
     # other Python functions keep theirs.
     before = context.pythonExec
     context.pythonExec = chosen
     try:
-        spark.dataSource.register(PgferrySource)
+        spark.dataSource.register(source)
     finally:
         context.pythonExec = before
 

@@ -1,0 +1,214 @@
+"""A lake leaf's tables read by ``spark.read``: the ``pgferry-lake`` Python data source.
+
+``pgferry.stream.lake_source.register(spark)`` once per session, then::
+
+    spark.read.format("pgferry-lake").load("/lake/public/orders")     # newest version
+    spark.read.format("pgferry-lake").option("tick", 4711).load(path)  # as of a tick
+    spark.read.format("pgferry-lake").option("columns", "id,amount").load(path)
+
+The path is a lake table pgferry writes (``DIR/<schema>/<table>``): a Delta table read
+through delta-rs's log, an Iceberg table through pgferry's SQL catalog of that lake
+(``DIR/pgferry_catalog.db``); no jar is needed.  ``tick`` picks the newest version whose
+commit carries ``pgferry.tick`` at most that tick (as ``compare`` reads the lake).
+
+On the driver the reader lists the version's Parquet files and makes one input partition
+per file; the executors read their file with pyarrow and hand Arrow batches to Spark.
+Spark (4.3) tells a Python data source no required columns: the ``columns`` option names
+the ones to read (default: all).  The source takes no filters: Spark evaluates them after
+the scan.  Spark 4.3 hands a later query of the same DataFrame, whose filters it cannot
+push, the reader an earlier query gave its filters to, so a source that kept them would
+return that query's rows (seen here: ``now.where("id > 10050")`` and then
+``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  Both formats as
+pgferry writes them keep a version's rows in plain Parquet files (no deletion vectors, no
+delete files): a table with delete files is refused in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from pgferry.lake.spec import LakeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+NAME = "pgferry-lake"
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("pgferry-lake")`` known to ``spark``.  The workers run the interpreter
+    chosen as for the change feed (:func:`pgferry.stream.worker_python`)."""
+    from pgferry.stream import register_source
+
+    register_source(spark, LakeSource)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Which lake table a path is and the files of its version of a tick."""
+
+    path: str
+    format: str  # delta or iceberg
+
+    @classmethod
+    def at(cls, path: str) -> _Table:
+        path = os.path.abspath(path.removeprefix("file://"))
+        if os.path.isdir(os.path.join(path, "_delta_log")):
+            return cls(path, "delta")
+        if os.path.isdir(os.path.join(path, "metadata")):
+            return cls(path, "iceberg")
+        raise LakeError(f"{NAME}: no Delta or Iceberg table at {path}")
+
+    def _delta(self, tick: int | None):
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.path)
+        if tick is not None:
+            for entry in table.history():  # newest first
+                at = entry.get("pgferry.tick")
+                if at is None or int(at) <= tick:
+                    if int(entry["version"]) != table.version():
+                        table.load_as_version(int(entry["version"]))
+                    break
+            else:
+                raise LakeError(f"{NAME}: {self.path} holds no version of tick {tick} or before")
+        return table
+
+    def _iceberg(self, tick: int | None):
+        from pgferry.lake import iceberg
+
+        root = os.path.dirname(os.path.dirname(self.path))
+        ident = (os.path.basename(os.path.dirname(self.path)), os.path.basename(self.path))
+        table = iceberg.catalog(root).load_table(ident)
+        snapshot = table.current_snapshot()
+        if tick is not None:
+            snapshot = next(
+                (s for s in iceberg._ancestry(table)
+                 if s.summary is None or int(s.summary.additional_properties.get(
+                     iceberg.TICK, tick)) <= tick),
+                None,
+            )  # fmt: skip
+            if snapshot is None:
+                raise LakeError(f"{NAME}: {self.path} holds no version of tick {tick} or before")
+        return table, snapshot
+
+    def arrow_schema(self, tick: int | None):
+        import pyarrow as pa
+
+        if self.format == "delta":
+            return pa.schema(self._delta(tick).schema().to_arrow())
+        table, snapshot = self._iceberg(tick)
+        schema = table.schemas().get(snapshot.schema_id) if snapshot is not None else None
+        return (schema or table.schema()).as_arrow()
+
+    def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[str]:
+        """The version's data files whose statistics do not exclude ``filters``."""
+        if self.format == "delta":
+            table = self._delta(tick)
+            uris = table.file_uris(file_pruning_predicate=list(filters) or None)
+            return [uri.removeprefix("file://") for uri in uris]
+        table, snapshot = self._iceberg(tick)
+        if snapshot is None:
+            return []
+        scan = table.scan(row_filter=_iceberg_filter(filters), snapshot_id=snapshot.snapshot_id)
+        found = []
+        for task in scan.plan_files():
+            if task.delete_files:
+                raise LakeError(
+                    f"{NAME}: {self.path} has delete files, which this source does not read"
+                )
+            found.append(task.file.file_path.removeprefix("file://"))
+        return found
+
+
+def _iceberg_filter(filters: Sequence[tuple[str, str, Any]]):
+    from pyiceberg import expressions as ex
+
+    made = {
+        "=": ex.EqualTo, ">": ex.GreaterThan, ">=": ex.GreaterThanOrEqual,
+        "<": ex.LessThan, "<=": ex.LessThanOrEqual,
+    }  # fmt: skip
+    terms = [
+        ex.In(name, set(value)) if op == "in" else made[op](name, value)
+        for name, op, value in filters
+    ]
+    if not terms:
+        return ex.AlwaysTrue()
+    return terms[0] if len(terms) == 1 else ex.And(*terms)
+
+
+def _tick(options) -> int | None:
+    given = options.get("tick")
+    if given is None:
+        return None
+    try:
+        return int(given)
+    except ValueError:
+        raise LakeError(f"{NAME}: option tick must be a tick number, not {given!r}") from None
+
+
+class LakeSource(DataSource):
+    """``spark.read.format("pgferry-lake").load(PATH)``, options ``tick``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _table(self) -> _Table:
+        path = self.options.get("path")
+        if not path:
+            raise LakeError(f"{NAME}: give the lake table's path: .load(PATH)")
+        return _Table.at(path)
+
+    def schema(self) -> StructType:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = self._table().arrow_schema(_tick(self.options))
+        wanted = self.options.get("columns")
+        if wanted:
+            # Spark tells a Python data source no required columns: this option does.
+            names = [name.strip() for name in wanted.split(",") if name.strip()]
+            missing = [name for name in names if name not in schema.names]
+            if missing:
+                raise LakeError(f"{NAME}: no column {missing[0]!r} in {self._table().path}")
+            schema = pa.schema([schema.field(name) for name in names])
+        return from_arrow_schema(schema)
+
+    def reader(self, schema: StructType) -> LakeReader:
+        return LakeReader(self._table(), _tick(self.options), schema)
+
+
+class LakeReader(DataSourceReader):
+    """Plans one partition per data file of the version; reads each with pyarrow."""
+
+    def __init__(self, table: _Table, tick: int | None, schema: StructType) -> None:
+        self.table = table
+        self.tick = tick
+        self.columns = [field.name for field in schema.fields]
+        self.spark_schema = schema
+        self.arrow = table.arrow_schema(tick)
+
+    def partitions(self) -> list[InputPartition]:
+        files = self.table.files(self.tick, [])
+        return [InputPartition(path) for path in files]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        # What Spark expects: pyiceberg's large strings and field ids cast away.
+        schema = to_arrow_schema(self.spark_schema)
+        # The table's schema: columns added after a file was written read as NULL.
+        data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
+        scanner = data.scanner(columns=self.columns)
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
