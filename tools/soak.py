@@ -58,7 +58,7 @@ def main() -> int:
     sub = make_cluster("soak-sub")
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-soak-"))
     lines = [s.replace("=", " = ", 1) for s in args.setting]
-    ha_root = "fault_provider_failover" in faults
+    ha_root = any(fault in Scenario.HA_FAULTS for fault in faults)
     scenario = Scenario(root, sub, workdir, settings=lines, ha_root=ha_root)
     equal_rounds = 0
     kinds: Counter[str] = Counter()
