@@ -7,12 +7,16 @@ one random fault (worker SIGKILL, subscriber or provider server stopped -m fast/
 ticker stopped, a backlog, a resync killed mid-copy, a worker SIGKILLed that `status` must
 call down with exit 1, a column renamed and back under capture-ddl while both leaves are
 stopped behind, a branch taking over the branch the Delta and Iceberg leaves read from with
-``takeover --all``), load off, wait until every replicated table equals its source (the lake
+``takeover --all``, the provider failing over to an asynchronous standby that lacks its last
+commits), load off, wait until every replicated table equals its source (the lake
 leaves' tables read directly; after a takeover ``pgferry compare`` on each lake leaf too,
-whose difference is a failure).  Prints how
-many faults of each kind were injected and how many rounds ended equal; exits non-zero if
-any round did not, or if a fault found something else wrong (status blind to a dead worker).
-``--fault NAME`` (repeatable) draws from those faults only.
+whose difference is a failure).  Prints how many faults of each kind were injected and how
+many rounds ended equal; exits non-zero if any round did not, or if a fault found something
+else wrong (status blind to a dead worker, a row the failover lost that a leaf did not
+list).  ``--fault NAME`` (repeatable) draws from those faults only; when provider_failover
+is among them the root's cluster runs with a streaming standby (a third cluster) and the
+daemons reach it through a connect string naming both servers with
+target_session_attrs=read-write.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ def main() -> int:
     sub = make_cluster("soak-sub")
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-soak-"))
     lines = [s.replace("=", " = ", 1) for s in args.setting]
-    scenario = Scenario(root, sub, workdir, settings=lines)
+    ha_root = any(fault in Scenario.HA_FAULTS for fault in faults)
+    scenario = Scenario(root, sub, workdir, settings=lines, ha_root=ha_root)
     equal_rounds = 0
     kinds: Counter[str] = Counter()
     print(f"seed {args.seed}, work dir {workdir}", flush=True)
@@ -83,6 +88,9 @@ def main() -> int:
                 verdict = "equal"
             except AssertionError:
                 verdict = "DIFFERENT: " + ", ".join(scenario.differences())
+            lost = scenario.check_failover()
+            if lost:
+                verdict += f" ({lost})"
             if len(scenario.failures) > failures:
                 verdict += "; FAILED: " + "; ".join(scenario.failures[failures:])
             print(
@@ -94,9 +102,16 @@ def main() -> int:
         scenario.shutdown()
         if not args.keep:
             sub.destroy()
-            root.destroy()
+            scenario.root_cluster.destroy()  # after failovers, the root's current primary
+            if scenario.root_standby is not None:
+                scenario.root_standby.destroy()
     print(f"faults injected: {sum(kinds.values())} ({dict(kinds)})")
     print(f"rounds ended equal: {equal_rounds} of {args.rounds}")
+    if ha_root:
+        print(
+            f"provider failovers: {scenario.failovers}; rows the leaves held and the new"
+            f" primary lacked: {scenario.rows_lost}, rows listed lost: {scenario.rows_listed}"
+        )
     print(f"other failures: {len(scenario.failures)}")
     return 0 if equal_rounds == args.rounds and not scenario.failures else 1
 

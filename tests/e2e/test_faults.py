@@ -6,7 +6,9 @@ SIGKILLed that ``status`` must call down with exit 1, a column renamed and back 
 capture-ddl while both leaves are stopped behind, a branch taking over the branch that
 feeds the Delta and Iceberg lake leaves with ``takeover --all``), stops the load and waits
 until every replicated table — the full leaf, the partial renamed leaf, the branches and
-the lake tables — equals the source.
+the lake tables — equals the source.  The provider failing over to an asynchronous
+standby that lacks its last commits runs on a root of its own (a primary and its
+standby), its rounds checking the rows listed lost.
 ``tools/soak.py`` runs the same rounds for as long as you like.
 """
 
@@ -31,6 +33,9 @@ def clusters() -> Iterator[tuple[LocalCluster, LocalCluster]]:
     root.destroy()
 
 
+ONE_SERVER_FAULTS = [f for f in Scenario.FAULTS if f not in Scenario.HA_FAULTS]
+
+
 def _positions(scenario: Scenario) -> list[int]:
     query = "select last_tick_id from ferry_node.local_state"
     return [sql(dsn, query)[0][0] or 0 for dsn in (scenario.dst1, scenario.dst2)]
@@ -45,7 +50,7 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
         scenario.setup()
         scenario.wait_synced()
         scenario.wait_equal()
-        for fault in Scenario.FAULTS:
+        for fault in ONE_SERVER_FAULTS:
             with Load(scenario.src) as load:
                 # Each fault meets both leaves replaying the load, which goes on after it.
                 start = _positions(scenario)
@@ -67,7 +72,45 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
                 "dst1_digoal_01.ini" if dsn == scenario.dst1 else "dst2_digoal_02.ini", "status"
             )
             assert "ERR:" not in errors
-        assert len(scenario.faults) == len(Scenario.FAULTS)
+        assert len(scenario.faults) == len(ONE_SERVER_FAULTS)
         assert scenario.failures == []
     finally:
         scenario.shutdown()
+
+
+@pytest.mark.slow
+def test_provider_failover_under_load(tmp_path: Path) -> None:
+    """Two failovers of the root to its asynchronous standby cut off under load: both
+    leaves end equal to the new primary, and every row they held that it lacked is listed
+    in their ferry_node.lost_after_failover."""
+    root = make_cluster("failover-root")
+    sub = make_cluster("failover-sub")
+    scenario = Scenario(root, sub, tmp_path, ha_root=True)
+    rng = random.Random(20261129)
+    try:
+        scenario.setup()
+        scenario.wait_synced()
+        scenario.wait_equal()
+        for _ in range(2):
+            with Load(scenario.src) as load:
+                wait_until(lambda: load.transactions >= 100, 60, "the load")
+                scenario.inject("fault_provider_failover", rng)
+                done = load.transactions
+                wait_until(lambda d=done: load.transactions >= d + 150, 60, "the load after it")
+            scenario.wait_synced()
+            scenario.wait_equal()
+            assert scenario.check_failover()
+        assert scenario.failovers == 2
+        assert scenario.rows_lost > 0  # the leaves applied ticks the standby never had
+        assert scenario.rows_listed >= scenario.rows_lost
+        assert scenario.failures == []
+        # The old primary was copied again each time: the side still has its standby.
+        assert scenario.root_standby is not None
+        standby = scenario.root_standby.cluster
+        assert sql(standby.connstr("postgres"), "select pg_is_in_recovery()") == [(True,)]
+    finally:
+        scenario.shutdown()
+        sub.destroy()
+        scenario.root_cluster.destroy()
+        if scenario.root_standby is not None:
+            scenario.root_standby.destroy()

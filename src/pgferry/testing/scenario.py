@@ -6,10 +6,14 @@ branches there too, the first feeding a Delta and an Iceberg lake leaf (a keyed 
 keyless table), the ticker and the workers as ``-d`` daemons through the real command line,
 a writer thread that survives server restarts, and faults that a DBA meets in practice.
 After each fault the caller waits until every replicated table equals its source again.
+With ``ha_root`` the root's cluster runs with an asynchronous streaming standby and every
+daemon reaches the root through a connect string naming both servers, so that the
+provider can fail over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -19,10 +23,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import psycopg
+from psycopg import conninfo
 from psycopg import sql as q
 
 from pgferry import polling
@@ -32,6 +38,7 @@ from pgferry.node import worker_health
 from pgferry.testing import load
 from pgferry.testing.cluster import LocalCluster
 from pgferry.testing.commands import run_pgferry
+from pgferry.testing.standby import Standby, both_hosts, make_standby, rebuild_as_standby
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,8 @@ LAKE_TABLES = ("digoal_01.user_session", KEYLESS)
 BRANCHES = ("branch_a", "branch_b")
 LAKES = {"lake_delta": "delta", "lake_iceberg": "iceberg"}
 TAKEOVER_ATTEMPTS = 5
+KEYS = {"digoal_01.user_info": "userid", "digoal_01.user_session": "userid",
+        "digoal_01.user_login_rec": "id"}  # fmt: skip
 # The column the rename fault renames to and fro: the load never names it (its statements
 # run under either name), and every row holds a value in it.
 RENAMED = ("digoal_01.user_info", "engname", "engname1")
@@ -221,6 +230,17 @@ class Scenario:
     failures: list[str] = field(default_factory=list)
     capture_ddl: bool = False
     next_userid: int = 1_000_000  # rows the rename fault inserts, above the load's keys
+    # The root's cluster is a primary with an asynchronous streaming standby (the provider
+    # failover fault); root_cluster is always the side's current primary.
+    ha_root: bool = False
+    dbname: str = "digoal_01"
+    root_standby: Standby | None = None
+    failovers: int = 0
+    rows_lost: int = 0  # rows the leaves held that the promoted standby lacked, all failovers
+    rows_listed: int = 0  # rows the leaves saved in ferry_node.lost_after_failover
+    # After a failover, until the round ends: the rows lost (leaf, table, key) and the last
+    # lost_after_failover id of each leaf before it.
+    failover_pending: tuple[set[tuple[str, str, str]], dict[str, int]] | None = None
 
     # The lake side (see BRANCHES): node name = job name = database name on sub_cluster.
     nodes: dict[str, str] = field(default_factory=dict)  # node -> dsn
@@ -270,7 +290,15 @@ class Scenario:
 
     # --- set-up -------------------------------------------------------------------------
     def setup(self, dbname: str = "digoal_01") -> None:
+        self.dbname = dbname
         self.src = self.root_cluster.createdb(dbname)
+        ticker_base = f"host=127.0.0.1 port={self.root_cluster.port} user=postgres"
+        if self.ha_root:
+            self.root_standby = make_standby(self.root_cluster, "soak_standby_0")
+            self.src = both_hosts(self.root_cluster, self.root_standby.cluster, dbname)
+            params = conninfo.conninfo_to_dict(self.src)
+            del params["dbname"]  # the ticker names the database itself
+            ticker_base = conninfo.make_conninfo("", **params)
         self.dst1 = self.sub_cluster.createdb("digoal_01")
         self.dst2 = self.sub_cluster.createdb("digoal_02")
         common = (
@@ -289,7 +317,7 @@ class Scenario:
                 f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}{own}"
             )
         (self.workdir / "pgqd.ini").write_text(
-            f"[pgqd]\nbase_connstr = host=127.0.0.1 port={self.root_cluster.port} user=postgres\n"
+            f"[pgqd]\nbase_connstr = {ticker_base}\n"
             f"database_list = {dbname}\nticker_period = 0.2\ncheck_period = 1\n"
             f"logfile = {self.workdir}/log/pgqd.log\npidfile = {self.workdir}/pid/pgqd.pid\n"
         )
@@ -581,6 +609,93 @@ class Scenario:
     def _provider(self, node: str) -> str | None:
         found = sql(self.nodes[node], "select provider_node from ferry_node.local_state")
         return found[0][0] if found else None
+    def _last_tick(self) -> int:
+        return sql(self.src, "select last_tick_id from ferry_queue.get_queue_info('replika')")[0][0]
+
+    @staticmethod
+    def _applied_tick(dsn: str) -> int:
+        return sql(dsn, "select coalesce(max(tick_id), 0) from ferry_node.applied_tick")[0][0]
+
+    @staticmethod
+    def _last_listed(dsn: str) -> int:
+        query = "select coalesce(max(lost_id), 0) from ferry_node.lost_after_failover"
+        return sql(dsn, query)[0][0]
+
+    def _held_not_on(self, dsn: str, leaves: list[str]) -> set[tuple[str, str, str]]:
+        """Rows ``leaves`` hold that database ``dsn`` lacks or holds otherwise, by leaf,
+        source table and key (as a row literal, like ferry_node.lost_after_failover's)."""
+        pairs = [(self.dst1, t, t) for t in TABLES] + [(self.dst2, *p) for p in PARTIAL.items()]
+        pairs = [pair for pair in pairs if pair[0] in leaves]
+        lost = set()
+        for leaf, source, dest in pairs:
+            digest = "select row({})::text, md5(to_jsonb(t)::text) from {} t"
+            key = q.Identifier(KEYS[source])
+            theirs = dict(sql(dsn, q.SQL(digest).format(key, q.Identifier(*source.split(".")))))
+            ours = sql(leaf, q.SQL(digest).format(key, q.Identifier(*dest.split("."))))
+            lost |= {(leaf, source, k) for k, d in ours if theirs.get(k) != d}
+        return lost
+
+    def fault_provider_failover(self, rng: random.Random) -> str:
+        """The root's primary dies (-m immediate) while its asynchronous standby, cut off a
+        moment before, lacks its last commits, which the leaves applied; the standby is
+        promoted and the dead primary copied again as the next standby.  The leaves must
+        reconcile with the new root and list what it lost (see :meth:`check_failover`)."""
+        standby = self.root_standby
+        if standby is None:
+            raise AssertionError("the provider failover fault needs the root on a standby pair")
+        standby.wait_caught_up()
+        standby.cut_off()
+        # The root's next tick holds every commit the standby has: a leaf that applied it
+        # holds all the standby holds, so a row that differs there is one the standby lost
+        # (not one the leaf has yet to apply).
+        self._next_tick()
+        cut_tick = self._last_tick()
+        time.sleep(rng.uniform(0.3, 1.5))  # a span of writes the standby will lack
+        leaves = []
+        for leaf in (self.dst1, self.dst2):
+            # Not past the cut in time: the leaf loses nothing here, or is left unchecked.
+            with contextlib.suppress(AssertionError):
+                wait_until(partial(self._past, leaf, cut_tick), 30,
+                           "the leaves to apply ticks the standby lacks")  # fmt: skip
+            if self._applied_tick(leaf) >= cut_tick:
+                leaves.append(leaf)
+        old = self.root_cluster
+        old.stop("immediate")
+        # The primary gone, the leaves apply nothing more: what they hold now and the
+        # standby (read in recovery, before its promotion) lacks is what the failover loses.
+        lost = self._held_not_on(standby.connstr(self.dbname), leaves)
+        marks = {dsn: self._last_listed(dsn) for dsn in (self.dst1, self.dst2)}
+        standby.promote()
+        self.root_cluster = standby.cluster
+        self.failovers += 1
+        self.root_standby = rebuild_as_standby(
+            old, self.root_cluster, f"soak_standby_{self.failovers}"
+        )
+        self.failover_pending = (lost, marks)
+        return f"provider failover, {len(lost)} rows held on the leaves lost, old primary rebuilt"
+
+    def _past(self, leaf: str, tick: int) -> bool:
+        return self._applied_tick(leaf) > tick
+
+    def check_failover(self) -> str:
+        """After the round of a provider failover: every row a leaf held that the promoted
+        standby lacked must be listed in the leaf's ferry_node.lost_after_failover.  The
+        listing may hold more: rows the new root changed before the leaf reconciled."""
+        if self.failover_pending is None:
+            return ""
+        lost, marks = self.failover_pending
+        self.failover_pending = None
+        listed = set()
+        query = "select table_name, row_key from ferry_node.lost_after_failover where lost_id > %s"
+        for dsn, mark in marks.items():
+            listed |= {(dsn, t.replace('"', ""), k) for t, k in sql(dsn, query, (mark,))}
+        self.rows_lost += len(lost)
+        self.rows_listed += len(listed)
+        missing = lost - listed
+        if missing:
+            example = ", ".join(f"{t} {k}" for _, t, k in sorted(missing)[:3])
+            self.failures.append(f"{len(missing)} rows lost in the failover not listed ({example})")
+        return f"{len(lost)} rows lost, {len(listed)} listed"
 
     FAULTS = (
         "fault_kill_worker",
@@ -592,7 +707,10 @@ class Scenario:
         "fault_kill_seen_by_status",
         "fault_rename_under_load",
         "fault_takeover_lake",
+        "fault_provider_failover",
     )
+    # Faults that need the root on a primary and a standby (``ha_root``).
+    HA_FAULTS = ("fault_provider_failover",)
 
     def inject(self, name: str, rng: random.Random) -> str:
         done = getattr(self, name)(rng)
