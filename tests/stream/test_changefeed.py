@@ -277,7 +277,8 @@ def test_a_provider_whose_tick_is_another_fails_the_restarted_query(root, feed, 
         caught.value
     )
     assert f"the query read up to tick {at} made at" in line and "Traceback" not in line
-    assert sorted(r.v for r in rows(spark, out)) == ["x"] * 5  # nothing of the new ticks
+    written = spark.read.parquet(str(out)).selectExpr("get_json_object(data, '$.v') as v")
+    assert [r.v for r in written.collect()] == ["x"] * 5  # nothing of the new ticks
 
 
 def test_offsets_without_a_time_are_read(root):
@@ -286,9 +287,7 @@ def test_offsets_without_a_time_are_read(root):
     from pgferry.stream.source import ChangeFeedReader  # PySpark's, in the test that needs it
 
     register(root)
-    reader = ChangeFeedReader(
-        {"provider": root, "queue": QUEUE, "consumer": "spark_feed"}
-    )
+    reader = ChangeFeedReader({"provider": root, "queue": QUEUE, "consumer": "spark_feed"})
     try:
         start = reader.initialOffset()
         sql(root, "insert into t values (1, 'a')")
