@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import psycopg
@@ -9,7 +10,8 @@ import pytest
 
 from pgferry.apply.sync import sync_point
 from pgferry.cli.main import main
-from pgferry.errors import PgferryError
+from pgferry.errors import DivergedProvider, PgferryError
+from pgferry.polling import wait_until
 from pgferry.testing.load import Load
 
 
@@ -177,3 +179,50 @@ def test_repair_without_names_repairs_what_has_a_key(pair, capsys, monkeypatch) 
     ]
     pair.same("t")
     assert pair.leaf('select count(*) from "Log Nk"') == [(41,)]  # left for the resync
+
+
+def test_a_provider_tick_made_again_at_another_time_is_not_compared(pair) -> None:
+    """The leaf applied tick T; the provider lost it (a standby promoted without it) and
+    compare's own tick there gets that id again, made at another time: the leaf's data
+    at its tick T is not the provider's at its tick T.  The command fails naming the
+    diverged provider instead of comparing two different points."""
+    for side in (pair.root, pair.leaf):
+        side("create table public.t (id int primary key, v int)")
+    pair.add_tables("public.t")
+    pair.root("insert into t values (1, 1)")
+    worker = pair.catch_up(pair.worker())
+    at = pair.last_tick()
+    assert at is not None
+    # The provider without tick T (and any after it): its next tick, compare's, is made
+    # under that id.
+    pair.root("delete from ferry_queue.tick where tick_id >= %s", (at,))
+    pair.root("select setval(queue_tick_seq, %s) from ferry_queue.queue", (at - 1,))
+    outcome: dict[str, BaseException | int] = {}
+
+    def compare() -> None:
+        try:
+            with sync_point(pair.leaf_cfg) as point:
+                outcome["tick"] = point.tick_id
+        except PgferryError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=compare)
+    thread.start()
+    # The worker steps once compare's tick is made (it would find its own tick gone).
+    wait_until(
+        lambda: (
+            pair.leaf("select count(*) from ferry.sync_request where tick_id = %s", (at,)) == [(1,)]
+        ),
+        timeout=30,
+        interval=0.05,
+    )
+    while thread.is_alive():  # the leaf's worker serves the request, step by step
+        worker.work()
+        thread.join(0.05)
+    assert "tick" not in outcome, f"compared at tick {outcome.get('tick')}"
+    error = outcome["error"]
+    assert isinstance(error, DivergedProvider), error
+    assert f"applied tick {at} made at" in str(error)
+    assert f"the provider's tick {at} was made at" in str(error)
+    assert pair.root("select count(*) from ferry_queue.tick where tick_id = %s", (at,)) == [(1,)]
+    assert pair.leaf("select count(*) from ferry.sync_request") == [(0,)]

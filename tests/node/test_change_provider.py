@@ -91,6 +91,32 @@ def test_waits_for_a_provider_behind(tree) -> None:
     assert tree.rows("leaf2") == tree.rows("root") == tree.rows("leaf")
 
 
+def test_refused_when_the_new_provider_made_that_tick_at_another_time(tree) -> None:
+    """The branch's tick of leaf2's id, made at another time (a standby promoted without
+    it makes one under the same id), is not leaf2's tick: the move is refused in one line
+    and nothing changes."""
+    tree.start("branch", "leaf2")
+    tree.write("root", "insert into {t} values (1, 'a')")
+    tree.catch_up("branch", "leaf2")
+    tree.stop("branch", "leaf2")
+    at = tree.last_tick("leaf2")
+    tree.sql(
+        "branch",
+        "update ferry_queue.tick set tick_time = tick_time + interval '1 second'"
+        " where tick_id = %s",
+        (at,),
+    )
+    res = tree.cli("leaf2", "change-provider", "--provider=branch", "--timeout=5")
+    assert res.code != 0
+    assert f"Diverged provider: leaf2 applied tick {at} made at" in res.err
+    assert "node branch's tick" in res.err and "Traceback" not in res.err
+    assert len(res.err.strip().splitlines()) == 1, res.err
+    assert tree.provider("leaf2") == "root"
+    assert tree.sql("leaf2", "select paused from ferry_node.local_state") == [(False,)]
+    assert "leaf2" not in _subscribers(tree, "branch")
+    assert not any(c.endswith("leaf2_job") for c in _consumers(tree, "branch"))
+
+
 def test_bad_requests(tree, new_db_a) -> None:
     tree.add_node("branch2", new_db_a(None), "branch", "branch")
     res = tree.cli("root", "change-provider", "--node=branch", "--provider=branch2")

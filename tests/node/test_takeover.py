@@ -115,6 +115,40 @@ def test_failover_of_a_dead_root(tree) -> None:
         assert "root (? dead)" in status.out and "Node is marked dead" in status.out
 
 
+def _another_tick(tree, node: str, tick: int) -> None:
+    """``node``'s tick ``tick`` made again at another time, as a standby promoted without
+    that tick makes one under the same id."""
+    tree.sql(
+        node,
+        "update ferry_queue.tick set tick_time = tick_time + interval '1 second'"
+        " where tick_id = %s",
+        (tick,),
+    )
+
+
+def test_dead_root_failover_leaves_a_subscriber_whose_tick_differs(tree) -> None:
+    """The new root's tick of leaf2's id, made at another time, is another tick: leaf2 is
+    not moved there (it would skip or repeat events), and the summary says so."""
+    tree.start("branch", "leaf", "leaf2")
+    tree.write("root", "insert into {t} select g, 'a' from generate_series(1, 20) g")
+    tree.catch_up()
+    tree.stop("branch", "leaf", "leaf2")
+    at = tree.last_tick("leaf2")
+    _another_tick(tree, "branch", at)
+    with tree.gone("root"):
+        res = tree.cli("branch", "takeover", "root", "--dead-root")
+        assert res.code == 0, res.err
+        assert "Node branch is now root in place of dead root" in res.out
+        assert "not moved (their last tick is another tick on branch" in res.out
+        assert "leaf2" in res.out.split("not moved")[1] and "moved leaf2" not in res.out
+        assert f"Diverged provider: leaf2 applied tick {at}" in res.err
+        assert tree.provider("leaf2") == "root"
+        assert "leaf2" not in [
+            r[0]
+            for r in tree.sql("branch", "select subscriber_node from ferry_node.subscriber_info")
+        ]
+
+
 def test_failover_catches_up_from_a_sibling_ahead(tree, new_db_a) -> None:
     tree.add_node("branch2", new_db_a(None), "branch", "root")
     tree.start("branch", "branch2", "leaf", "leaf2")

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgferry import stream
-from pgferry.errors import QueueError
+from pgferry.errors import PgferryError, QueueError
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks
 from pgferry.stream.feed import Feed, FeedOptions, read_chunks, script_rows
@@ -240,6 +240,69 @@ def test_restart_admission_and_replay(root, feed, spark, tmp_path):
     with psycopg.connect(root, autocommit=True) as conn:
         assert queue_api.consumers(conn, QUEUE) == []
     assert not stream.unregister(root, QUEUE, "spark_feed")
+
+
+def test_a_provider_whose_tick_is_another_fails_the_restarted_query(root, feed, spark, tmp_path):
+    """Offsets carry the provider's time of their tick: a query restarted from its
+    checkpoint against a provider whose tick of that id was made at another time (a
+    standby promoted without it makes one under the same id) fails in one line naming
+    the diverged provider, and reads none of that tick's events."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = feed(root)
+    run_available_now(df, out, ck)  # registers the consumer
+    sql(root, "insert into t select g, 'x' from generate_series(1, 5) g")
+    at = tick(root)
+    query = run_available_now(df, out, ck)
+    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    assert end["tick"] == at and "time" in end
+    sql(
+        root,
+        "update ferry_queue.tick set tick_time = tick_time + interval '1 second'"
+        f" where tick_id = {at}",
+        "insert into t select g, 'after' from generate_series(6, 10) g",
+    )
+    tick(root)
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination(120)
+    line = stream.error_line(caught.value) or ""
+    port = root.split("port=")[1].split()[0]
+    assert line.startswith(f"pgferry change feed: diverged provider 127.0.0.1:{port}/"), str(
+        caught.value
+    )
+    assert f"the query read up to tick {at} made at" in line and "Traceback" not in line
+    written = spark.read.parquet(str(out)).selectExpr("get_json_object(data, '$.v') as v")
+    assert [r.v for r in written.collect()] == ["x"] * 5  # nothing of the new ticks
+
+
+def test_offsets_without_a_time_are_read(root):
+    """An offset written before offsets carried the tick's time is still read, and the
+    offsets made now carry it; one with another time is refused."""
+    from pgferry.stream.source import ChangeFeedReader  # PySpark's, in the test that needs it
+
+    register(root)
+    reader = ChangeFeedReader({"provider": root, "queue": QUEUE, "consumer": "spark_feed"})
+    try:
+        start = reader.initialOffset()
+        sql(root, "insert into t values (1, 'a')")
+        at = tick(root)
+        old = reader.latestOffset({"tick": start["tick"]}, reader.getDefaultReadLimit())
+        assert old["tick"] == at and "time" in old
+        assert len(reader.partitions({"tick": start["tick"]}, old)) == 1
+        again = reader.latestOffset(old, reader.getDefaultReadLimit())
+        assert again == old
+        other = {"tick": at, "time": "2001-01-01T00:00:00+00:00"}
+        with pytest.raises(PgferryError) as caught:
+            reader.partitions(start, other)
+        assert str(caught.value).startswith("pgferry change feed: diverged provider")
+    finally:
+        reader.stop()
 
 
 def failure(df, tmp_path: Path) -> BaseException:

@@ -17,6 +17,11 @@ stands at, the same way (:func:`_branch_snapshot`), and the subscriber stops at 
 
 When the worker does not reach the tick within ``compare_wait`` seconds the command fails
 with ``Consumer lagging too much, cannot proceed``.
+
+A tick is known by its id and the provider's time of it (docs/failover.md): the tick the
+subscriber's snapshot stands at is read back in that snapshot and must be the provider's
+very tick, or the command fails naming the diverged provider (a node that applied the
+tick of that id from a primary lost in a failover would be compared with another tick).
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ import psycopg
 
 from pgferry.config import Config
 from pgferry.db import connect, error_text
-from pgferry.errors import DatabaseError, NodeError, PgferryError
+from pgferry.errors import DatabaseError, DivergedProvider, NodeError, PgferryError
 from pgferry.node import model
 from pgferry.node.connect import local_connstr, queue_name, remote_connstr
+from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
@@ -185,6 +191,9 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
                     if dst_snapshot is None:
                         log.info("Worker went past tick %s, retrying (%d)", tick_id, attempt)
                         continue
+                    _same_tick(
+                        provider_dsn, local_dsn, queue, node.consumer_name, tick_id, dst_snapshot
+                    )
                     yield SyncPoint(provider_dsn, local_dsn, tick_id, src_snapshot, dst_snapshot)
                     return
             finally:
@@ -193,6 +202,30 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
                     (queue, node.consumer_name),
                 )
     raise PgferryError(LAGGING)
+
+
+def _same_tick(
+    provider_dsn: str, local_dsn: str, queue: str, consumer: str, tick: int, snapshot: str
+) -> None:
+    """The subscriber's ``snapshot`` must stand at the provider's tick ``tick`` itself:
+    the id and the provider's time of it recorded there (a time unknown on either side
+    passes: a position recorded before times were)."""
+    with connect(provider_dsn, autocommit=True) as prov:
+        made = queue_ticks.tick_time(prov, queue, tick)
+    with open_in_snapshot(local_dsn, snapshot) as conn:
+        row = conn.execute(
+            "select last_tick_id, last_tick_time from ferry_node.local_state"
+            " where queue_name = %s and consumer_name = %s",
+            (queue, consumer),
+        ).fetchone()
+    if row is None or made is None or row[1] is None or (row[0], row[1]) == (tick, made):
+        return
+    raise DivergedProvider(
+        f"Diverged provider: {consumer} applied tick {row[0]} made at {row[1]}, but the"
+        f" provider's tick {tick} was made at {made}: the provider lost ticks this node"
+        " applied (failover to a standby that lacked them); nothing compared, see"
+        " docs/failover.md"
+    )
 
 
 @contextmanager

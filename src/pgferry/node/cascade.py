@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import psycopg
 
@@ -41,6 +42,7 @@ class NodeView:
     last_tick: int | None
     paused: bool
     subscribers: list[tuple[str, str]] = field(default_factory=list)
+    last_tick_time: datetime | None = None  # the provider's time of last_tick
 
 
 @dataclass
@@ -119,6 +121,7 @@ def read_view(conn: psycopg.Connection, queue: str, name: str) -> NodeView:
         last_tick=state.last_tick_id if state else None,
         paused=bool(state and state.paused),
         subscribers=model.subscribers(conn, queue),
+        last_tick_time=state.last_tick_time if state else None,
     )
 
 

@@ -17,11 +17,12 @@ without provider (an old root after ``resurrect``) rejoins this way, and is tagg
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from pgferry.errors import NodeError, PgferryError
 from pgferry.node import cascade, model, watermarks
 from pgferry.node.cascade import Cascade, NodeView, set_paused, unregister_subscriber
-from pgferry.node.waits import missing_tick, wait_tick_available
+from pgferry.node.waits import diverged_tick, missing_tick, wait_tick_available
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
@@ -64,15 +65,16 @@ def change_provider(
     check_new_provider(c, node, new)
     if node.last_tick is not None:
         # Refused here, before the pause: the position only moves forward from now on.
-        _check_holds(c, new, name, node.last_tick)
+        _check_holds(c, new, name, node.last_tick, node.last_tick_time)
     old = node.provider
 
     paused_here = set_paused(c, name, True)
     try:
-        tick = c.view(name).last_tick  # frozen now that the pause has committed
+        frozen = c.view(name)  # its position is frozen now that the pause has committed
+        tick = frozen.last_tick
         if tick is None:
             raise NodeError(f"Node {name} has no position (last_tick_id) yet")
-        _check_holds(c, new, name, tick)
+        _check_holds(c, new, name, tick, frozen.last_tick_time)
         wait_tick_available(c, new, tick, timeout, poll)
         subscribe(c, new, name, node.worker_name, tick, _watermark(c, name))
         try:
@@ -103,10 +105,15 @@ def change_provider(
     return True
 
 
-def _check_holds(c: Cascade, new: str, name: str, tick: int) -> None:
+def _check_holds(c: Cascade, new: str, name: str, tick: int, tick_time: datetime | None) -> None:
+    """``new`` must hold the very tick ``name`` applied last (id and time) and every event
+    after it."""
     reason = missing_tick(c, new, tick)
     if reason is not None:
         raise NodeError(f"Node {new} {reason}: node {name} cannot move under it")
+    diverged = diverged_tick(c, new, tick, tick_time, name)
+    if diverged is not None:
+        raise diverged
 
 
 def _watermark(c: Cascade, name: str) -> int | None:

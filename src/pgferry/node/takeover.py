@@ -39,7 +39,13 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.node import capture, cascade, model, seqops, tableops, watermarks
 from pgferry.node.cascade import Cascade, NodeView, set_paused
 from pgferry.node.provider import change_provider, forget_subscriber
-from pgferry.node.waits import missing_tick, queue_top, wait_applied, wait_tick_available
+from pgferry.node.waits import (
+    diverged_tick,
+    missing_tick,
+    queue_top,
+    wait_applied,
+    wait_tick_available,
+)
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import catalog, entries
@@ -461,7 +467,7 @@ def _failover_root(c: Cascade, old: str, buffer: int, timeout: float, poll: floa
     if me.provider is not None and me.provider != old:
         # NEW caught up from a sibling branch: that one must now read from NEW.
         forget_subscriber(c, me.provider, new, me.worker_name)
-    moved, skipped = [], []
+    moved, skipped, diverged = [], [], []
     for v in sorted(others, key=lambda v: v.name):
         current = c.view(v.name)
         if (current.last_tick or 0) > (me.last_tick or 0):
@@ -474,6 +480,17 @@ def _failover_root(c: Cascade, old: str, buffer: int, timeout: float, poll: floa
             )
             skipped.append(v.name)
             continue
+        # The same tick id made at another time is another tick: moving the node there
+        # would skip or repeat events under reused ids.
+        error = (
+            None
+            if current.last_tick is None
+            else diverged_tick(c, new, current.last_tick, current.last_tick_time, v.name)
+        )
+        if error is not None:
+            log.warning("Node %s not moved under %s: %s", v.name, new, error)
+            diverged.append(v.name)
+            continue
         change_provider(c, v.name, new, timeout, poll)
         moved.append(v.name)
     text = f"Node {new} is now root in place of dead {old} (tick {me.last_tick})"
@@ -483,6 +500,11 @@ def _failover_root(c: Cascade, old: str, buffer: int, timeout: float, poll: floa
         text += f"; moved {', '.join(moved)}"
     if skipped:
         text += f"; not moved (ahead): {', '.join(skipped)}"
+    if diverged:
+        text += (
+            f"; not moved (their last tick is another tick on {new}, a diverged provider):"
+            f" {', '.join(diverged)}"
+        )
     return text
 
 
@@ -527,10 +549,15 @@ def _check_branch_movers(c: Cascade, movers: list[str], new: str) -> None:
     held it)."""
     problems: list[str] = []
     for name in movers:
-        tick = c.view(name).last_tick
+        view = c.view(name)
+        tick = view.last_tick
         if tick is not None:
             reason = missing_tick(c, new, tick)
             if reason is not None:
                 problems.append(f"{name} cannot move: node {new} {reason}")
+                continue
+            diverged = diverged_tick(c, new, tick, view.last_tick_time, name)
+            if diverged is not None:
+                problems.append(f"{name} cannot move: {diverged}")
     if problems:
         raise NodeError(f"takeover refused, nothing changed: node {'; node '.join(problems)}")

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 
 import psycopg
 
 from pgferry.config import Config
-from pgferry.errors import NodeError, PgferryError, WaitTimeout
+from pgferry.errors import DivergedProvider, NodeError, PgferryError, WaitTimeout
 from pgferry.node import model, ticker_health
 from pgferry.node.cascade import Cascade, load
 from pgferry.polling import wait_until
@@ -109,6 +110,27 @@ def missing_tick(c: Cascade, name: str, tick: int) -> str | None:
     with c.on(name, autocommit=True) as conn:
         usable, oldest, top = queue_ticks.tick_standing(conn, c.queue, tick)
     return _why_missing(usable, oldest, top, tick)
+
+
+def diverged_tick(
+    c: Cascade, name: str, tick: int, tick_time: datetime | None, reader: str
+) -> DivergedProvider | None:
+    """The error when ``name`` holds a tick ``tick`` made at another time than
+    ``tick_time``, the time ``reader`` recorded of the tick it applied: that tick is not
+    the one ``reader`` applied (``name`` failed over to a standby that lacked it), so
+    ``reader`` cannot go on from it (docs/failover.md).  None when it is the same tick, or
+    a time is unknown (a position recorded before times were compared)."""
+    if tick_time is None:
+        return None
+    with c.on(name, autocommit=True) as conn:
+        found = queue_ticks.tick_time(conn, c.queue, tick)
+    if found is None or found == tick_time:
+        return None
+    return DivergedProvider(
+        f"Diverged provider: {reader} applied tick {tick} made at {tick_time}, but node {name}'s"
+        f" tick {tick} was made at {found}: it lost ticks {reader} applied (failover to a"
+        " standby that lacked them); see docs/failover.md"
+    )
 
 
 def _why_missing(usable: bool, oldest: int | None, top: int | None, tick: int) -> str | None:

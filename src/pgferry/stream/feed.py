@@ -4,7 +4,10 @@ micro-batches in ticks, and reading one partition's events as rows.
 :class:`Feed` runs on Spark's driver (one per streaming query, in the process that plans
 its micro-batches) and holds the provider connection.  The read side,
 :func:`read_chunks`, runs on an executor with plain values only: the provider's connection
-string and the :class:`Span` items of its partition.  Offsets are tick ids; the queue's
+string and the :class:`Span` items of its partition.  Offsets are ticks, by id and the
+provider's time of the tick (:meth:`Feed.offset`); a query restarted from its checkpoint
+reads on only from the very tick it stopped at (:meth:`Feed.check`: a provider that failed
+over to a standby lacking that tick makes another under the same id).  The queue's
 consumer stands at the last tick Spark has committed, so every tick range Spark can ask
 for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).  A
 snapshot query's first batch reads the tables in a snapshot the driver holds, exported
@@ -19,17 +22,24 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg import sql
 
 from pgferry.apply import sync
 from pgferry.db import connect, describe, error_text, reconnect
-from pgferry.errors import ConfigError, DatabaseError, PgferryError, QueueError
+from pgferry.errors import (
+    ConfigError,
+    DatabaseError,
+    DivergedProvider,
+    PgferryError,
+    QueueError,
+)
 from pgferry.events import EXECUTE_EVENT
 from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
+from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.translate import ScriptTranslateError, statements_naming
@@ -217,6 +227,43 @@ class Feed:
             return tick
 
         return self._call(read)
+
+    def offset(self, tick: int) -> dict:
+        """Spark's offset of ``tick``: its id and the provider's time of it, which tells that
+        tick from another the provider may make under the same id after a failover."""
+        made = self._call(queue_ticks.tick_time, self.options.queue, tick)
+        if made is None:
+            return {"tick": tick}
+        # In UTC: the same tick gives the same offset text whatever the session's zone.
+        return {"tick": tick, "time": made.astimezone(UTC).isoformat()}
+
+    def check(self, offset: Mapping) -> int:
+        """The tick of a Spark offset, once the provider is known to hold that very tick:
+        DivergedProvider when its tick of that id was made at another time, or when it holds
+        older ticks but none of that id (a standby promoted without the ticks this query
+        read).  An offset without a time (written before times were recorded) is trusted;
+        a tick rotated away is left for the reads to report."""
+        tick = int(offset["tick"])
+        if offset.get("time") is None:
+            return tick
+        recorded = datetime.fromisoformat(str(offset["time"]))
+        queue = self.options.queue
+        made = self._call(queue_ticks.tick_time, queue, tick)
+        if made is not None:
+            if made == recorded:
+                return tick
+            found = f"its tick {tick} was made at {made}"
+        else:
+            oldest, newest = self._call(queue_ticks.tick_range, queue)
+            if oldest is None or oldest > tick:
+                return tick
+            found = f"it holds ticks {oldest} to {newest} and never made tick {tick}"
+        raise DivergedProvider(
+            f"pgferry change feed: diverged provider {describe(self.options.provider)}: the"
+            f" query read up to tick {tick} made at {recorded}, but {found}: the provider lost"
+            " ticks the query read (failover to a standby that lacked them); start the query"
+            " with a new checkpoint (docs/failover.md)"
+        )
 
     def newest(self) -> int:
         """The queue's newest tick."""

@@ -1,7 +1,9 @@
 """The ``pgferry`` streaming data source: a queue's row events as a Spark stream.
 
 Spark 4's Python data source API.  :class:`PgferrySource` names the format and the
-schema; :class:`ChangeFeedReader` is its stream reader: offsets ``{"tick": N}``, admission
+schema; :class:`ChangeFeedReader` is its stream reader: offsets ``{"tick": N, "time": T}``
+(the provider's time of tick N: a restarted query whose provider's tick N is another tick
+fails, naming the diverged provider; an offset without a time is still read), admission
 control (``maxEventsPerTrigger``, in whole ticks), ``Trigger.AvailableNow`` (the newest
 tick when the query starts is its last), and ``commit`` moving the queue's consumer.  With
 ``snapshot``, a new query's first offset is ``{"tick": N, "snapshot": 0}`` and its first
@@ -210,9 +212,10 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # The first batch, from here to {"tick": N}, is the tables' rows at tick N.
             # Spark asks again for the first batch's start: one snapshot per query.
             if self._initial is None:
-                self._initial = {"tick": self.feed.take_snapshot(), "snapshot": 0}
+                tick = self.feed.take_snapshot()
+                self._initial = {**self.feed.offset(tick), "snapshot": 0}
             return self._initial
-        return {"tick": self.feed.position()}
+        return self.feed.offset(self.feed.position())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_events is None:
@@ -226,21 +229,24 @@ class ChangeFeedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @one_line
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        begin = int(start["tick"])
+        # Every batch starts here: a restarted query, or one whose provider failed over,
+        # reads on only from the very tick it stopped at.
+        begin = self.feed.check(start)
         if "snapshot" in start:
-            return {"tick": begin}  # the snapshot's batch: its rows alone
+            return self.feed.offset(begin)  # the snapshot's batch: its rows alone
         if self._upto is not None and begin >= self._upto:
-            return {"tick": begin}
-        return {"tick": self.feed.latest(begin, max_events, self._upto)}
+            return self.feed.offset(begin)
+        return self.feed.offset(self.feed.latest(begin, max_events, self._upto))
 
     @one_line
     def reportLatestOffset(self) -> dict | None:
-        return {"tick": self.feed.newest()}
+        return self.feed.offset(self.feed.newest())
 
     @one_line
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, finish = int(start["tick"]), int(end["tick"])
         feed = self.feed
+        # A restarted query plans its last batch again from the checkpoint's offsets.
+        begin, finish = feed.check(start), feed.check(end)
         if "snapshot" in start:
             # One task per table (a table is read whole in the one snapshot).
             return [SnapshotPartition((read,)) for read in feed.snapshot_reads(begin)]
