@@ -13,6 +13,8 @@ commit carries ``pgferry.tick`` at most that tick (as ``compare`` reads the lake
 
 On the driver the reader lists the version's Parquet files and makes one input partition
 per file; the executors read their file with pyarrow and hand Arrow batches to Spark.
+An Iceberg file's columns are found by field id (pyiceberg sanitises names such as
+``Mixed Col`` in its files), a Delta file's by name.
 Spark (4.3) tells a Python data source no required columns: the ``columns`` option names
 the ones to read (default: all).  The source takes no filters: Spark evaluates them after
 the scan.  Spark 4.3 hands a later query of the same DataFrame, whose filters it cannot
@@ -206,9 +208,54 @@ class LakeReader(DataSourceReader):
 
         # What Spark expects: pyiceberg's large strings and field ids cast away.
         schema = to_arrow_schema(self.spark_schema)
+        if self.table.format == "iceberg":
+            yield from _read_iceberg_file(partition.value, self.arrow, self.columns, schema)
+            return
         # The table's schema: columns added after a file was written read as NULL.
         data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
         scanner = data.scanner(columns=self.columns)
         for batch in scanner.to_batches():
             if batch.num_rows:
                 yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
+
+
+_FIELD_ID = b"PARQUET:field_id"
+
+
+def _field_id(field) -> bytes | None:
+    return (field.metadata or {}).get(_FIELD_ID)
+
+
+def _iceberg_columns(file_schema, table_schema) -> dict[str, str]:
+    """Each table column the file holds -> its name in the file.  By Iceberg field id when
+    the file has them: pyiceberg writes them, under names it sanitises (``Mixed Col`` is
+    ``Mixed_x20Col``).  Else by name: the initial load's files, added to the table as
+    written, carry no field ids and the columns' own names."""
+    ids = {_field_id(f): f.name for f in file_schema if _field_id(f) is not None}
+    if not ids:
+        return {name: name for name in table_schema.names if name in file_schema.names}
+    return {f.name: ids[_field_id(f)] for f in table_schema if _field_id(f) in ids}
+
+
+def _read_iceberg_file(path: str, table_schema, columns: Sequence[str], schema) -> Iterator[Any]:
+    """One Iceberg data file's rows as batches of ``schema``; a column added after the
+    file was written reads as NULL."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(path)
+    found = _iceberg_columns(file.schema_arrow, table_schema)
+    wanted = [found[name] for name in columns if name in found]
+    if wanted:
+        batches = file.iter_batches(columns=wanted)
+    else:  # none of the columns asked for is in the file: only its row count
+        batches = iter([pa.record_batch([pa.nulls(file.metadata.num_rows)], names=["_"])])
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        arrays = [
+            batch.column(found[name]) if name in found
+            else pa.nulls(batch.num_rows, schema.field(name).type)
+            for name in columns
+        ]  # fmt: skip
+        yield pa.Table.from_arrays(arrays, names=list(columns)).cast(schema).to_batches()[0]
