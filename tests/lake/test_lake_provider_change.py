@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from conftest import sorted_rows
@@ -261,3 +262,38 @@ def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
     expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
     assert len(expected) == 15
     assert _lake_rows(lake_dir, fmt) == expected
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_lake_commit_is_of_the_provider_s_tick_only_at_its_time(lake_dir, fmt) -> None:
+    """What replay's skip of a part the lake holds and the bound at a lake tick ahead ask
+    of a real lake table: its tick's recorded time against the provider's.  A commit
+    without a time (a repair's, or one of an older pgferry) is passed over; a tick none of
+    whose commits records a time is not checked."""
+    import pyarrow as pa
+
+    from pgferry.errors import DivergedProvider
+    from pgferry.handlers import lake
+    from pgferry.lake.spec import PARTS, LakeSpec
+
+    module = _module(fmt)
+    spec = LakeSpec(fmt, str(lake_dir), "public", "t", "q:n:public.t")
+    schema = pa.schema([("id", pa.int32()), ("v", pa.string())])
+    module.prepare(spec, schema, [])
+    rows = pa.table({"id": [1], "v": ["a"]}, schema=schema)
+    made = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    module.append(spec, rows, 7 * PARTS, 7, made)
+    module.append(spec, rows, 7 * PARTS, 7)  # a repair at tick 7: no time
+    module.append(spec, rows, 8 * PARTS, 8)  # an older pgferry's commit: no time
+    assert module.tick_time_of(spec, 7) == made
+    lake.check_same_tick(module, spec, 7, made, "public.t")
+    lake.check_same_tick(module, spec, 7, made.astimezone(timezone(timedelta(hours=2))), "x")
+    lake.check_same_tick(module, spec, 8, made, "public.t")
+    later = made + timedelta(seconds=1)
+    with pytest.raises(DivergedProvider) as diverged:
+        lake.check_same_tick(module, spec, 7, later, "public.t")
+    assert str(diverged.value) == (
+        f"Diverged provider: lake table public.t holds tick 7 made at {made}, but the"
+        f" provider's tick 7 was made at {later}: the provider lost that tick after the lake"
+        " committed it; resync public.t (see docs/failover.md)"
+    )

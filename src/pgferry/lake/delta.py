@@ -329,8 +329,8 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
 
 
 def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
-    """The provider's time of ``tick`` recorded by the newest commit of that tick (None: no
-    such commit, or one written before the time was recorded)."""
+    """The provider's time of ``tick`` recorded by the newest commit of that tick that
+    records one (None: none does, e.g. commits of an older pgferry)."""
     for entry in _table(spec).history():
         at = entry.get("pgferry.tick")
         if at is None or int(at) > tick:
@@ -338,7 +338,8 @@ def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
         if int(at) < tick:
             return None
         found = entry.get(TICK_TIME)
-        return datetime.fromisoformat(found) if found else None
+        if found:  # else a repair's commit (no time) or one of an older pgferry
+            return datetime.fromisoformat(found)
     return None
 
 

@@ -303,7 +303,7 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
 
 def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
     """The provider's time of ``tick`` recorded by the newest snapshot of that tick in the
-    current line (None: no such snapshot, or one written before the time was recorded)."""
+    current line that records one (None: none does, e.g. snapshots of an older pgferry)."""
     for snap in _ancestry(_table(spec)):
         props = snap.summary.additional_properties if snap.summary else {}
         at = props.get(TICK)
@@ -312,7 +312,8 @@ def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
         if int(at) < tick:
             return None
         found = props.get(TICK_TIME)
-        return datetime.fromisoformat(found) if found else None
+        if found:  # else a repair's commit (no time) or one of an older pgferry
+            return datetime.fromisoformat(found)
     return None
 
 
