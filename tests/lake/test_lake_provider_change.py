@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from conftest import sorted_rows
@@ -211,3 +212,88 @@ def test_takeover_all_under_writes_keeps_the_lake_leaf_equal(
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
+    make_tree, new_db_a, new_db_b, lake_dir, fmt
+) -> None:
+    """The worker is SIGKILLed between the lake commit and PostgreSQL's, then the provider
+    fails over to a standby that lacked that tick and makes one of the same id at another
+    time (its tick_time changed here): the lake's tick is not the provider's, the worker
+    stops in one line naming the table to resync (nothing skipped, nothing written), and
+    the resync brings the lake back equal to the provider."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
+    rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
+    tree.sql("root", rows, ("a",))
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.sql("root", rows, ("b",))
+    written = tree.catch_up("branch")
+    before = tree.last_tick("lake") or 0
+    tree.workers.pop("lake").conns.close()  # the child's worker takes the node's lock
+    child = multiprocessing.get_context("spawn").Process(
+        target=_killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
+    )
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    assert tree.last_tick("lake") == before < written
+    held = _lake_rows(lake_dir, fmt)
+    assert len(held) == 10  # the lake holds the batch, the node not
+    tree.sql(
+        "root",
+        "update ferry_queue.tick set tick_time = tick_time + interval '1 second'"
+        " where tick_id = %s",
+        (written,),
+    )
+
+    with pytest.raises(Exception) as failed:
+        tree.worker("lake").work()
+    message = str(failed.value)
+    assert f"Diverged provider: lake table public.k holds tick {written} made at" in message
+    assert "resync public.k" in message and len(message.splitlines()) == 1, message
+    assert tree.last_tick("lake") == before  # not recorded as applied
+    assert _lake_rows(lake_dir, fmt) == held
+
+    res = tree.cli("lake", "resync", "public.k")
+    assert res.code == 0, res.err
+    tree.sql("root", rows, ("c",))
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))
+    assert len(expected) == 15
+    assert _lake_rows(lake_dir, fmt) == expected
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_lake_commit_is_of_the_provider_s_tick_only_at_its_time(lake_dir, fmt) -> None:
+    """What replay's skip of a part the lake holds and the bound at a lake tick ahead ask
+    of a real lake table: its tick's recorded time against the provider's.  A commit
+    without a time (a repair's, or one of an older pgferry) is passed over; a tick none of
+    whose commits records a time is not checked."""
+    import pyarrow as pa
+
+    from pgferry.errors import DivergedProvider
+    from pgferry.handlers import lake
+    from pgferry.lake.spec import PARTS, LakeSpec
+
+    module = _module(fmt)
+    spec = LakeSpec(fmt, str(lake_dir), "public", "t", "q:n:public.t")
+    schema = pa.schema([("id", pa.int32()), ("v", pa.string())])
+    module.prepare(spec, schema, [])
+    rows = pa.table({"id": [1], "v": ["a"]}, schema=schema)
+    made = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    module.append(spec, rows, 7 * PARTS, 7, made)
+    module.append(spec, rows, 7 * PARTS, 7)  # a repair at tick 7: no time
+    module.append(spec, rows, 8 * PARTS, 8)  # an older pgferry's commit: no time
+    assert module.tick_time_of(spec, 7) == made
+    lake.check_same_tick(module, spec, 7, made, "public.t")
+    lake.check_same_tick(module, spec, 7, made.astimezone(timezone(timedelta(hours=2))), "x")
+    lake.check_same_tick(module, spec, 8, made, "public.t")
+    later = made + timedelta(seconds=1)
+    with pytest.raises(DivergedProvider) as diverged:
+        lake.check_same_tick(module, spec, 7, later, "public.t")
+    assert str(diverged.value) == (
+        f"Diverged provider: lake table public.t holds tick 7 made at {made}, but the"
+        f" provider's tick 7 was made at {later}: the provider lost that tick after the lake"
+        " committed it; resync public.t (see docs/failover.md)"
+    )

@@ -9,10 +9,13 @@ spans the tick the lake holds would write part of its changes twice (a keyless t
 rows doubled).  So when the worker starts, and after each failed loop, it asks its lake
 tables which tick past its position they hold; its next batch then ends exactly at that
 tick (every node of the cascade makes the same ticks of the same events), which the lake
-tables that hold it skip and the others apply.  A provider that has not made that tick
-yet is waited for; one that passed it without holding it (a branch that read past it in
-one batch) cannot give that batch: the batch is taken as usual and the lake handler
-refuses it, naming resync.
+tables that hold it skip and the others apply.  The lake's commit records the provider's
+time of the tick beside its id: a provider whose tick of that id was made at another time
+lost the tick the lake holds (a failover to a standby that lacked it), and the worker
+stops on a diverged provider naming the lake tables to resync.  A provider that has not
+made that tick yet is waited for; one that passed it without holding it (a branch that
+read past it in one batch) cannot give that batch: the batch is taken as usual and the
+lake handler refuses it, naming resync.
 """
 
 from __future__ import annotations
@@ -61,14 +64,17 @@ class LakeBound:
             return None
         row = provider.execute(
             """
-            select max(t.tick_id), coalesce(bool_or(t.tick_id = %s), false)
+            select max(t.tick_id), coalesce(bool_or(t.tick_id = %s), false),
+                   max(t.tick_time) filter (where t.tick_id = %s)
               from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
              where q.queue_name = %s
             """,
-            (self._upto, queue),
+            (self._upto, self._upto, queue),
         ).fetchone()
-        newest, holds = (row[0], row[1]) if row else (None, False)
+        newest, holds, made = (row[0], row[1], row[2]) if row else (None, False, None)
         if holds:
+            with local.transaction():
+                lake.check_held(local, queue, self._upto, made, self._config)
             return self._upto
         if newest is None or newest < self._upto:
             return self.WAIT

@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from datetime import datetime
 
 from psycopg import sql
 
+from pgferry.errors import DivergedProvider
 from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
 from pgferry.lake import formats, storage
 from pgferry.lake import spec as lake_spec
@@ -142,6 +144,9 @@ class Lake(Handler):
         version = _next_version(staged.conn, spec.app_id, staged.tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
+            if done // lake_spec.PARTS == staged.tick_id:
+                check_same_tick(module, spec, staged.tick_id, staged.tick_time,
+                                staged.target.table_name)  # fmt: skip
             log.info("%s: tick %d part %d already in the lake, skipped", spec.name,
                      staged.tick_id, version % lake_spec.PARTS)  # fmt: skip
             return Applied()
@@ -159,9 +164,12 @@ class Lake(Handler):
                 gone.drop([lake_spec.OP]),
                 version,
                 staged.tick_id,
+                staged.tick_time,
             )
         else:
-            written, removed = module.merge(spec, source, target.pk, version, staged.tick_id)
+            written, removed = module.merge(
+                spec, source, target.pk, version, staged.tick_id, staged.tick_time
+            )
         self._maintain(module, spec)
         return Applied(upserts=written, deletes=removed)
 
@@ -179,6 +187,26 @@ class Lake(Handler):
         keep = self.config.getint("lake_keep_hours", 168) if self.config else 168
         if every and module.maintain(spec, every, keep):
             log.info("%s: compacted, history older than %d hours vacuumed", spec.name, keep)
+
+
+def check_same_tick(
+    module, spec: lake_spec.LakeSpec, tick: int, provider_time: datetime | None, table: str
+) -> None:
+    """DivergedProvider unless the lake's commit of ``tick`` was made for the provider's
+    tick of that id made at ``provider_time``: a lake commit written past the node's
+    recorded tick (its worker stopped between the two commits) whose tick the provider
+    then lost in a failover holds changes the provider no longer has.  A commit of an
+    older pgferry records no time: not checked."""
+    if provider_time is None:
+        return
+    recorded = module.tick_time_of(spec, tick)
+    if recorded is None or recorded == provider_time:
+        return
+    raise DivergedProvider(
+        f"Diverged provider: lake table {spec.name} holds tick {tick} made at {recorded},"
+        f" but the provider's tick {tick} was made at {provider_time}: the provider lost"
+        f" that tick after the lake committed it; resync {table} (see docs/failover.md)"
+    )
 
 
 def _check_not_inside(staged: Staged, spec: lake_spec.LakeSpec, done: int | None) -> None:
@@ -247,6 +275,19 @@ def held_ahead(conn, queue: str, position: int | None, config=None) -> int | Non
         if held > position and (ahead is None or held < ahead):
             ahead = held
     return ahead
+
+
+def check_held(conn, queue: str, tick: int, provider_time: datetime | None,
+               config=None) -> None:  # fmt: skip
+    """DivergedProvider when a lake table of the node holding ``tick`` (past the node's
+    position: :func:`held_ahead`) recorded another time for it than the provider's."""
+    for name, spec in _lake_specs(conn, queue, replayed=True, config=config):
+        module = formats.module(spec.format)
+        if module.owner_of(spec) != spec.owner:
+            continue
+        done = module.applied_version(spec)
+        if done is not None and done // lake_spec.PARTS == tick:
+            check_same_tick(module, spec, tick, provider_time, name)
 
 
 def _next_version(conn, app_id: str, tick: int) -> int:

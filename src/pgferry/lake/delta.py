@@ -4,7 +4,9 @@ Every write here is ONE Delta commit that carries the application transaction
 ``(app id, version)`` of the table's replay (:class:`~pgferry.lake.spec.LakeSpec`): delta-rs
 writes the ``txn`` action in the same log entry as the data, so the version a table has
 recorded says exactly which parts of which batches it holds.  Replay asks
-:func:`applied_version` before writing and skips a part the table already has.
+:func:`applied_version` before writing and skips a part the table already has.  The
+commit's metadata records the batch's tick and the provider's time of it
+(``pgferry.tick``, ``pgferry.tick_time``: :func:`tick_time_of`).
 
 The table's description holds pgferry's owner marker and the key the table was made for
 (JSON, :func:`owner_of`, :func:`key_of`): a Delta table pgferry did not create, one
@@ -18,9 +20,12 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from urllib.parse import unquote, urlparse
 
 from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident, rows_kept_after_deletes
+
+TICK_TIME = "pgferry.tick_time"  # the provider's time of the commit's tick (ISO 8601)
 
 
 def _dl():
@@ -37,11 +42,14 @@ def check_installed() -> None:
     _dl()
 
 
-def _props(spec: LakeSpec, version: int | None, tick: int | None):
+def _props(spec: LakeSpec, version: int | None, tick: int | None,
+           tick_time: datetime | None = None):  # fmt: skip
     from deltalake.transaction import CommitProperties, Transaction
 
     apps = [Transaction(spec.app_id, version)] if version is not None else None
     meta = {"pgferry.tick": tick} if tick is not None else None
+    if meta is not None and tick_time is not None:
+        meta[TICK_TIME] = tick_time.isoformat()
     return CommitProperties(app_transactions=apps, custom_metadata=meta)
 
 
@@ -138,7 +146,8 @@ def add_columns(spec: LakeSpec, fields) -> None:
     _table(spec).alter.add_columns([dl.Field.from_arrow(f) for f in fields])
 
 
-def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
+def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
+          tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """One MERGE of collapsed rows on the key: ``source`` is an Arrow table of the columns
     with the op first (I, U: upsert; D, d: delete).  Returns (rows written, deleted)."""
     dt = _table(spec)
@@ -147,7 +156,7 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -
     upserts = f"s.{OP} not in ('D', 'd')"
     metrics = (
         dt.merge(source, on, source_alias="s", target_alias="t",
-                 commit_properties=_props(spec, version, tick))
+                 commit_properties=_props(spec, version, tick, tick_time))
         .when_matched_delete(deletes)
         .when_matched_update_all(upserts, except_cols=[OP])
         .when_not_matched_insert_all(upserts, except_cols=[OP])
@@ -157,27 +166,29 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -
     return written, metrics.get("num_target_rows_deleted", 0)
 
 
-def append(spec: LakeSpec, rows, version: int | None, tick: int | None) -> int:
+def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
+           tick_time: datetime | None = None) -> int:  # fmt: skip
     dl = _dl()
     dl.write_deltalake(spec.location, rows, mode="append", storage_options=_opts(spec),
-                       commit_properties=_props(spec, version, tick))  # fmt: skip
+                       commit_properties=_props(spec, version, tick, tick_time))  # fmt: skip
     return rows.num_rows
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple[int, int]:
+def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+             tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: each delete image removes one equal row, then the inserts;
     the table is rewritten in one commit (documented: keyless tables are for small
     tables).  Returns (rows inserted, deleted)."""
     import pyarrow as pa
 
     if not deletes.num_rows:
-        return append(spec, inserts, version, tick), 0
+        return append(spec, inserts, version, tick, tick_time), 0
     here = _arrow(_table(spec), spec.location, storage_opts=spec.storage)
     kept, removed = rows_kept_after_deletes(here, deletes.cast(here.schema))
     result = pa.concat_tables([here.take(kept), inserts.cast(here.schema)])
     _dl().write_deltalake(spec.location, result, mode="overwrite",
                           storage_options=_opts(spec),
-                          commit_properties=_props(spec, version, tick))  # fmt: skip
+                          commit_properties=_props(spec, version, tick, tick_time))  # fmt: skip
     return inserts.num_rows, removed
 
 
@@ -315,6 +326,21 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
         dt.vacuum(retention_hours=keep_hours, enforce_retention_duration=False, dry_run=False)
         dt.cleanup_metadata()
     return done
+
+
+def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
+    """The provider's time of ``tick`` recorded by the newest commit of that tick that
+    records one (None: none does, e.g. commits of an older pgferry)."""
+    for entry in _table(spec).history():
+        at = entry.get("pgferry.tick")
+        if at is None or int(at) > tick:
+            continue  # a compaction, a schema change, or a later tick
+        if int(at) < tick:
+            return None
+        found = entry.get(TICK_TIME)
+        if found:  # else a repair's commit (no time) or one of an older pgferry
+            return datetime.fromisoformat(found)
+    return None
 
 
 def newest_tick(spec: LakeSpec) -> int | None:

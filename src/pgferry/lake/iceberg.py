@@ -9,11 +9,11 @@ cannot live on a store) and its tables in the store; a table
 
 Every write here is ONE Iceberg commit (a pyiceberg transaction: a MERGE is a delete of the
 batch's keys and an append of its new rows, in one metadata commit) whose snapshots carry
-the replay version and the tick in their summary (``pgferry.version``,
-``pgferry.tick``); :func:`applied_version` reads the current snapshot's.  The table
-properties ``pgferry.owner`` and ``pgferry.key`` mark the tables pgferry made and the key
-each was made for.  pyiceberg writes copy-on-write
-(no delete files), so readers need no support for equality deletes.
+the replay version, the tick and the provider's time of it in their summary
+(``pgferry.version``, ``pgferry.tick``, ``pgferry.tick_time``); :func:`applied_version`
+reads the current snapshot's.  The table properties ``pgferry.owner`` and ``pgferry.key``
+mark the tables pgferry made and the key each was made for.  pyiceberg writes
+copy-on-write (no delete files), so readers need no support for equality deletes.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ OWNER = "pgferry.owner"
 KEY = "pgferry.key"  # the key the table was made for, JSON
 VERSION = "pgferry.version"
 TICK = "pgferry.tick"
+TICK_TIME = "pgferry.tick_time"  # the provider's time of the tick (ISO 8601)
 CATALOG_FILE = "pgferry_catalog.db"
 
 
@@ -122,12 +123,16 @@ def _table(spec: LakeSpec):
     return table
 
 
-def _props(version: int | None, tick: int | None) -> dict[str, str]:
+def _props(
+    version: int | None, tick: int | None, tick_time: datetime | None = None
+) -> dict[str, str]:
     props = {}
     if version is not None:
         props[VERSION] = str(version)
     if tick is not None:
         props[TICK] = str(tick)
+        if tick_time is not None:
+            props[TICK_TIME] = tick_time.isoformat()
     return props
 
 
@@ -174,13 +179,14 @@ def add_columns(spec: LakeSpec, fields) -> None:
         update.union_by_name(pa.schema(fields))
 
 
-def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -> tuple[int, int]:
+def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
+          tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """The batch's keys deleted and its new rows appended, in one commit."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     table = _table(spec)
-    props = _props(version, tick)
+    props = _props(version, tick, tick_time)
     upserts = source.filter(pc.invert(pc.is_in(source[OP], value_set=pa.array(["D", "d"]))))
     rows = upserts.drop([OP]).cast(table.schema().as_arrow())
     with warnings.catch_warnings():
@@ -193,25 +199,28 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int) -
     return upserts.num_rows, deletes
 
 
-def append(spec: LakeSpec, rows, version: int | None, tick: int | None) -> int:
+def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
+           tick_time: datetime | None = None) -> int:  # fmt: skip
     table = _table(spec)
-    table.append(rows.cast(table.schema().as_arrow()), snapshot_properties=_props(version, tick))
+    props = _props(version, tick, tick_time)
+    table.append(rows.cast(table.schema().as_arrow()), snapshot_properties=props)
     return rows.num_rows
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int) -> tuple[int, int]:
+def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+             tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: rewritten in one commit (each delete image removes one
     equal row, then the inserts are added)."""
     import pyarrow as pa
 
     if not deletes.num_rows:
-        return append(spec, inserts, version, tick), 0
+        return append(spec, inserts, version, tick, tick_time), 0
     table = _table(spec)
     schema = table.schema().as_arrow()
     here = table.scan().to_arrow().cast(schema)
     kept, removed = rows_kept_after_deletes(here, deletes.cast(schema))
     result = pa.concat_tables([here.take(kept), inserts.cast(schema)])
-    table.overwrite(result, snapshot_properties=_props(version, tick))
+    table.overwrite(result, snapshot_properties=_props(version, tick, tick_time))
     return inserts.num_rows, removed
 
 
@@ -282,7 +291,7 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
     table = _table(spec)
     current = table.current_snapshot()
     props = dict(current.summary.additional_properties) if current and current.summary else {}
-    keep = {k: v for k, v in props.items() if k in (VERSION, TICK)}
+    keep = {k: v for k, v in props.items() if k in (VERSION, TICK, TICK_TIME)}
     rows = table.scan().to_arrow()
     table.overwrite(rows, snapshot_properties=keep)
     if keep_hours is not None:
@@ -290,6 +299,22 @@ def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
         older = datetime.now(UTC) - timedelta(hours=keep_hours)
         table.maintenance.expire_snapshots().older_than(older).commit()
     return {"rows": rows.num_rows}
+
+
+def tick_time_of(spec: LakeSpec, tick: int) -> datetime | None:
+    """The provider's time of ``tick`` recorded by the newest snapshot of that tick in the
+    current line that records one (None: none does, e.g. snapshots of an older pgferry)."""
+    for snap in _ancestry(_table(spec)):
+        props = snap.summary.additional_properties if snap.summary else {}
+        at = props.get(TICK)
+        if at is None or int(at) > tick:
+            continue  # a snapshot of a later tick
+        if int(at) < tick:
+            return None
+        found = props.get(TICK_TIME)
+        if found:  # else a repair's commit (no time) or one of an older pgferry
+            return datetime.fromisoformat(found)
+    return None
 
 
 def newest_tick(spec: LakeSpec) -> int | None:
