@@ -289,6 +289,11 @@ class Worker(Service):
             self.replay.ahead.drop()
             read_next = None
             batch_id = queue_batches.next_batch_upto(provider, queue, consumer, upto, WHOLE)
+            if batch_id is None:
+                # The provider's position of this consumer is past that tick: the node's
+                # own fell back (its database failed over to a lagging standby).  A batch
+                # from there, which follows() answers by moving the provider back.
+                batch_id = queue_batches.next_batch(provider, queue, consumer, min_count=None)
         elif read_next:
             batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
         else:

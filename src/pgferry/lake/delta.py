@@ -47,7 +47,7 @@ def _props(spec: LakeSpec, version: int | None, tick: int | None,
     from deltalake.transaction import CommitProperties, Transaction
 
     apps = [Transaction(spec.app_id, version)] if version is not None else None
-    meta = {"pgferry.tick": tick} if tick is not None else None
+    meta: dict[str, object] | None = {"pgferry.tick": tick} if tick is not None else None
     if meta is not None and tick_time is not None:
         meta[TICK_TIME] = tick_time.isoformat()
     return CommitProperties(app_transactions=apps, custom_metadata=meta)
