@@ -85,7 +85,9 @@ def test_provider_failover_under_load(tmp_path: Path) -> None:
     in their ferry_node.lost_after_failover."""
     root = make_cluster("failover-root")
     sub = make_cluster("failover-sub")
-    scenario = Scenario(root, sub, tmp_path, ha_root=True)
+    # Without the lake leaves: a lake leaf under a branch that reconciles after the root's
+    # failover is not followed yet (docs/failover.md).
+    scenario = Scenario(root, sub, tmp_path, ha_root=True, lakes=False)
     rng = random.Random(20261129)
     try:
         scenario.setup()
