@@ -427,8 +427,11 @@ class Worker(Service):
                 self.wait_readable,
                 lambda: self.stopping or self._reload_requested,
             )
-        except psycopg.Error:
+        except psycopg.Error as exc:
             self._idle.failed()  # the connection broke: the next loop reconnects
+            where = "node" if root else f"provider {self.conns.lost_provider() or ''}".rstrip()
+            log.warning("%s: %s (while waiting for a tick): connecting again", where,
+                        error_text(exc))  # fmt: skip
 
     def _heartbeat(self, local: psycopg.Connection, queue: str, consumer: str) -> None:
         """At most one write per ``idle.HEARTBEAT_EVERY`` seconds while idle."""
