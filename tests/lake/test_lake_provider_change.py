@@ -8,17 +8,15 @@ ends at the tick the lake holds."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from conftest import sorted_rows
+from lake_killed_child import killed_after_the_lake_commit
 from psycopg import sql
 
-from pgferry.apply.worker import Worker
-from pgferry.config import load_config
 from pgferry.lake import delta
 from pgferry.testing.load import Load
 from tests.fixtures.fix_cascade import Tree
@@ -122,21 +120,6 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
     assert _lake_rows(lake_dir, fmt) == expected
 
 
-def _killed_after_the_lake_commit(ini: str, fmt: str) -> None:
-    """In a child process: the lake worker's next batch, SIGKILLed right after its lake
-    commit (before PostgreSQL's)."""
-    module = _module(fmt)
-    real = module.multiset
-
-    def killed(*args, **kwargs):
-        real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    module.multiset = killed
-    Worker(load_config(ini)).work()
-    os._exit(3)  # not killed: the batch never reached the lake
-
-
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
     make_tree, new_db_a, new_db_b, lake_dir, fmt
@@ -156,7 +139,7 @@ def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
 
     # A process of its own (spawned: delta-rs's runtime does not survive a fork).
     child = multiprocessing.get_context("spawn").Process(
-        target=_killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
+        target=killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
     )
     child.start()
     child.join(timeout=120)
@@ -232,7 +215,7 @@ def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
     before = tree.last_tick("lake") or 0
     tree.workers.pop("lake").conns.close()  # the child's worker takes the node's lock
     child = multiprocessing.get_context("spawn").Process(
-        target=_killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
+        target=killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
     )
     child.start()
     child.join(timeout=120)
