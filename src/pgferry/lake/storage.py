@@ -90,7 +90,7 @@ def options(config) -> Options:
     allow = allow or os.environ.get("AWS_ALLOW_HTTP", "")
     if allow.lower() in ("1", "true", "yes", "on") or endpoint.startswith("http://"):
         found["AWS_ALLOW_HTTP"] = "true"
-    timeout = config.get("lake_timeout", "") if config is not None else ""
+    timeout = config.get("lake_timeout", "60") if config is not None else ""
     try:
         seconds = int(timeout or DEFAULT_TIMEOUT)
     except ValueError:
