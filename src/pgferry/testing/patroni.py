@@ -31,7 +31,16 @@ from psycopg import sql as q
 from pgferry.daemon import read_pid
 from pgferry.testing.cluster import RUN_AS, LocalCluster, free_port, server_major
 from pgferry.testing.commands import run_pgferry
-from pgferry.testing.scenario import FILL, SCHEMA, TABLES, process_running, sql, wait_until
+from pgferry.testing.scenario import (
+    FILL,
+    SCHEMA,
+    TABLES,
+    process_running,
+    sql,
+    wait_until,
+    write_job_ini,
+    write_ticker_ini,
+)
 
 PG_MAJOR = 15
 PG_BIN = Path(f"/usr/lib/postgresql/{PG_MAJOR}/bin")
@@ -109,14 +118,8 @@ class HaScenario:
             "exception_sleep = 1\nlock_timeout = 120\n"
         )
         for job, dsn in ((self.ROOT, self.src), (self.LEAF, self.dst)):
-            (self.workdir / f"{job}.ini").write_text(
-                f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}"
-            )
-        (self.workdir / "pgqd.ini").write_text(
-            f"[pgqd]\nbase_connstr = {self.root}\ndatabase_list = {self.dbname}\n"
-            f"ticker_period = 0.2\ncheck_period = 1\n"
-            f"logfile = {self.workdir}/log/pgqd.log\npidfile = {self.workdir}/pid/pgqd.pid\n"
-        )
+            write_job_ini(self.workdir, job, dsn, common)
+        write_ticker_ini(self.workdir, self.root, self.dbname)
         sql(self.src, SCHEMA + FILL)
         sql(self.dst, SCHEMA)
         self.cli(self.ROOT_INI, "create-root", self.ROOT, self.src)

@@ -85,6 +85,20 @@ STATUS_SLACK = 30.0
 EXCEPTION_SLEEP = 1.0  # every job's: a killed worker counts as down 11 s after its heartbeat
 
 
+def write_job_ini(workdir: Path, job: str, dsn: str, settings: str) -> None:
+    """A node's ini in ``workdir``: job ``job`` on database ``dsn``, then ``settings``."""
+    (workdir / f"{job}.ini").write_text(f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{settings}")
+
+
+def write_ticker_ini(workdir: Path, base_connstr: str, dbname: str) -> None:
+    """The ticker's ini (pgqd.ini) in ``workdir``: database ``dbname`` of ``base_connstr``."""
+    (workdir / "pgqd.ini").write_text(
+        f"[pgqd]\nbase_connstr = {base_connstr}\n"
+        f"database_list = {dbname}\nticker_period = 0.2\ncheck_period = 1\n"
+        f"logfile = {workdir}/log/pgqd.log\npidfile = {workdir}/pid/pgqd.pid\n"
+    )
+
+
 def sql(dsn: str, query: str | q.Composable, params: tuple | None = None) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         cur = conn.execute(query, params)  # type: ignore[arg-type]
@@ -315,14 +329,8 @@ class Scenario:
                 line.split("=")[0].strip() == SMALL_BATCHES for line in self.settings
             ):
                 own = f"{SMALL_BATCHES} = 1\n"
-            (self.workdir / f"{job}.ini").write_text(
-                f"[londiste3]\njob_name = {job}\ndb = {dsn}\n{common}{own}"
-            )
-        (self.workdir / "pgqd.ini").write_text(
-            f"[pgqd]\nbase_connstr = {ticker_base}\n"
-            f"database_list = {dbname}\nticker_period = 0.2\ncheck_period = 1\n"
-            f"logfile = {self.workdir}/log/pgqd.log\npidfile = {self.workdir}/pid/pgqd.pid\n"
-        )
+            write_job_ini(self.workdir, job, dsn, common + own)
+        write_ticker_ini(self.workdir, ticker_base, dbname)
         sql(self.src, SCHEMA + FILL)
         sql(self.dst1, SCHEMA)
         sql(self.dst2, "create schema digoal_02")
@@ -360,9 +368,7 @@ class Scenario:
                 # the round's check reads the tables whole.
                 own = (f"lake_path = {lake}\nlake_format = {LAKES[name]}\n"
                        "lake_compact_interval = 20\n")  # fmt: skip
-            (self.workdir / f"{name}.ini").write_text(
-                f"[londiste3]\njob_name = {name}\ndb = {self.nodes[name]}\n{common}{own}"
-            )
+            write_job_ini(self.workdir, name, self.nodes[name], common + own)
         for branch in BRANCHES:
             sql(self.nodes[branch], SCHEMA)
             self.cli(f"{branch}.ini", "create-branch", branch, self.nodes[branch],
@@ -614,6 +620,7 @@ class Scenario:
     def _provider(self, node: str) -> str | None:
         found = sql(self.nodes[node], "select provider_node from ferry_node.local_state")
         return found[0][0] if found else None
+
     def _last_tick(self) -> int:
         return sql(self.src, "select last_tick_id from ferry_queue.get_queue_info('replika')")[0][0]
 
