@@ -120,6 +120,28 @@ def test_change_provider_waits_for_the_lake_batch_in_flight(
     assert _lake_rows(lake_dir, fmt) == expected
 
 
+def _killed_after_a_lake_commit(tree: Tree, rows: sql.Composable, fmt: str) -> tuple[int, int]:
+    """Rows 'a' applied everywhere, rows 'b' to the branch; then the lake's worker, in a
+    process of its own, SIGKILLed between the lake commit of 'b' and PostgreSQL's.
+    Returns the node's tick before (still its position) and the tick the branch applied
+    'b' at (the lake's, not the node's)."""
+    tree.sql("root", rows, ("a",))
+    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
+    tree.sql("root", rows, ("b",))
+    written = tree.catch_up("branch")
+    before = tree.last_tick("lake") or 0
+    tree.workers.pop("lake").conns.close()  # the child's worker takes the node's lock
+    # Spawned: delta-rs's runtime does not survive a fork.
+    child = multiprocessing.get_context("spawn").Process(
+        target=killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
+    )
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    assert tree.last_tick("lake") == before < written
+    return before, written
+
+
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
     make_tree, new_db_a, new_db_b, lake_dir, fmt
@@ -130,21 +152,7 @@ def test_a_batch_in_the_lake_but_not_recorded_is_not_written_twice_after_a_move(
     lake holds (skipped there, recorded) and goes on: every row once, no resync."""
     tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
     rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
-    tree.sql("root", rows, ("a",))
-    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
-    tree.sql("root", rows, ("b",))
-    written = tree.catch_up("branch")
-    before = tree.last_tick("lake") or 0
-    tree.workers.pop("lake").conns.close()  # the child's worker takes the node's lock
-
-    # A process of its own (spawned: delta-rs's runtime does not survive a fork).
-    child = multiprocessing.get_context("spawn").Process(
-        target=killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
-    )
-    child.start()
-    child.join(timeout=120)
-    assert child.exitcode == -signal.SIGKILL
-    assert tree.last_tick("lake") == before < written
+    before, written = _killed_after_a_lake_commit(tree, rows, fmt)
     assert len(_lake_rows(lake_dir, fmt)) == 10  # the lake holds the batch, the node not
     tree.sql("root", rows, ("c",))
     tree.sql("root", sql.SQL("delete from {} where v = 'b' and id = 1").format(KEYLESS))
@@ -208,19 +216,7 @@ def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
     the resync brings the lake back equal to the provider."""
     tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
     rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
-    tree.sql("root", rows, ("a",))
-    type(tree).__mro__[1].catch_up(tree, "branch", "lake")
-    tree.sql("root", rows, ("b",))
-    written = tree.catch_up("branch")
-    before = tree.last_tick("lake") or 0
-    tree.workers.pop("lake").conns.close()  # the child's worker takes the node's lock
-    child = multiprocessing.get_context("spawn").Process(
-        target=killed_after_the_lake_commit, args=(str(tree.paths["lake"]), fmt)
-    )
-    child.start()
-    child.join(timeout=120)
-    assert child.exitcode == -signal.SIGKILL
-    assert tree.last_tick("lake") == before < written
+    before, written = _killed_after_a_lake_commit(tree, rows, fmt)
     held = _lake_rows(lake_dir, fmt)
     assert len(held) == 10  # the lake holds the batch, the node not
     tree.sql(
