@@ -7,7 +7,9 @@ triggers (``ferry_queue.attach_capture``), Londiste's C triggers (``pgq.logutrig
 trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them), and
 pgferry's triggers with capture options (``ferry_queue.attach_capture_spec``): ``ignore``
 leaves a column of each table out (:data:`IGNORED`), ``when`` captures only rows where
-``userid > 0`` (every row: what it costs to test the condition, the same events queued).
+``userid > 0`` (every row: what it costs to test the condition, the same events queued),
+and ``statement``: pgferry's statement triggers (``capture=statement``) instead of the
+plain row trigger ``attach_capture`` makes.
 Phases are interleaved in a rotating order and repeated, so that background load hits all
 of them alike; a ticker thread ticks both queues every second, as pgqd or the pgferry
 ticker would.  With ``--rows N`` each phase also times, after its pgbench run, one INSERT
@@ -15,7 +17,7 @@ of N rows into ``user_login_rec`` and one UPDATE of N ``user_session`` rows (ser
 per row, the best of the repetitions: the least disturbed by other load).
 
     .venv/bin/python -m bench.capture_overhead [--seconds 30] [--reps 3] [--fast]
-        [--phases none,pgferry,londiste,ignore,when] [--rows 100000]
+        [--phases none,pgferry,londiste,ignore,when,statement] [--rows 100000]
 
 Needs pgbench and the pgq extension (``apt-get install postgresql-15-pgq3``).
 """
@@ -43,7 +45,7 @@ TABLES = ("user_info", "user_session", "user_login_rec", "user_logout_rec")
 QUEUE = "replika"
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 PHASES = ("none", "pgferry", "londiste")
-ALL_PHASES = (*PHASES, "ignore", "when")
+ALL_PHASES = (*PHASES, "ignore", "when", "statement")
 # The capture options of the phases "ignore" and "when", per table: (key, ignored column).
 KEYS = {"user_info": "userid", "user_session": "userid", "user_login_rec": "id",
         "user_logout_rec": "id"}  # fmt: skip
@@ -95,6 +97,11 @@ def set_triggers(connstr: str, phase: str) -> None:
                 conn.execute(
                     "select ferry_queue.attach_capture_spec(%s, %s, %s)",
                     (QUEUE, name, json.dumps(spec)),
+                )
+            elif phase == "statement":
+                conn.execute(
+                    "select ferry_queue.attach_capture_spec(%s, %s, %s)",
+                    (QUEUE, name, json.dumps({"key": [KEYS[table]], "capture": "statement"})),
                 )
             elif phase == "londiste":
                 conn.execute(

@@ -4,10 +4,11 @@ without capture, with pgferry's capture and with Londiste's C trigger, in one ru
 One throw-away cluster (PostgreSQL's default durability settings, as in the Londiste anchor
 run), a table ``t (id int primary key, v int, pad text)`` of ``--rows`` rows and an empty
 table ``t2`` like it.  Each repetition runs every phase, in a rotating order so that
-background load hits all alike: ``none`` (no trigger), ``pgferry`` (``attach_capture``, the
-statement triggers), ``row`` (pgferry's plain row trigger, as before statement capture),
-``londiste`` (``pgq.logutriga`` as ``londiste add-table`` creates it).  A phase times
-``update t set v = v + 1`` and ``insert into t2 select ... `` of ``--rows // 2`` rows
+background load hits all alike: ``none`` (no trigger), ``statement`` (pgferry's statement
+triggers, ``capture=statement``), ``row`` (pgferry's plain row trigger, ``attach_capture``:
+a table without capture options), ``londiste`` (``pgq.logutriga`` as ``londiste
+add-table`` creates it).  A phase times ``update t set v = v + 1`` and
+``insert into t2 select ... `` of ``--rows // 2`` rows
 (server time, autocommit); between statements the event tables and ``t2`` are emptied and
 ``t`` vacuumed, untimed.  Printed: the median wall seconds and backend CPU seconds
 (``/proc/<pid>/stat``: less moved by other work on the machine than wall time) per phase
@@ -17,7 +18,7 @@ each, in one transaction), to show where statement capture and the row trigger c
 over.
 
     .venv/bin/python -m bench.capture_statement [--rows 1000000] [--reps 3]
-        [--phases none,pgferry,row,londiste] [--small]
+        [--phases none,statement,row,londiste] [--small]
 
 Needs the pgq extension (``apt-get install postgresql-15-pgq3``) for the phase londiste.
 """
@@ -40,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 QUEUE = "q"
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
            "max_wal_size": "4GB"}  # fmt: skip
-PHASES = ("none", "pgferry", "row", "londiste")
+PHASES = ("none", "statement", "row", "londiste")
 SMALL = (1, 10, 100)
 
 
@@ -67,20 +68,13 @@ def set_triggers(connstr: str, phase: str) -> None:
         for name in ("public.t", "public.t2"):
             conn.execute("select ferry_queue.detach_capture(%s, %s)", (QUEUE, name))
             conn.execute(f"drop trigger if exists _londiste_{QUEUE} on {name}")  # type: ignore[arg-type]
-            if phase == "pgferry":
-                conn.execute("select ferry_queue.attach_capture(%s, %s)", (QUEUE, name))
-            elif phase == "row":
-                # The plain row function, as attach_capture made it before statement capture.
-                fn = conn.execute(
-                    "select ferry_queue.capture_function(queue_id, array['id'])"
-                    "  from ferry_queue.queue where queue_name = %s",
-                    (QUEUE,),
-                ).fetchone()[0]  # type: ignore[index]
+            if phase == "statement":
                 conn.execute(
-                    f"create trigger _ferry_{QUEUE}_capture after insert or update or delete"  # type: ignore[arg-type]
-                    f" on {name} for each row execute function ferry_queue.{fn}"
-                    f"('{QUEUE}', '{name}', 'id')"
+                    "select ferry_queue.attach_capture_spec(%s, %s, %s)",
+                    (QUEUE, name, json.dumps({"key": ["id"], "capture": "statement"})),
                 )
+            elif phase == "row":  # what a table without capture options gets
+                conn.execute("select ferry_queue.attach_capture(%s, %s)", (QUEUE, name))
             elif phase == "londiste":
                 conn.execute(
                     f"create trigger _londiste_{QUEUE} after insert or update or delete"  # type: ignore[arg-type]

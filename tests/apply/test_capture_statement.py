@@ -1,22 +1,26 @@
 """Capture by statement end to end: statements of many rows, key updates and key swaps
 within one statement, upserts, writable CTEs and mixed transactions are captured by the
-statement triggers of a plain table, replayed by a leaf, and the tables compared row by
-row (docs/events.md)."""
+statement triggers of a plain table added with ``capture=statement``, replayed by a leaf,
+and the tables compared row by row (docs/events.md)."""
 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
+from pgferry.errors import TableError, UsageError
 from pgferry.node import tableops
+from pgferry.node.capture_spec import CaptureSpec
 
 # Columns named like the aliases of the generated statement function (n, o, k).
 DDL = 'create table public."Stm t" ("Id" int primary key, n text, o int, k int unique)'
 TABLE = 'public."Stm t"'
+STATEMENT = tableops.AddTableOptions(trigger_args=("capture=statement",))
 
 
 def add(pair) -> None:
     with psycopg.connect(pair.root_dsn) as conn:
-        tableops.add_tables(pair.root_cfg, conn, [TABLE], tableops.AddTableOptions())
+        tableops.add_tables(pair.root_cfg, conn, [TABLE], STATEMENT)
     with psycopg.connect(pair.leaf_dsn) as conn:
         tableops.add_tables(
             pair.leaf_cfg, conn, [TABLE], tableops.AddTableOptions(expect_sync=True)
@@ -92,7 +96,7 @@ def test_events_of_a_statement(pair) -> None:
     """What a statement queues: one event per row, the deleted keys first."""
     pair.root(DDL)
     with psycopg.connect(pair.root_dsn) as conn:
-        tableops.add_tables(pair.root_cfg, conn, [TABLE], tableops.AddTableOptions())
+        tableops.add_tables(pair.root_cfg, conn, [TABLE], STATEMENT)
     with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
         # Stored and updated in descending order: no key is taken twice (see above).
         conn.execute(f"insert into {TABLE} select g, 'a', g, g from generate_series(4, 1, -1) g")
@@ -117,7 +121,7 @@ def test_columns_added_and_dropped_in_one_session(pair) -> None:
     with psycopg.connect(pair.root_dsn) as conn:
         conn.execute("create table public.s (id int primary key, a text)")
         conn.commit()
-        tableops.add_tables(pair.root_cfg, conn, ["public.s"], tableops.AddTableOptions())
+        tableops.add_tables(pair.root_cfg, conn, ["public.s"], STATEMENT)
     with psycopg.connect(pair.root_dsn, autocommit=True) as conn:
         conn.execute("insert into public.s values (1, 'x')")
         conn.execute("alter table public.s add column b int default 7")
@@ -133,3 +137,61 @@ def test_columns_added_and_dropped_in_one_session(pair) -> None:
         ("U:id", '{"id":1,"a":"y","b":7}'),
         ("I:id", '{"id":2,"b":7}'),
     ]
+
+
+def capture_triggers(pair, table: str) -> list[tuple[str, bool]]:
+    """(name, fires per row) of the queue's capture triggers on ``table``."""
+    return pair.root(
+        "select tgname, tgtype & 1 = 1 from pg_trigger where tgrelid = %s::regclass"
+        " and tgname like '%%capture%%' order by 1",
+        (table,),
+    )
+
+
+def test_a_plain_table_gets_a_row_trigger_unless_asked(pair) -> None:
+    """A row trigger costs less than statement triggers for one-row statements, the most
+    common on a primary: it is the default (docs/events.md)."""
+    pair.root("create table public.p (id int primary key, v text)")
+    with psycopg.connect(pair.root_dsn) as conn:
+        tableops.add_tables(pair.root_cfg, conn, ["public.p"], tableops.AddTableOptions())
+    assert capture_triggers(pair, "public.p") == [(f"_ferry_{pair.queue}_capture", True)]
+    spec = pair.root("select table_attrs->'capture' from ferry.table_info where local")
+    assert spec == [({"key": ["id"]},)]
+
+
+@pytest.mark.parametrize(
+    ("ddl", "args", "why"),
+    [
+        ("create table public.r (id int primary key, v text, w text)",
+         ("capture=statement", "ignore=w"), "cannot be captured by statement"),
+        ("create table public.r (id int, v text)", ("capture=statement",),
+         "cannot be captured by statement"),
+        ("create table public.r (id int primary key, v text) partition by range (id);"
+         " create table public.r1 partition of public.r for values from (0) to (10)",
+         ("capture=statement",), "cannot be captured by statement"),
+    ],
+)  # fmt: skip
+def test_capture_statement_refused_where_it_cannot_hold(pair, ddl, args, why) -> None:
+    """Options, no key, a partitioned table: refused with one line, nothing registered,
+    no trigger left."""
+    pair.root(ddl)
+    with psycopg.connect(pair.root_dsn) as conn, pytest.raises(TableError, match=why):
+        tableops.add_tables(
+            pair.root_cfg, conn, ["public.r"], tableops.AddTableOptions(trigger_args=args)
+        )
+    assert pair.root("select count(*) from ferry.table_info where table_name = 'public.r'") == [
+        (0,)
+    ]
+    assert capture_triggers(pair, "public.r") == []
+
+
+@pytest.mark.pure
+def test_capture_argument_parsed() -> None:
+    assert CaptureSpec.parse(None, ["capture=statement"]).capture == "statement"
+    assert CaptureSpec.parse(None, []).capture == "row"
+    spec = CaptureSpec(key=("id",), key_from="primary key", capture="statement")
+    assert spec.to_dict() == {"key": ["id"], "capture": "statement"}
+    assert CaptureSpec.from_dict(spec.to_dict()) == spec
+    assert spec.plain  # the key's plain function, only by statement
+    with pytest.raises(UsageError, match="capture=rows: say capture=row or capture=statement"):
+        CaptureSpec.parse(None, ["capture=rows"])

@@ -226,8 +226,10 @@ def test_only_the_owner_holds_privileges(pair) -> None:
     for node in (pair.root, pair.leaf):
         node("create table public.t (id int primary key)")
         node("create table public.u (id int primary key, v text)")
+        node("create table public.s (id int primary key)")
     pair.add_tables("public.t")
     root_add(pair, "public.u", "ignore=v")  # a templated function beside the plain one
+    root_add(pair, "public.s", "capture=statement")  # and a statement function
     pair.root("select ferry_queue.maint_rotate_tables_step1(%s)", (pair.queue,))
     for node in (pair.root, pair.leaf):
         open_to_public = node(
@@ -262,12 +264,14 @@ def test_only_the_owner_holds_privileges(pair) -> None:
          order by 1
         """
     )
-    # A plain table is captured by statement (its function pins the path and its planner
-    # settings); the others pin the path too.  (A plain row function, for a table in an
-    # inheritance tree, names every object with its schema instead.)
+    # The plain row function names every object with its schema instead of pinning the
+    # path (it runs once per row); a statement function pins the path and its planner
+    # settings; the others pin the path.
     assert [(name, secdef, config) for name, secdef, config in captures] == [
+        ("capture_1_1", True, None),
+        ("capture_1_2", True, ["search_path=pg_catalog, pg_temp"]),
         (
-            "capture_1_1",
+            "capture_1_3",
             True,
             [
                 "search_path=pg_catalog, pg_temp",
@@ -276,7 +280,6 @@ def test_only_the_owner_holds_privileges(pair) -> None:
                 "enable_nestloop=off",
             ],
         ),
-        ("capture_1_2", True, ["search_path=pg_catalog, pg_temp"]),
         ("capture_truncate", True, ["search_path=pg_catalog, pg_temp"]),
         ("wake_ticker", True, ["search_path=pg_catalog, pg_temp"]),
     ]
@@ -337,23 +340,26 @@ create operator app.|| (leftarg = text, rightarg = text, function = app.spy_cat)
 
 def test_the_writers_search_path_does_not_reach_into_capture(pair, make_role) -> None:
     """A writer that puts operators of its own before pg_catalog in its search_path gets
-    none of them run by capture, which runs as the queue's owner: plain and templated."""
+    none of them run by capture, which runs as the queue's owner: plain, templated and by
+    statement."""
     for node in (pair.root, pair.leaf):
         node("create schema app")
         node("create table app.p (id int primary key, v text)")
         node("create table app.o (id int primary key, v text, w text)")
+        node("create table app.s (id int primary key, v text)")
     root_add(pair, "app.p")
     root_add(pair, "app.o", "ignore=w")
-    pair.cascade.add("leafnode", "app.p", "app.o")
+    root_add(pair, "app.s", "capture=statement")
+    pair.cascade.add("leafnode", "app.p", "app.o", "app.s")
     pair.catch_up()
     writer = make_role("writer")
     pair.root(sql.SQL("grant usage, create on schema app to {}").format(sql.Identifier(writer)))
-    for table in ("app.p", "app.o"):
+    for table in ("app.p", "app.o", "app.s"):
         grant_table(pair, table, writer, "insert, update, delete")
     with as_role(pair, writer) as conn:
         conn.execute(HIJACK)  # type: ignore[arg-type]
         conn.execute("set search_path = app, pg_catalog")
-        for table in ("app.p", "app.o"):
+        for table in ("app.p", "app.o", "app.s"):
             conn.execute(f"insert into {table} (id, v) values (1, 'a'), (2, 'b')")  # type: ignore[arg-type]
             conn.execute(f"update {table} set v = 'c'")  # type: ignore[arg-type]
         conn.execute("delete from app.p")
@@ -362,6 +368,7 @@ def test_the_writers_search_path_does_not_reach_into_capture(pair, make_role) ->
     pair.catch_up()
     assert pair.leaf("select count(*) from app.p") == [(0,)]
     assert pair.leaf("select id, v from app.o order by id") == [(1, "c"), (2, "c")]
+    assert pair.leaf("select id, v from app.s order by id") == [(1, "c"), (2, "c")]
 
 
 def test_a_rename_capture_did_not_follow_keeps_capturing(qconn) -> None:

@@ -68,7 +68,10 @@ def attach(
         conn.execute("select ferry.attach_deny(%s, %s::regclass)", (queue, fq))
         return
     resolved = (spec or CaptureSpec()).resolve(conn, fq)
-    queue_api.attach_capture_spec(conn, queue, fq, resolved.to_dict())
+    try:
+        queue_api.attach_capture_spec(conn, queue, fq, resolved.to_dict())
+    except psycopg.errors.InvalidParameterValue as exc:  # capture=statement refused
+        raise TableError(exc.diag.message_primary or str(exc)) from None
 
 
 def detach(conn: psycopg.Connection, queue: str, fq: str) -> None:

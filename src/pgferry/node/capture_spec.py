@@ -11,7 +11,7 @@ The resolved spec, as :meth:`CaptureSpec.to_dict` writes it, is the jsonb that
 ``table_attrs["capture"]``, and that subscribers copy from their provider at add-table.
 Only ``key`` is always there; every other field is written only when it differs from its
 default (``ignore`` [], ``when`` / ``ev_extra2..4`` null, ``backup`` / ``before`` / ``skip``
-/ ``no_triggers`` false, ``ops`` "IUD", ``key_from`` "primary key").
+/ ``no_triggers`` false, ``ops`` "IUD", ``key_from`` "primary key", ``capture`` "row").
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ FLAGS = "BAIUDS"
 # Londiste's event formats (logutriga, sqltriga, jsontriga); pgferry has one.
 FORMAT_FLAGS = "LQJ"
 EXTRA_FIELDS = ("ev_extra2", "ev_extra3", "ev_extra4")
+# capture=: a row trigger (the default: cheapest for statements of one or two rows) or
+# statement triggers (cheapest from a few rows up; docs/events.md, BENCHMARKS.md).
+CAPTURE_KINDS = ("row", "statement")
 # Trigger arguments of Londiste that pgferry refuses, with the reason.
 REFUSED_ARGS = {
     "ev_extra1": "pgferry routes events by ev_extra1, the table's name",
@@ -67,6 +70,7 @@ class CaptureSpec:
     before: bool = False
     skip: bool = False
     no_triggers: bool = False
+    capture: str = "row"  # "statement": statement triggers with transition tables
 
     @property
     def keyless(self) -> bool:
@@ -76,7 +80,7 @@ class CaptureSpec:
     def plain(self) -> bool:
         """Nothing but the key (and which operations): the plain capture function of the
         key serves, as without options."""
-        bare = replace(self, ops="IUD", no_triggers=False)
+        bare = replace(self, ops="IUD", no_triggers=False, capture="row")
         return bool(self.key) and bare == CaptureSpec(key=self.key, key_from=self.key_from)
 
     # --- from the command line ----------------------------------------------------------
@@ -113,6 +117,12 @@ class CaptureSpec:
                 fields["when"] = _expression(value, "when=", boolean=True)
             elif name in EXTRA_FIELDS:
                 fields[name] = _expression(value, f"{name}=", boolean=False)
+            elif name == "capture":
+                if value not in CAPTURE_KINDS:
+                    raise UsageError(
+                        f"add-table: capture={value}: say capture=row or capture=statement"
+                    )
+                fields["capture"] = value
             elif name == "tgflags":
                 letters += value
             else:
@@ -179,7 +189,8 @@ class CaptureSpec:
             out["key_from"] = self.key_from
         if self.ignore:
             out["ignore"] = list(self.ignore)
-        for field in ("when", *EXTRA_FIELDS, "backup", "before", "skip", "no_triggers", "ops"):
+        optional = ("when", *EXTRA_FIELDS, "backup", "before", "skip", "no_triggers", "ops")
+        for field in (*optional, "capture"):
             value = getattr(self, field)
             if value != getattr(default, field):
                 out[field] = value
@@ -201,6 +212,7 @@ class CaptureSpec:
             before=bool(data.get("before")),
             skip=bool(data.get("skip")),
             no_triggers=bool(data.get("no_triggers")),
+            capture=str(data.get("capture") or "row"),
         )
 
     @classmethod

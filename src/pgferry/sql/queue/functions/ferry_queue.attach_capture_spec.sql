@@ -15,12 +15,14 @@
 --       ev_extra2 / ev_extra3 / ev_extra4   expressions on the row, stored as text
 --       ops       'IUD' or a part of it: the operations captured
 --       before, skip   a BEFORE trigger; skip also cancels the local write (queue-only table)
+--       capture   'statement': statement triggers (below) instead of the row trigger
 --
---     A spec with a key and none of the options, on an ordinary table outside any
---     inheritance tree, is captured by statement triggers (statement_capture): one function
---     per key list queues each statement's rows with set-based INSERTs.  On other tables such
---     a spec is captured by the plain row function of its key list (one cached-plan INSERT
---     per row).  Any other spec gets a function generated from a
+--     A spec with capture 'statement', a key and none of the options, on an ordinary table
+--     outside any inheritance tree, is captured by statement triggers (statement_capture): one function
+--     per key list queues each statement's rows with set-based INSERTs; capture 'statement' on
+--     any other table or with any option is refused.  A spec with a key and no option is
+--     captured by the plain row function of its key list (one cached-plan INSERT per row).
+--     Any other spec gets a function generated from a
 --     template: the body with @@ferry_event_table@@, @@ferry_part@@ and @@ferry_event_seq@@
 --     where the queue's current rotation table, its partition number and its event sequence
 --     go.  The template is stored in capture_function, so every rotation rewrites these
@@ -73,6 +75,13 @@ begin
       from pg_class c join pg_namespace n on n.oid = c.relnamespace
      where c.oid = tbl;
     v_stmt := ferry_queue.statement_capture(tbl, spec);
+    if spec->>'capture' is not distinct from 'statement' and not v_stmt then
+        raise exception 'capture=statement: % cannot be captured by statement (it needs a'
+                        ' unique key checked at once on NOT NULL columns, no other capture'
+                        ' option, all three operations, and an ordinary table outside any'
+                        ' inheritance tree)', tbl
+              using errcode = '22023';
+    end if;
     if v_stmt then
         v_fn := ferry_queue.templated_capture_function(
             q.queue_id, v_key, ferry_queue.statement_capture_template(v_key));

@@ -2,8 +2,10 @@
 -- Function: ferry_queue.statement_capture(regclass, jsonb)
 --
 --     Whether table i_table under spec i_spec is captured by statement triggers
---     (statement_capture_template) rather than by a row trigger: a plain spec (a key, no
---     option) capturing all three operations, on an ordinary table that is neither a
+--     (statement_capture_template) rather than by a row trigger: a spec that asks for it
+--     (capture = statement; a row trigger is cheaper for statements of one or two rows,
+--     statement triggers from a few rows up) and is otherwise plain (a key, no option),
+--     capturing all three operations, on an ordinary table that is neither a
 --     partition nor an inheritance child nor has children, keyed by the columns of a unique
 --     index that is checked at once (not deferred), not partial, on NOT NULL columns (the
 --     primary key, as a rule).  A statement trigger fires only
@@ -22,7 +24,8 @@
 create or replace function ferry_queue.statement_capture(i_table regclass, i_spec jsonb)
 returns boolean
 language sql stable set search_path = pg_catalog, pg_temp as $$
-    select ferry_queue.plain_capture(i_spec)
+    select i_spec->>'capture' is not distinct from 'statement'
+       and ferry_queue.plain_capture(i_spec)
        and coalesce(i_spec->>'ops', 'IUD') in ('IUD', 'IDU', 'UID', 'UDI', 'DIU', 'DUI')
        and exists (select from pg_class c where c.oid = i_table and c.relkind = 'r'
                                             and not c.relispartition)
