@@ -11,16 +11,17 @@ from pgferry.apply.batch_sql import (
     grouped_summary_query,
     summary_query,
 )
-from pgferry.apply.routes import Route
 from pgferry.db import connect
 from pgferry.events import REMOVAL_EVENTS
+from pgferry.registry.routes import Route
 
 
 def _route(name: str, state: str = "ok") -> Route:
     schema, table = name.split(".")
     return Route(
-        name, schema, table, ("id",), ("id", "v"), ("integer", "text"), state, None, None,
-        False, name,
+        table_name=name, dest_schema=schema, dest_name=table, pk=("id",), columns=("id", "v"),
+        types=("integer", "text"), merge_state=state, copy_condition=None, copy_snapshot=None,
+        skip_truncate=False, dest_fq=name,
     )  # fmt: skip
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.apply.routes import Route, split_name
 from pgferry.events import (
     EVENT_COLUMNS,
     EXECUTE_EVENT,
@@ -39,6 +38,7 @@ from pgferry.events import (
     SEQ_EVENT,
     TRUNCATE_EVENT,
 )
+from pgferry.registry.routes import Route, split_name
 
 # The event types in the SQL text, as literals.
 _TRUNCATE, _SEQ, _EXECUTE = (sql.Literal(t) for t in (TRUNCATE_EVENT, SEQ_EVENT, EXECUTE_EVENT))

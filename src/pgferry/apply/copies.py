@@ -31,7 +31,6 @@ from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copyrun import CopyRun
 from pgferry.apply.read import set_text_format
-from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.worker_settings import WorkerSettings
@@ -42,6 +41,7 @@ from pgferry.node import copynode, model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
 from pgferry.registry import copystate
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, fields
 
 import psycopg
 
-from pgferry.apply import handover, publish_seqs, routes, sync
+from pgferry.apply import handover, publish_seqs, sync
 from pgferry.node import model
+from pgferry.registry import routes
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,11 @@ from pgferry.apply.batch_sql import (
     grouped_summary_query,
     summary_query,
 )
-from pgferry.apply.routes import Route
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.events import REMOVAL_EVENTS
 from pgferry.queue import batches as queue_batches
+from pgferry.registry.routes import Route
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
 TEXT_FORMAT = (

@@ -18,12 +18,12 @@ import logging
 import psycopg
 
 from pgferry.apply.read import ScriptEvent
-from pgferry.apply.routes import Route
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.node import model
 from pgferry.queue.batches import Batch
+from pgferry.registry.routes import Route
 from pgferry.scripts import ddl_check, skip
 
 log = logging.getLogger(__name__)

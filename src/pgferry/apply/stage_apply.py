@@ -32,7 +32,6 @@ from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
 from pgferry.apply.readers import ReaderPool, table_parts
-from pgferry.apply.routes import Route
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -40,6 +39,7 @@ from pgferry.handlers import Applied, Staged
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import entries
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

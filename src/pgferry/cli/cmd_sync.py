@@ -24,13 +24,13 @@ COUNT_FMT = "%(cnt)d rows"  # compare --count-only, as the original printed it
 
 
 def _tasks(config: Config, names: list[str]):
-    from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.handlers import registry as handler_registry
     from pgferry.node import merge
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
+    from pgferry.registry.routes import load_routes
 
     handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:

@@ -18,9 +18,9 @@ import psycopg
 from pgferry import expressions
 from pgferry.errors import TableError, UsageError
 from pgferry.handlers import Handler
-from pgferry.node.capture_spec import CaptureSpec
 from pgferry.queue import api as queue_api
 from pgferry.registry import catalog
+from pgferry.registry.capture_spec import CaptureSpec
 
 __all__ = [
     "CaptureSpec", "attach", "check_local_key", "copy_filter", "detach", "log_added",
