@@ -43,6 +43,7 @@ from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node import model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
+from pgferry.registry import copystate
 from pgferry.registry.routes import Route, load_routes
 from pgferry.scripts import skip
 
@@ -133,7 +134,7 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
-        catchup: handover.CatchUp | None = None,
+        catchup: copystate.CatchUp | None = None,
         *,
         ahead: Ahead | None = None,
         read_next: int | None = None,
@@ -164,7 +165,7 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
-        catchup: handover.CatchUp | None,
+        catchup: copystate.CatchUp | None,
         ahead: Ahead | None,
         read_next: int | None,
     ) -> ApplyStats:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, fields
 
 import psycopg
 
-from pgferry.apply import handover, publish_seqs, sync
+from pgferry.apply import publish_seqs, sync
 from pgferry.node import model
-from pgferry.registry import routes
+from pgferry.registry import copystate, routes
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ select n.*, r.*
                (select json_agg(json_build_array(q.consumer_name, q.tick_id, q.state,
                                                  q.pause, q.overdue))
                   from ({sync.REQUESTS_SQL}) q) as requests,
-               ({handover.SETTLED_SQL}) as settled) r
+               ({copystate.SETTLED_SQL}) as settled) r
   left join ({model.NODE_SQL}) n on true
 """
 _NODE_COLUMNS = len(fields(model.NodeInfo))  # NODE_SQL reads them in the fields' order
