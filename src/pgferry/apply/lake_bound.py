@@ -25,6 +25,7 @@ import logging
 import psycopg
 
 from pgferry.handlers import lake
+from pgferry.queue import ticks as queue_ticks
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +63,12 @@ class LakeBound:
         if self._upto is None or position is None or position >= self._upto:
             self._upto = None
             return None
-        row = provider.execute(
-            """
-            select max(t.tick_id), coalesce(bool_or(t.tick_id = %s), false),
-                   max(t.tick_time) filter (where t.tick_id = %s)
-              from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-             where q.queue_name = %s
-            """,
-            (self._upto, self._upto, queue),
-        ).fetchone()
-        newest, holds, made = (row[0], row[1], row[2]) if row else (None, False, None)
-        if holds:
+        made = queue_ticks.tick_time(provider, queue, self._upto)  # None: not held there
+        if made is not None:
             with local.transaction():
                 lake.check_held(local, queue, self._upto, made, self._config)
             return self._upto
+        newest = queue_ticks.tick_range(provider, queue)[1]
         if newest is None or newest < self._upto:
             return self.WAIT
         log.warning("The provider does not hold tick %d, which a lake table holds: the"

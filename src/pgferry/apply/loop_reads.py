@@ -19,9 +19,9 @@ from dataclasses import dataclass, fields
 
 import psycopg
 
-from pgferry.apply import publish_seqs, sync
+from pgferry.apply import sync
 from pgferry.node import model
-from pgferry.registry import copystate, routes
+from pgferry.registry import copystate, entries, routes
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LoopReads:
 _LOOP_SQL = f"""
 select n.*, r.*
   from (select ({routes.SIGNATURE_SQL}) as signature,
-               array({publish_seqs.SEQUENCES_SQL}) as seqs,
+               array({entries.SEQUENCES_SQL}) as seqs,
                (select json_agg(json_build_array(q.consumer_name, q.tick_id, q.state,
                                                  q.pause, q.overdue))
                   from ({sync.REQUESTS_SQL}) q) as requests,

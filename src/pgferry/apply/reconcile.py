@@ -123,16 +123,10 @@ def reconcile(
 def _provider_settled(provider: psycopg.Connection, queue: str, tables: list[str]) -> None:
     """A provider that is a branch reconciling with its own provider copies the same tables
     again: until it holds them whole, what it lacks is not known.  NodeError: retry."""
-    row = provider.execute(
-        """
-        select string_agg(table_name, ', ' order by table_name) from ferry.table_info
-         where queue_name = %s and table_name = any(%s) and merge_state is distinct from 'ok'
-        """,
-        (queue, tables),
-    ).fetchone()
-    if row and row[0]:
+    copying = entries.not_settled(provider, queue, tables)
+    if copying:
         raise NodeError(
-            f"Diverged provider: waiting for the provider to copy {row[0]} again first"
+            f"Diverged provider: waiting for the provider to copy {', '.join(copying)} again first"
             " (its own failover reconcile)"
         )
 

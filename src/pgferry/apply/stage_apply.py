@@ -226,8 +226,7 @@ def apply_sequences(conn: psycopg.Connection, queue: str, values: dict[str, int]
     """Sequences never move backwards on a subscriber.  Only ``queue``'s record of each
     moves: a database fed by several queues (a merge leaf) keeps one row per queue."""
     for seq_name, value in sorted(values.items()):
-        conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq_name, value))
-        entries.set_seq_last_value(conn, queue, seq_name, value)
+        entries.advance_seq(conn, queue, seq_name, value)
     return len(values)
 
 

@@ -213,15 +213,14 @@ def _same_tick(
     with connect(provider_dsn, autocommit=True) as prov:
         made = queue_ticks.tick_time(prov, queue, tick)
     with open_in_snapshot(local_dsn, snapshot) as conn:
-        row = conn.execute(
-            "select last_tick_id, last_tick_time from ferry_node.local_state"
-            " where queue_name = %s and consumer_name = %s",
-            (queue, consumer),
-        ).fetchone()
-    if row is None or made is None or row[1] is None or (row[0], row[1]) == (tick, made):
+        state = model.local_state(conn, queue, consumer)
+    if state is None or made is None or state.last_tick_time is None:
+        return
+    if (state.last_tick_id, state.last_tick_time) == (tick, made):
         return
     raise DivergedProvider(
-        f"Diverged provider: {consumer} applied tick {row[0]} made at {row[1]}, but the"
+        f"Diverged provider: {consumer} applied tick {state.last_tick_id} made at"
+        f" {state.last_tick_time}, but the"
         f" provider's tick {tick} was made at {made}: the provider lost ticks this node"
         " applied (failover to a standby that lacked them); nothing compared, see"
         " docs/failover.md"

@@ -297,13 +297,8 @@ def unregister_subscriber(
 
 def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:
     """On the dropped node itself: triggers, registry, queue and node rows of ``queue``."""
-    tables = conn.execute(
-        "select coalesce(dest_table, table_name) from ferry.table_info"
-        " where queue_name = %s and local",
-        (queue,),
-    ).fetchall()
-    for (fq,) in tables:
-        capture.detach(conn, queue, fq)
+    for entry in entries.list_tables(conn, queue):
+        capture.detach(conn, queue, entry.dest_name)
     entries.forget_queue(conn, queue)
     conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
     # capture-ddl's switch goes with the node (the database's event triggers stay, idle).

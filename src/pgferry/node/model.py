@@ -413,6 +413,17 @@ def heartbeat(conn: psycopg.Connection, queue_name: str, consumer_name: str) -> 
     )
 
 
+def clear_error(conn: psycopg.Connection, queue_name: str, consumer_name: str) -> None:
+    """Forget the consumer's recorded error (its event was skipped), leaving last_seen."""
+    conn.execute(
+        """
+        update ferry_node.local_state set cur_error = null, error_time = null
+         where queue_name = %s and consumer_name = %s
+        """,
+        (queue_name, consumer_name),
+    )
+
+
 def record_error(conn: psycopg.Connection, queue_name: str, consumer_name: str, text: str) -> None:
     conn.execute(
         """

@@ -105,6 +105,35 @@ def copy_consumers(conn: psycopg.Connection, queue: str) -> set[str]:
     return {r[0] for r in rows}
 
 
+def unused_copy_consumers(
+    conn: psycopg.Connection, queue: str, table: str, prefix: str
+) -> list[str]:
+    """The consumers a copy of ``table`` may hold that no other local table of ``queue``
+    copies or catches up through: the one recorded, and the name ``prefix`` + its group
+    (or table) name a copy gives its group's (registered before it is recorded).  None for
+    a table in state ok: its copy's consumer went at the hand-over."""
+    rows = conn.execute(
+        """
+        select distinct c.name
+          from ferry.table_info t
+         cross join lateral unnest(array[t.copy_consumer,
+                                         %s || coalesce(t.copy_group::text, t.table_name)])
+               as c(name)
+         where t.queue_name = %s and t.table_name = %s and t.merge_state is distinct from 'ok'
+           and c.name is not null
+           and not exists (select 1 from ferry.table_info o
+                            where o.queue_name = t.queue_name and o.local
+                              and o.table_name <> t.table_name
+                              and (o.copy_consumer = c.name
+                                   or (coalesce(o.copy_group::text, o.table_name)
+                                       = coalesce(t.copy_group::text, t.table_name)
+                                       and o.merge_state is distinct from 'ok')))
+        """,
+        (prefix, queue, table),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def not_ok(conn: psycopg.Connection, queue: str, tables: Sequence[str]) -> list[str]:
     """Those of ``tables`` that this node does not hold in state ``ok``: on a provider,
     tables whose copy must wait."""

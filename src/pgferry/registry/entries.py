@@ -88,6 +88,86 @@ def get_table(conn: psycopg.Connection, queue: str, table: str) -> TableEntry | 
         return cur.fetchone()
 
 
+def every_table(conn: psycopg.Connection) -> list[TableEntry]:
+    """Every row of ``ferry.table_info``, of every queue of the database."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(f"select {_TABLE_COLS} from ferry.table_info order by queue_name, table_name")
+        return cur.fetchall()
+
+
+def table_at(conn: psycopg.Connection, queue: str, fq: str) -> TableEntry | None:
+    """The local entry of ``queue`` whose destination is the table ``fq`` (any spelling
+    of its name), or None."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"""
+            select {_TABLE_COLS} from ferry.table_info
+             where queue_name = %s and local
+               and to_regclass(coalesce(dest_table, table_name)) = to_regclass(%s)
+            """,
+            (queue, fq),
+        )
+        return cur.fetchone()
+
+
+def without_destination(conn: psycopg.Connection, queue: str) -> list[TableEntry]:
+    """Local entries of ``queue`` whose destination table does not exist in the database
+    (dropped without remove-table), by destination name."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"""
+            select {_TABLE_COLS} from ferry.table_info
+             where queue_name = %s and local
+               and to_regclass(coalesce(dest_table, table_name)) is null
+             order by coalesce(dest_table, table_name)
+            """,
+            (queue,),
+        )
+        return cur.fetchall()
+
+
+def not_settled(conn: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
+    """Those of ``tables`` registered for ``queue`` in another state than ``ok``."""
+    rows = conn.execute(
+        """
+        select table_name from ferry.table_info
+         where queue_name = %s and table_name = any(%s) and merge_state is distinct from 'ok'
+         order by table_name
+        """,
+        (queue, tables),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """How many local tables of a queue are in each state (``status``)."""
+
+    ok: int
+    copying: int  # in-copy or catching-up
+    other: int  # waiting for their copy
+
+
+def table_counts(conn: psycopg.Connection, queue: str) -> TableCounts:
+    """The local tables of ``queue`` counted by state."""
+    with conn.cursor(row_factory=class_row(TableCounts)) as cur:
+        cur.execute(
+            """
+            select count(*) filter (where merge_state = 'ok') as ok,
+                   count(*) filter (where merge_state in ('in-copy', 'catching-up'))
+                       as copying,
+                   count(*) filter (where merge_state is null
+                                       or merge_state not in ('ok', 'in-copy', 'catching-up'))
+                       as other
+              from ferry.table_info where queue_name = %s and local
+            """,
+            (queue,),
+        )
+        row = cur.fetchone()
+    assert row is not None  # an aggregate without GROUP BY: one row
+    return row
+
+
 def next_copy_group(conn: psycopg.Connection) -> int:
     row = conn.execute("select nextval('ferry.copy_group_seq')").fetchone()
     assert row is not None
@@ -236,6 +316,52 @@ def list_seqs(conn: psycopg.Connection, queue: str, local_only: bool = True) -> 
             (queue, local_only),
         )
         return cur.fetchall()
+
+
+# The node's replicated sequences (parameter: the queue name); the worker reads it with the
+# other reads of its loop, in one statement.
+SEQUENCES_SQL = (
+    "select seq_name from ferry.seq_info where queue_name = %s and local order by seq_name"
+)
+
+
+@dataclass(frozen=True)
+class SeqPosition:
+    """A local sequence of a queue as the database has it: where it stands, the value
+    recorded for it (published on a root, applied on a subscriber), its step and maximum."""
+
+    seq_name: str
+    position: int
+    published: int | None
+    step: int
+    maxvalue: int
+
+
+def seq_positions(conn: psycopg.Connection, queue: str, *, lock: bool = False) -> list[SeqPosition]:
+    """The local sequences of ``queue`` that exist; ``lock`` takes their ``seq_info`` rows."""
+    with conn.cursor(row_factory=class_row(SeqPosition)) as cur:
+        cur.execute(
+            """
+            select s.seq_name,
+                   coalesce(pg_sequence_last_value(p.seqrelid), p.seqstart) as position,
+                   s.last_value as published, greatest(p.seqincrement, 1) as step,
+                   p.seqmax as maxvalue
+              from ferry.seq_info s
+              join pg_sequence p on p.seqrelid = to_regclass(s.seq_name)
+             where s.queue_name = %s and s.local
+             order by s.seq_name
+            """
+            + (" for update of s" if lock else ""),
+            (queue,),
+        )
+        return cur.fetchall()
+
+
+def advance_seq(conn: psycopg.Connection, queue: str, seq: str, value: int) -> None:
+    """Move a local sequence up to ``value`` (never back, ``ferry.seq_advance``) and record
+    the value for ``queue``."""
+    conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq, value))
+    set_seq_last_value(conn, queue, seq, value)
 
 
 def register_seq(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 from pgferry.errors import PgferryError
+from pgferry.node import model
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,7 @@ def mark_skipped(conn: psycopg.Connection, event: FailedEvent, ev_data: str | No
         ),  # fmt: skip
     )
     clear_failure(conn, event.queue_name, event.consumer_name)
-    conn.execute(
-        "update ferry_node.local_state set cur_error = null, error_time = null"
-        " where queue_name = %s and consumer_name = %s",
-        (event.queue_name, event.consumer_name),
-    )
+    model.clear_error(conn, event.queue_name, event.consumer_name)
 
 
 def is_skipped(conn: psycopg.Connection, queue: str, tick_id: int, ev_id: int) -> bool:
