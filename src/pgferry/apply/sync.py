@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from pgferry.config import Config
 from pgferry.db import connect, error_text
@@ -66,6 +67,15 @@ class SyncPoint:
     tick_id: int
     src_snapshot: str
     dst_snapshot: str
+
+
+# A queue's requests as one text that changes whenever one does (the worker's idle check;
+# parameter {q}: the queue), and whether there is none.
+REQUESTS_STAMP = sql.SQL(
+    """(select string_agg(concat_ws(',', r.consumer_name, r.xmin), ';' order by r.consumer_name)
+          from ferry.sync_request r where r.queue_name = {q})"""
+)
+NO_REQUEST = sql.SQL("not exists (select 1 from ferry.sync_request r where r.queue_name = {q})")
 
 
 # --- worker side -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row
 
 from pgferry.registry.entries import MERGE_STATES
@@ -151,10 +152,11 @@ def not_ok(conn: psycopg.Connection, queue: str, tables: Sequence[str]) -> list[
 
 # Whether every table of the node is ``ok`` (parameter: the queue name); the worker reads it
 # with the other reads of its loop, in one statement.
-SETTLED_SQL = (
-    "select not exists (select 1 from ferry.table_info where queue_name = %s and local"
+SETTLED = sql.SQL(
+    "select not exists (select 1 from ferry.table_info where queue_name = {q} and local"
     " and merge_state is distinct from 'ok')"
 )
+SETTLED_SQL = SETTLED.format(q=sql.Placeholder()).as_string(None)
 
 
 def set_copy_state(

@@ -364,6 +364,21 @@ def advance_seq(conn: psycopg.Connection, queue: str, seq: str, value: int) -> N
     set_seq_last_value(conn, queue, seq, value)
 
 
+# What a queue's registry holds, as one text that changes whenever a row does (the
+# worker's idle check reads it with the node's; parameter {q}: the queue).  xmin changes
+# with every insert and update of a row, a deleted row drops out of the text; a sequence
+# adds its position.
+STAMP = sql.SQL(
+    """concat_ws('|',
+         (select string_agg(concat_ws(',', t.table_name, t.xmin), ';' order by t.table_name)
+            from ferry.table_info t where t.queue_name = {q}),
+         (select string_agg(concat_ws(',', s.seq_name, s.xmin,
+                                      pg_sequence_last_value(to_regclass(s.seq_name))),
+                            ';' order by s.seq_name)
+            from ferry.seq_info s where s.queue_name = {q}))"""
+)
+
+
 def register_seq(
     conn: psycopg.Connection, queue: str, seq: str, last_value: int | None, local: bool = True
 ) -> None:

@@ -385,9 +385,7 @@ def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> st
     catch-up (their positions must not move under them), or a reader of batches."""
     if ".copy." in consumer:
         return "the consumer of a table copy's catch-up"
-    if model.is_installed(conn) and any(
-        consumer in sub for sub in model.subscribers(conn, queue)
-    ):
+    if model.is_installed(conn) and any(consumer in sub for sub in model.subscribers(conn, queue)):
         return "the consumer of a cascade node"
     info = [r for r in queue_api.consumer_info(conn, queue) if r["consumer_name"] == consumer]
     if info and info[0]["current_batch"] is not None:
