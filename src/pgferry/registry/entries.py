@@ -66,6 +66,13 @@ _TABLE_COLS = """queue_name, table_name, local, merge_state, dest_table, copy_co
     max_parallel_copy"""
 
 
+def is_installed(conn: psycopg.Connection) -> bool:
+    """Whether the database holds pgferry's registry (a queue's provider may not: a queue
+    filled by an application)."""
+    row = conn.execute("select to_regclass('ferry.table_info') is not null").fetchone()
+    return bool(row and row[0])
+
+
 def list_tables(conn: psycopg.Connection, queue: str, local_only: bool = True) -> list[TableEntry]:
     with conn.cursor(row_factory=class_row(TableEntry)) as cur:
         cur.execute(
@@ -421,9 +428,12 @@ def set_seq_published(conn: psycopg.Connection, queue: str, seq: str, value: int
 
 
 def forget_queue(conn: psycopg.Connection, queue: str) -> None:
-    """Every table and sequence row of ``queue`` (its node is dropped)."""
+    """Every table and sequence row of ``queue``, its pending compare requests and its
+    ``capture-ddl`` switch (its node is dropped; the database's event triggers stay, idle)."""
     conn.execute("delete from ferry.table_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry.seq_info where queue_name = %s", (queue,))
+    conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
+    conn.execute("delete from ferry.ddl_capture where queue_name = %s", (queue,))
 
 
 def attrs_text(attrs: dict[str, Any]) -> str:

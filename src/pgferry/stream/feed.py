@@ -399,7 +399,7 @@ def _check_tables(
     """ConfigError naming the first of ``tables`` that the queue does not replicate: a
     misspelt name would otherwise give an empty feed, silently. A provider without
     pgferry's registry (a queue filled by an application) has no list to check against."""
-    if not tables or not conn.execute("select to_regclass('ferry.table_info')").fetchone()[0]:
+    if not tables or not entries.is_installed(conn):
         return
     known = {e.table_name for e in entries.list_tables(conn, queue, local_only=False)}
     unknown = [t for t in tables if t not in known]
