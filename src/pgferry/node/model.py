@@ -93,12 +93,13 @@ def is_installed(conn: psycopg.Connection) -> bool:
     return bool(row and row[0])
 
 
-# The node row of a queue (parameter: the queue name), the fields of NodeInfo in order.
+# The node row of a queue (parameter: the queue name), each column named as NodeInfo's field.
 NODE_SQL = """
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
-               s.provider_node, p.node_location, l.node_location,
-               coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
-               coalesce(s.paused, false), s.last_tick_time
+               s.provider_node, p.node_location as provider_location,
+               l.node_location as location,
+               coalesce(s.consumer_name, n.worker_name) as consumer_name, s.last_tick_id,
+               coalesce(s.paused, false) as paused, s.last_tick_time
           from ferry_node.node_info n
           left join ferry_node.local_state s
                  on s.queue_name = n.queue_name and s.consumer_name = n.worker_name
@@ -134,8 +135,8 @@ def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
     """The local node for ``queue``, or None when this database is not a node of it."""
     if not is_installed(conn):
         return None
-    row = conn.execute(NODE_SQL, (queue,)).fetchone()
-    return None if row is None else NodeInfo(*row)
+    with conn.cursor(row_factory=class_row(NodeInfo)) as cur:
+        return cur.execute(NODE_SQL, (queue,)).fetchone()
 
 
 def node_missing(queue: str) -> NodeError:

@@ -510,25 +510,22 @@ def copy_progress(conn: psycopg.Connection, queue: str) -> list[CopyProgress]:
     chunks = (
         """(select count(*) from ferry_copy.range_done r
              where r.copy_id = t.copy_id
-               and r.dest_table = coalesce(t.dest_table, t.table_name)),
+               and r.dest_table = coalesce(t.dest_table, t.table_name))::int as chunks_done,
            (select count(*) from ferry_copy.chunk c
              where c.copy_id = t.copy_id
-               and c.dest_table = coalesce(t.dest_table, t.table_name))"""
+               and c.dest_table = coalesce(t.dest_table, t.table_name))::int as chunks_total"""
         if have_chunks and have_chunks[0]
-        else "0, 0"
+        else "0 as chunks_done, 0 as chunks_total"
     )
     query = sql.SQL(
         """
-        select t.table_name, t.merge_state, {done}, t.copy_total,
-               coalesce(extract(epoch from now() - t.copy_started), 0), t.copy_error,
-               {source}, {chunks}
+        select t.table_name, t.merge_state, ({done})::bigint as rows, t.copy_total as total,
+               coalesce(extract(epoch from now() - t.copy_started), 0)::float8 as seconds,
+               t.copy_error as error, {source} as source, {chunks}
           from ferry.table_info t
          where t.queue_name = %s and t.local and t.merge_state is distinct from 'ok'
          order by t.table_name
         """
     ).format(done=sql.SQL(done), source=sql.SQL(source), chunks=sql.SQL(chunks))
-    rows = conn.execute(query, (queue,)).fetchall()
-    return [
-        CopyProgress(r[0], r[1], int(r[2]), r[3], float(r[4]), r[5], r[6], int(r[7]), int(r[8]))
-        for r in rows
-    ]
+    with conn.cursor(row_factory=class_row(CopyProgress)) as cur:
+        return cur.execute(query, (queue,)).fetchall()
