@@ -10,6 +10,7 @@ from pgferry.apply.batch_sql import (
     fold_summary,
     grouped_summary_query,
     summary_query,
+    summary_rows,
 )
 from pgferry.db import connect
 from pgferry.events import REMOVAL_EVENTS
@@ -72,12 +73,11 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
         segments = [Segment(), Segment(None, 8), Segment(4, 13), Segment(13, None)]
         seen_kinds = set()
         for segment, scripts, removals in itertools.product(segments, (False, True), (False, True)):
-            old = [
-                SummaryRow(*row)
-                for row in conn.execute(
+            old = summary_rows(
+                conn.execute(
                     summary_query(batch, ROUTES, SEQS, segment, scripts=scripts, removals=removals)
                 ).fetchall()
-            ]
+            )
             groups = conn.execute(grouped_summary_query(batch, SEQS, segment)).fetchall()
             new = fold_summary(groups, ROUTES, SEQS, scripts=scripts, removals=removals)
             case = (segment, scripts, removals)

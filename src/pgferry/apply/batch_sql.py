@@ -80,9 +80,8 @@ def summary_query(
     scripts: bool = False,
     removals: bool = False,
 ) -> str:
-    """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id, scripts, removals, some_inserts, some_deletes)`` of the segment, the fields
-    of :class:`SummaryRow` in order (the ev_ids of the table's row events); with
+    """One row per table and sequence of the segment, each column named as the
+    :class:`SummaryRow` field it fills (:func:`summary_rows` builds them); with
     ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events), and
     with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
