@@ -212,10 +212,12 @@ def test_the_objects_come_from_the_sql_files() -> None:
     assert {"node_info", "local_state", "applied_tick"} <= objects["ferry_node"]
     assert {"tick", "queue", "subscription", "get_queue_info"} <= objects["ferry_queue"]
     assert {"range_done", "chunk", "saved_index"} <= objects["ferry_copy"]
-    # A feature's entry names a real object (a renamed one would leave its entry behind).
-    for key in FEATURES:
+    # A feature's entry names a real object and module (a renamed one would leave its
+    # entry behind).
+    for key, module in FEATURES.items():
         schema, name = key.split(".")
         assert name in objects[schema], key
+        assert (PACKAGE / module).is_file(), module
 
 
 def test_the_access_scanner_finds_every_spelling() -> None:
