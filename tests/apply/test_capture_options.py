@@ -9,9 +9,9 @@ import threading
 import psycopg
 import pytest
 
-from pgferry.apply.routes import load_routes
 from pgferry.cli.main import main
 from pgferry.node import capture, tableops
+from pgferry.registry.routes import load_routes
 
 
 def root_add(pair, *names: str, flags: str | None = None, args: tuple[str, ...] = (), **opts):

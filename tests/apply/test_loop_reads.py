@@ -8,9 +8,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgferry.apply import loop_reads, routes
+from pgferry.apply import loop_reads
 from pgferry.errors import NodeError
 from pgferry.node import model, seqops
+from pgferry.registry import routes
 
 
 def _reads(pair, queue: str | None = None):

@@ -16,9 +16,9 @@ import pytest
 
 from pgferry.apply.plan import TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import ApplyStats, apply_parts
 from pgferry.apply.stages import StageTables
+from pgferry.registry.routes import Route
 
 TABLE = "create table public.t (id int primary key, v text, n int)"
 # Batches read by reader threads, tables in ranges of about 40 row events.
@@ -85,8 +85,9 @@ def test_a_range_that_never_arrives_fails_the_batch(db_b: str) -> None:
     """A table whose ranges did not all arrive is never left staged and unapplied inside a
     transaction that goes on to commit: the batch fails instead."""
     route = Route(
-        "s.big", "s", "big", ("id",), ("id", "v"), ("integer", "text"), "ok", None, None,
-        False, "s.big",
+        table_name="s.big", dest_schema="s", dest_name="big", pk=("id",), columns=("id", "v"),
+        types=("integer", "text"), merge_state="ok", copy_condition=None, copy_snapshot=None,
+        skip_truncate=False, dest_fq="s.big",
     )  # fmt: skip
     work = TableWork(route, ("id", "v"), 10, False, None, merge=True, ranges=2)
     with psycopg.connect(db_b) as conn:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pgferry.apply.batch_sql import SummaryRow
 from pgferry.apply.plan import apply_columns, count_removals, count_scripts, plan_segment
-from pgferry.apply.routes import Route
+from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure
 

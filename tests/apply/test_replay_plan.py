@@ -6,7 +6,7 @@ import pytest
 
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import plan_segment
-from pgferry.apply.routes import Route
+from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure
 
@@ -14,8 +14,9 @@ pytestmark = pytest.mark.pure
 def _route(name: str, state: str = "ok", skip_truncate: bool = False) -> Route:
     schema, table = name.split(".")
     return Route(
-        name, schema, table, ("id",), ("id", "v"), ("integer", "text"), state, None, None,
-        skip_truncate, name,
+        table_name=name, dest_schema=schema, dest_name=table, pk=("id",), columns=("id", "v"),
+        types=("integer", "text"), merge_state=state, copy_condition=None, copy_snapshot=None,
+        skip_truncate=skip_truncate, dest_fq=name,
     )  # fmt: skip
 
 

@@ -10,17 +10,19 @@ from pgferry.apply.batch_sql import (
     fold_summary,
     grouped_summary_query,
     summary_query,
+    summary_rows,
 )
-from pgferry.apply.routes import Route
 from pgferry.db import connect
 from pgferry.events import REMOVAL_EVENTS
+from pgferry.registry.routes import Route
 
 
 def _route(name: str, state: str = "ok") -> Route:
     schema, table = name.split(".")
     return Route(
-        name, schema, table, ("id",), ("id", "v"), ("integer", "text"), state, None, None,
-        False, name,
+        table_name=name, dest_schema=schema, dest_name=table, pk=("id",), columns=("id", "v"),
+        types=("integer", "text"), merge_state=state, copy_condition=None, copy_snapshot=None,
+        skip_truncate=False, dest_fq=name,
     )  # fmt: skip
 
 
@@ -71,12 +73,11 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
         segments = [Segment(), Segment(None, 8), Segment(4, 13), Segment(13, None)]
         seen_kinds = set()
         for segment, scripts, removals in itertools.product(segments, (False, True), (False, True)):
-            old = [
-                SummaryRow(*row)
-                for row in conn.execute(
+            old = summary_rows(
+                conn.execute(
                     summary_query(batch, ROUTES, SEQS, segment, scripts=scripts, removals=removals)
                 ).fetchall()
-            ]
+            )
             groups = conn.execute(grouped_summary_query(batch, SEQS, segment)).fetchall()
             new = fold_summary(groups, ROUTES, SEQS, scripts=scripts, removals=removals)
             case = (segment, scripts, removals)

@@ -22,7 +22,7 @@ from pgferry.cli import main as cli_main
 from pgferry.cli.registry import COMMANDS
 from pgferry.errors import PgferryError
 from pgferry.handlers import registry as handler_registry
-from pgferry.node.capture_spec import FLAGS, CaptureSpec
+from pgferry.registry.capture_spec import FLAGS, CaptureSpec
 from pgferry.settings import ALIASES, BUILTINS, NODE_SETTINGS, TICKER_SETTINGS
 
 pytestmark = pytest.mark.pure

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pgferry.node.capture_spec import CaptureSpec
+from pgferry.registry.capture_spec import CaptureSpec
 
 pytestmark = pytest.mark.pure
 

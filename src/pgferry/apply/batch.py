@@ -32,7 +32,7 @@ from pgferry.apply.plan import PlanInputs, count_removals, count_scripts
 from pgferry.apply.prefetch import Ahead, NextBatch, Prefetcher
 from pgferry.apply.read import ReplayError, TableShapes, read_removals, read_scripts, summarize
 from pgferry.apply.readers import ReaderPool
-from pgferry.apply.routes import Route, RouteCache, load_routes
+from pgferry.apply.routes import RouteCache
 from pgferry.apply.script_shapes import LaterChanges, later_changes
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.segment_plans import Reading, plan_inputs, segment_plan
@@ -43,6 +43,8 @@ from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node import model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
+from pgferry.registry import copystate
+from pgferry.registry.routes import Route, load_routes
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
@@ -132,7 +134,7 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
-        catchup: handover.CatchUp | None = None,
+        catchup: copystate.CatchUp | None = None,
         *,
         ahead: Ahead | None = None,
         read_next: int | None = None,
@@ -163,7 +165,7 @@ class Replayer:
         batch: Batch,
         routes: dict[str, Route],
         seqs: list[str],
-        catchup: handover.CatchUp | None,
+        catchup: copystate.CatchUp | None,
         ahead: Ahead | None,
         read_next: int | None,
     ) -> ApplyStats:

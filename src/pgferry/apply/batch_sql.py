@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.apply.routes import Route, split_name
 from pgferry.events import (
     EVENT_COLUMNS,
     EXECUTE_EVENT,
@@ -39,6 +38,7 @@ from pgferry.events import (
     SEQ_EVENT,
     TRUNCATE_EVENT,
 )
+from pgferry.registry.routes import Route, split_name
 
 # The event types in the SQL text, as literals.
 _TRUNCATE, _SEQ, _EXECUTE = (sql.Literal(t) for t in (TRUNCATE_EVENT, SEQ_EVENT, EXECUTE_EVENT))
@@ -80,9 +80,8 @@ def summary_query(
     scripts: bool = False,
     removals: bool = False,
 ) -> str:
-    """Rows ``(name, row_events, inserts_only, barrier_ev_id, seq_value, first_ev_id,
-    last_ev_id, scripts, removals, some_inserts, some_deletes)`` of the segment, the fields
-    of :class:`SummaryRow` in order (the ev_ids of the table's row events); with
+    """One row per table and sequence of the segment, each column named as the
+    :class:`SummaryRow` field it fills (:func:`summary_rows` builds them); with
     ``scripts`` one more row, name NULL, counts the queued scripts (EXECUTE events), and
     with ``removals`` the same row counts the :data:`REMOVAL_EVENTS`."""
     routes = [r for r in routes if r.applies]
@@ -118,13 +117,7 @@ def summary_query(
     # pasting those expressions into every aggregate).
     query = sql.SQL(
         """
-        select name, count(*) filter (where rowev),
-               coalesce(bool_and(ins) filter (where rowev), false),
-               max(ev_id) filter (where kind = 'R'), max(seqv),
-               min(ev_id) filter (where rowev), max(ev_id) filter (where rowev),
-               count(*) filter (where kind = 'X'), count(*) filter (where kind = 'G'),
-               coalesce(bool_or(ins) filter (where rowev), false),
-               coalesce(bool_or(del) filter (where rowev), false)
+        select {columns}
           from (select case when e.ev_type = {execute} or e.ev_type = any({removal})
                             then null else e.ev_extra1 end as name,
                        e.ev_id,
@@ -141,6 +134,7 @@ def summary_query(
          group by name
         """
     ).format(
+        columns=_SUMMARY_COLUMNS,
         batch=sql.SQL(batch_sql),
         where=sql.SQL(" and ").join(where),
         removal=_REMOVALS,
@@ -172,6 +166,7 @@ def grouped_summary_query(batch_sql: str, sequences: Iterable[str], segment: Seg
          group by e.ev_extra1, e.ev_type
         """
     ).format(
+        columns=_SUMMARY_COLUMNS,
         batch=sql.SQL(batch_sql),
         where=sql.SQL(" and ").join(where),
         seqs=sql.Literal(list(sequences)),
@@ -200,6 +195,33 @@ class SummaryRow:
     some_deletes: bool = False
 
 
+# summary_query's aggregates, each named as the SummaryRow field it fills: the rows are
+# built by name (summary_rows), whatever the order of the SELECT.
+_SUMMARY_AGGREGATES = {
+    "name": "name",
+    "row_events": "count(*) filter (where rowev)",
+    "inserts_only": "coalesce(bool_and(ins) filter (where rowev), false)",
+    "barrier": "max(ev_id) filter (where kind = 'R')",
+    "seq_value": "max(seqv)",
+    "first": "min(ev_id) filter (where rowev)",
+    "last": "max(ev_id) filter (where rowev)",
+    "scripts": "count(*) filter (where kind = 'X')",
+    "removals": "count(*) filter (where kind = 'G')",
+    "some_inserts": "coalesce(bool_or(ins) filter (where rowev), false)",
+    "some_deletes": "coalesce(bool_or(del) filter (where rowev), false)",
+}
+_SUMMARY_COLUMNS = sql.SQL(", ").join(
+    sql.SQL("{} as {}").format(sql.SQL(expr), sql.Identifier(field))
+    for field, expr in _SUMMARY_AGGREGATES.items()
+)
+
+
+def summary_rows(rows: Iterable[tuple]) -> list[SummaryRow]:
+    """:func:`summary_query`'s rows, each field taken by its column's name."""
+    names = tuple(_SUMMARY_AGGREGATES)
+    return [SummaryRow(**dict(zip(names, row, strict=True))) for row in rows]
+
+
 @dataclass(slots=True)
 class _Fold:
     """A table's or sequence's groups, added up (see :func:`fold_summary`)."""
@@ -215,8 +237,9 @@ class _Fold:
 
     def row(self, name: str) -> SummaryRow:
         return SummaryRow(
-            name, self.row_events, bool(self.inserts_only), self.barrier, self.seq_value,
-            self.first, self.last, 0, 0, self.some_inserts, self.some_deletes,
+            name, row_events=self.row_events, inserts_only=bool(self.inserts_only),
+            barrier=self.barrier, seq_value=self.seq_value, first=self.first, last=self.last,
+            some_inserts=self.some_inserts, some_deletes=self.some_deletes,
         )  # fmt: skip
 
 

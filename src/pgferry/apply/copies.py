@@ -31,7 +31,6 @@ from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copyrun import CopyRun
 from pgferry.apply.read import set_text_format
-from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.worker_settings import WorkerSettings
@@ -41,7 +40,8 @@ from pgferry.errors import NodeError, PgferryError
 from pgferry.node import copynode, model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
-from pgferry.registry import copystate
+from pgferry.registry import copystate, entries
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +87,10 @@ class Copies:
         queue = node.queue_name
         self._reap(queue)
         with local.transaction():
-            pending = handover.pending_groups(local, queue)
-            registered = {
-                r[0]
-                for r in local.execute(
-                    "select table_name from ferry.table_info where queue_name = %s and local",
-                    (queue,),
-                ).fetchall()
-            }
+            pending = handover.pending_groups(
+                local, queue, combined=node.combined_queue is not None
+            )
+            registered = {e.table_name for e in entries.list_tables(local, queue)}
         for run in list(self.runs.values()):
             if run.running() and not registered.intersection(run.group.tables):
                 # Removed meanwhile (on this node or by its provider): stop copying it.
@@ -214,7 +210,7 @@ class Copies:
         joined the main stream; the tick the main stream must stop at for a group ahead)."""
         queue = node.queue_name
         with local.transaction():
-            groups = handover.catching_up(local, queue)
+            groups = copystate.catching_up(local, queue)
             if groups:
                 # Read after the groups: a copy thread may have moved a group to
                 # catching-up since the caller read the routes, and its tables' routes must
@@ -253,7 +249,7 @@ class Copies:
         replayer: Replayer,
         node: model.NodeInfo,
         routes: dict[str, Route],
-        group: handover.CatchUp,
+        group: copystate.CatchUp,
     ) -> int | None:
         """Apply the group's next batch from ``provider`` (the queue the group reads); the
         tick the group has reached (None: nothing)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from pgferry.apply.handover import CopyGroup, provider_not_ready, replica_dsn, tick_now
+from pgferry.apply.handover import CopyGroup, replica_dsn, tick_now
 from pgferry.db import connect
 from pgferry.errors import TableError
 from pgferry.node import copymode, copynode, merge, model
@@ -127,7 +127,7 @@ class CopyRun:
         """Where the copy reads from, or None when a table is not ok there yet."""
         names = list(self.group.tables)
         if self.group.copy_node is None:
-            waiting = provider_not_ready(prov, self.queue, names)
+            waiting = copystate.not_ok(prov, self.queue, names)
             source = copynode.CopySource(
                 self.node.provider_node or "", self.provider_dsn, copynode.PROVIDER
             )

@@ -19,11 +19,11 @@ import psycopg
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.apply.routes import Route, split_name
 from pgferry.handlers import Event
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.batches import Batch
+from pgferry.registry.routes import Route, split_name
 
 
 def forward_events(

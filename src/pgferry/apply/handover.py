@@ -50,11 +50,12 @@ from pgferry.node import capture
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import copystate
+from pgferry.registry.copystate import CatchUp
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CopyGroup:
     """Tables waiting for their copy, copied together under one snapshot."""
 
@@ -76,106 +77,47 @@ class CopyGroup:
     merged: tuple[bool, ...] = ()
 
 
-@dataclass(frozen=True)
-class CatchUp:
-    """A copied group replaying its own consumer's batches."""
-
-    consumer: str
-    tables: tuple[str, ...]
-    tick: int  # last tick applied for the group here
-    node: str | None = None  # whose queue the consumer reads (None: the provider's)
-    filtered: bool = False  # a table still skips the events visible in its copy snapshot
-    chunked: bool = False  # copied in chunks: rows missing here are expected, not divergence
-
-    @property
-    def may_join(self) -> bool:
-        """A group that reads another node's queue joins once its snapshot is passed."""
-        return self.node is None or not self.filtered
-
-
-def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
+def pending_groups(conn: psycopg.Connection, queue: str, *, combined: bool) -> list[CopyGroup]:
     """Groups of tables waiting for their copy (state NULL, or ``in-copy`` after a crash),
-    oldest first."""
-    rows = conn.execute(
-        """
-        select coalesce(copy_group::text, table_name), table_name,
-               coalesce(dest_table, table_name), copy_condition, skip_truncate,
-               max_parallel_copy, table_attrs,
-               (select n.combined_queue is not null from ferry_node.node_info n
-                 where n.queue_name = t.queue_name)
-               and not coalesce((table_attrs->>'no_merge')::bool, false)
-          from ferry.table_info t
-         where queue_name = %s and local and (merge_state is null or merge_state = 'in-copy')
-         order by copy_group nulls last, table_name
-        """,
-        (queue,),
-    ).fetchall()
-    groups: dict[str, list[tuple]] = {}
-    for row in rows:
-        groups.setdefault(row[0], []).append(row)
+    oldest first; ``combined``: the node merges its queue into another."""
+    groups: dict[str, list[copystate.WaitingCopy]] = {}
+    for table in copystate.waiting_copies(conn, queue, combined=combined):
+        groups.setdefault(table.group_id, []).append(table)
     result = []
     for group_id, members in groups.items():
-        caps = [m[5] for m in members if m[5]]
-        hs = [handler_registry.from_attrs(m[6]) for m in members]  # the tables' handlers
+        caps = [m.max_parallel_copy for m in members if m.max_parallel_copy]
+        hs = [handler_registry.from_attrs(m.table_attrs) for m in members]  # their handlers
         # The capture's when= filters the copy too; its ignored columns are not copied.
-        specs = [capture.copy_filter(m[3], m[6]) for m in members]
+        specs = [capture.copy_filter(m.copy_condition, m.table_attrs) for m in members]
         filters = [conjunction(f[0], h.row_filter()) for f, h in zip(specs, hs, strict=True)]
         result.append(
             CopyGroup(
-                group_id,
-                tuple(m[1] for m in members),
-                tuple(m[2] for m in members),
-                tuple(filters),
-                tuple(bool(m[6].get("skip_truncate") if m[7] else m[4]) for m in members),
-                min(caps) if caps else None,
-                tuple(tuple(h.copy_column_exprs().items()) for h in hs),
-                tuple(f[1] for f in specs),
-                tuple(tuple(h.copy_settings().items()) for h in hs),
-                tuple(None if (o := h.copy_columns()) is None else tuple(o) for h in hs),
+                group_id=group_id,
+                tables=tuple(m.table_name for m in members),
+                dest_tables=tuple(m.dest_table for m in members),
+                conditions=tuple(filters),
+                skip_truncate=tuple(
+                    bool(m.table_attrs.get("skip_truncate") if m.merged else m.skip_truncate)
+                    for m in members
+                ),
+                max_parallel=min(caps) if caps else None,
+                column_exprs=tuple(tuple(h.copy_column_exprs().items()) for h in hs),
+                excluded=tuple(f[1] for f in specs),
+                settings=tuple(tuple(h.copy_settings().items()) for h in hs),
+                only=tuple(None if (o := h.copy_columns()) is None else tuple(o) for h in hs),
                 # One command chose it for the whole group (add-table, resync).
-                next((m[6].get("copy_node") for m in members if m[6].get("copy_node")), None),
-                tuple(bool(m[7]) for m in members),
+                copy_node=next(
+                    (
+                        m.table_attrs.get("copy_node")
+                        for m in members
+                        if m.table_attrs.get("copy_node")
+                    ),
+                    None,
+                ),  # fmt: skip
+                merged=tuple(m.merged for m in members),
             )
         )
     return result
-
-
-# Whether every table of the node is ``ok`` (parameter: the queue name).
-SETTLED_SQL = (
-    "select not exists (select 1 from ferry.table_info where queue_name = %s and local"
-    " and merge_state is distinct from 'ok')"
-)
-
-
-def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
-    """Copied groups that replay their own consumer's batches."""
-    rows = conn.execute(
-        """
-        select copy_consumer, array_agg(table_name order by table_name), min(catchup_tick),
-               min(catchup_node), bool_or(copy_snapshot is not null),
-               bool_or(copy_mode = 'chunked')
-          from ferry.table_info
-         where queue_name = %s and local and merge_state = 'catching-up'
-           and copy_consumer is not null
-         group by copy_consumer order by 1
-        """,
-        (queue,),
-    ).fetchall()
-    return [CatchUp(r[0], tuple(r[1]), r[2], r[3], r[4], bool(r[5])) for r in rows]
-
-
-def provider_not_ready(prov: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
-    """Tables that the provider does not yet hold in state ok (we must wait for those)."""
-    rows = prov.execute(
-        """
-        select t.name from unnest(%s::text[]) as t(name)
-         where not exists (select 1 from ferry.table_info i
-                            where i.queue_name = %s and i.table_name = t.name
-                              and i.local and i.merge_state = 'ok')
-        """,
-        (tables, queue),
-    ).fetchall()
-    return [r[0] for r in rows]
 
 
 # --- catching up, in the loop -------------------------------------------------------------
@@ -224,14 +166,7 @@ def forget_stale_consumers(
     """Group consumers on the provider (or, with ``node_name``, this node's on an upstream
     node) that no local table refers to any more (the table was removed or resynced
     meanwhile): unregistered, so they hold nothing back."""
-    used = {
-        r[0]
-        for r in local.execute(
-            "select copy_consumer from ferry.table_info where queue_name = %s"
-            " and copy_consumer is not null",
-            (queue,),
-        ).fetchall()
-    }
+    used = copystate.copy_consumers(local, queue)
     local.rollback()
     prefix = f"{main_consumer}.copy."
     stale = [c for c in queue_api.consumers(source, queue) if c.startswith(prefix)]

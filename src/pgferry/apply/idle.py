@@ -40,7 +40,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from pgferry.apply import sync
+from pgferry.node import model
 from pgferry.queue import ticks as queue_ticks
+from pgferry.registry import copystate, entries
 
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live,
 # idle worker.  Longer than ticker_idle_period (60 s): on a subscriber the idle queue's
@@ -57,35 +60,20 @@ FULL_LOOP_EVERY = 90.0
 # once per loop_delay.
 ROOT_BACKOFF = 8
 
-# One statement, so one round trip.  xmin changes with every insert and update of a row; a
-# deleted row drops out of the text.  local_state is read by column: the heartbeat and
-# the batch's own tick record write its row.
+# One statement, so one round trip: the stamps of the registry, the compare requests and
+# the node, each read as its owner writes it down; whether every table is ok and no request
+# waits; whether a consumer is behind or failed.
+_Q = sql.Placeholder("q")
 WAKE_STATE = sql.SQL(
-    """
-    select md5(concat_ws('|',
-             (select string_agg(concat_ws(',', t.table_name, t.xmin), ';' order by t.table_name)
-                from ferry.table_info t where t.queue_name = %(q)s),
-             (select string_agg(concat_ws(',', s.seq_name, s.xmin,
-                                          pg_sequence_last_value(to_regclass(s.seq_name))),
-                                ';' order by s.seq_name)
-                from ferry.seq_info s where s.queue_name = %(q)s),
-             (select string_agg(concat_ws(',', r.consumer_name, r.xmin), ';'
-                                order by r.consumer_name)
-                from ferry.sync_request r where r.queue_name = %(q)s),
-             (select n.xmin::text from ferry_node.node_info n where n.queue_name = %(q)s),
-             (select string_agg(concat_ws(',', l.node_name, l.xmin), ';' order by l.node_name)
-                from ferry_node.node_location l where l.queue_name = %(q)s),
-             (select string_agg(concat_ws(',', s.consumer_name, s.provider_node,
-                                          s.last_tick_id, s.paused),
-                                ';' order by s.consumer_name)
-                from ferry_node.local_state s where s.queue_name = %(q)s))),
-           not exists (select 1 from ferry.table_info t
-                        where t.queue_name = %(q)s and t.local
-                          and t.merge_state is distinct from 'ok')
-             and not exists (select 1 from ferry.sync_request r where r.queue_name = %(q)s),
-           exists (select 1 from ferry_node.local_state s
-                    where s.queue_name = %(q)s and (not s.uptodate or s.cur_error is not null))
-    """
+    "select md5(concat_ws('|', {registry}, {requests}, {node})), ({settled}) and {no_request},"
+    " {trouble}"
+).format(
+    registry=entries.STAMP.format(q=_Q),
+    requests=sync.REQUESTS_STAMP.format(q=_Q),
+    node=model.NODE_STAMP.format(q=_Q),
+    settled=copystate.SETTLED.format(q=_Q),
+    no_request=sync.NO_REQUEST.format(q=_Q),
+    trouble=model.NODE_TROUBLE.format(q=_Q),
 )
 
 

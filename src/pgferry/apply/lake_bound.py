@@ -25,6 +25,8 @@ import logging
 import psycopg
 
 from pgferry.handlers import lake
+from pgferry.queue import ticks as queue_ticks
+from pgferry.registry import entries
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class LakeBound:
         """The tick the next batch must end at, WAIT, or None (take it as usual)."""
         if self._look:
             with local.transaction():
-                self._upto = lake.held_ahead(local, queue, position, self._config)
+                self._upto = lake.held_ahead(_replayed(local, queue), position, self._config)
             self._look = False
             if self._upto is not None:
                 log.info("A lake table holds tick %d, past the node's tick %s: the next"
@@ -62,23 +64,24 @@ class LakeBound:
         if self._upto is None or position is None or position >= self._upto:
             self._upto = None
             return None
-        row = provider.execute(
-            """
-            select max(t.tick_id), coalesce(bool_or(t.tick_id = %s), false),
-                   max(t.tick_time) filter (where t.tick_id = %s)
-              from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-             where q.queue_name = %s
-            """,
-            (self._upto, self._upto, queue),
-        ).fetchone()
-        newest, holds, made = (row[0], row[1], row[2]) if row else (None, False, None)
-        if holds:
+        made = queue_ticks.tick_time(provider, queue, self._upto)  # None: not held there
+        if made is not None:
             with local.transaction():
-                lake.check_held(local, queue, self._upto, made, self._config)
+                lake.check_held(_replayed(local, queue), self._upto, made, self._config)
             return self._upto
+        newest = queue_ticks.tick_range(provider, queue)[1]
         if newest is None or newest < self._upto:
             return self.WAIT
         log.warning("The provider does not hold tick %d, which a lake table holds: the"
                     " batch is taken as usual", self._upto)  # fmt: skip
         self._upto = None
         return None
+
+
+def _replayed(conn: psycopg.Connection, queue: str) -> list[tuple[str, dict]]:
+    """(name, table_attrs) of the node's tables the main stream replays (state ok)."""
+    return [
+        (e.table_name, e.table_attrs or {})
+        for e in entries.list_tables(conn, queue)
+        if e.merge_state == "ok"
+    ]

@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import psycopg
+from psycopg.rows import dict_row
 
-from pgferry.apply import handover, publish_seqs, routes, sync
+from pgferry.apply import sync
 from pgferry.node import model
+from pgferry.registry import copystate, entries, routes
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,14 @@ class LoopReads:
 _LOOP_SQL = f"""
 select n.*, r.*
   from (select ({routes.SIGNATURE_SQL}) as signature,
-               array({publish_seqs.SEQUENCES_SQL}) as seqs,
+               array({entries.SEQUENCES_SQL}) as seqs,
                (select json_agg(json_build_array(q.consumer_name, q.tick_id, q.state,
                                                  q.pause, q.overdue))
                   from ({sync.REQUESTS_SQL}) q) as requests,
-               ({handover.SETTLED_SQL}) as settled) r
+               ({copystate.SETTLED_SQL}) as settled) r
   left join ({model.NODE_SQL}) n on true
 """
-_NODE_COLUMNS = len(fields(model.NodeInfo))  # NODE_SQL reads them in the fields' order
+_NODE_FIELDS = tuple(f.name for f in fields(model.NodeInfo))  # NODE_SQL's column names
 
 
 def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, LoopReads]:
@@ -57,16 +59,16 @@ def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, Loo
     # In the order of the parts' placeholders in _LOOP_SQL: signature, sequences,
     # requests (their age limit, the queue), settled, node.
     params = (queue, queue, sync.CHOOSE_LIMIT, queue, queue, queue)
-    row = conn.execute(_LOOP_SQL, params).fetchone()
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_LOOP_SQL, params).fetchone()
     assert row is not None  # the reads' row is always there; the node's may be NULLs
-    node_row, (signature, seqs, requests, settled) = row[:_NODE_COLUMNS], row[_NODE_COLUMNS:]
-    if node_row[0] is None:
+    if row["queue_name"] is None:
         raise model.node_missing(queue)
-    node = model.NodeInfo(*node_row)
+    node = model.NodeInfo(**{name: row[name] for name in _NODE_FIELDS})
     reads = LoopReads(
-        signature=signature or "",
-        seqs=list(seqs),
-        request=sync.request_of([tuple(r) for r in requests or ()], node.consumer_name),
-        tables_settled=bool(settled),
+        signature=row["signature"] or "",
+        seqs=list(row["seqs"]),
+        request=sync.request_of([tuple(r) for r in row["requests"] or ()], node.consumer_name),
+        tables_settled=bool(row["settled"]),
     )
     return node, reads

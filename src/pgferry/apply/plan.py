@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from pgferry.apply import unkeyed
 from pgferry.apply.batch_sql import Segment, SummaryRow, events_query, table_query
-from pgferry.apply.routes import Route
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import PlanInputs, count_scripts
 from pgferry.apply.read import APPLICATION_NAME, set_text_format, summarize
 from pgferry.apply.readers import ReaderPool
-from pgferry.apply.routes import Route
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,6 @@ import psycopg
 
 from pgferry.node import seqops
 
-# The node's replicated sequences (parameter: the queue name).
-SEQUENCES_SQL = (
-    "select seq_name from ferry.seq_info where queue_name = %s and local order by seq_name"
-)
-
 
 def publish(conn: psycopg.Connection, queue: str, buffer: int = seqops.DEFAULT_SEQ_BUFFER) -> int:
     """Queue the sequences that are due (see the module docstring); returns how many.

@@ -31,12 +31,13 @@ from pgferry.apply.batch_sql import (
     fold_summary,
     grouped_summary_query,
     summary_query,
+    summary_rows,
 )
-from pgferry.apply.routes import Route
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.events import REMOVAL_EVENTS
 from pgferry.queue import batches as queue_batches
+from pgferry.registry.routes import Route
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
 TEXT_FORMAT = (
@@ -257,7 +258,7 @@ def summarize(
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     if grouped:
         return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
-    return [SummaryRow(*row) for row in rows]
+    return summary_rows(rows)
 
 
 @dataclass(frozen=True)

@@ -53,19 +53,12 @@ def common_tick(
     """The newest tick applied here that the provider holds as the same tick, and the
     tables changed by the batches applied after it (None: no recorded tick is shared)."""
     marks = queue_ticks.tick_marks(provider, queue)
-    rows = local.execute(
-        """
-        select tick_id, tick_time, tables from ferry_node.applied_tick
-         where queue_name = %s and consumer_name = %s order by tick_id desc
-        """,
-        (queue, consumer),
-    ).fetchall()
     touched: set[str] = set()
-    for tick_id, tick_time, tables in rows:
-        mark = marks.get(tick_id)
-        if mark is not None and mark[0] == tick_time:
-            return tick_id, tick_time, touched
-        touched |= set(tables)
+    for applied in model.applied_ticks(local, queue, consumer):
+        mark = marks.get(applied.tick_id)
+        if mark is not None and mark[0] == applied.tick_time:
+            return applied.tick_id, applied.tick_time, touched
+        touched |= set(applied.tables)
     return None
 
 
@@ -97,11 +90,7 @@ def reconcile(
                 tick, lost_tick,
             )  # fmt: skip
         model.set_position(local, queue, consumer, tick, tick_time)
-        local.execute(
-            "delete from ferry_node.applied_tick"
-            " where queue_name = %s and consumer_name = %s and tick_id > %s",
-            (queue, consumer, tick),
-        )
+        model.forget_applied_after(local, queue, consumer, tick)
         if node.node_type == "branch":
             _cut_queue(local, queue, tick)
         if tables:
@@ -123,16 +112,10 @@ def reconcile(
 def _provider_settled(provider: psycopg.Connection, queue: str, tables: list[str]) -> None:
     """A provider that is a branch reconciling with its own provider copies the same tables
     again: until it holds them whole, what it lacks is not known.  NodeError: retry."""
-    row = provider.execute(
-        """
-        select string_agg(table_name, ', ' order by table_name) from ferry.table_info
-         where queue_name = %s and table_name = any(%s) and merge_state is distinct from 'ok'
-        """,
-        (queue, tables),
-    ).fetchone()
-    if row and row[0]:
+    copying = entries.not_settled(provider, queue, tables)
+    if copying:
         raise NodeError(
-            f"Diverged provider: waiting for the provider to copy {row[0]} again first"
+            f"Diverged provider: waiting for the provider to copy {', '.join(copying)} again first"
             " (its own failover reconcile)"
         )
 
@@ -191,17 +174,6 @@ def _save_lost(
                 (present,),
             ).fetchall()
         )
-    with local.cursor() as cur:
-        cur.executemany(
-            """
-            insert into ferry_node.lost_after_failover
-                (queue_name, provider_node, common_tick, lost_tick, table_name, row_key,
-                 held_here, on_provider)
-            values (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)
-            """,
-            [
-                (queue, provider_node, common, lost_tick, table, k, row, on_provider.get(k))
-                for k, row in differ
-            ],
-        )
+    lost = [model.LostRow(k, row, on_provider.get(k)) for k, row in differ]
+    model.save_lost(local, queue, provider_node, table, common, lost_tick, lost)
     return len(differ)

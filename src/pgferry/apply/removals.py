@@ -17,6 +17,7 @@ import psycopg
 from pgferry.apply.read import RemovalEvent
 from pgferry.events import REMOVE_SEQ_EVENT
 from pgferry.node import model, seqops, tableops
+from pgferry.registry import copystate
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +60,6 @@ def _unused_copy_consumers(
     copies or catches up through: the one recorded, and the name
     :class:`~pgferry.apply.copyrun.CopyRun` gives its group's (registered before it is
     recorded).  None for a table in state ok: its copy's consumer went at the hand-over."""
-    rows = local.execute(
-        """
-        select distinct c.name
-          from ferry.table_info t
-         cross join lateral unnest(array[t.copy_consumer,
-                                         %s || coalesce(t.copy_group::text, t.table_name)])
-               as c(name)
-         where t.queue_name = %s and t.table_name = %s and t.merge_state is distinct from 'ok'
-           and c.name is not null
-           and not exists (select 1 from ferry.table_info o
-                            where o.queue_name = t.queue_name and o.local
-                              and o.table_name <> t.table_name
-                              and (o.copy_consumer = c.name
-                                   or (coalesce(o.copy_group::text, o.table_name)
-                                       = coalesce(t.copy_group::text, t.table_name)
-                                       and o.merge_state is distinct from 'ok')))
-        """,
-        (f"{node.consumer_name}.copy.", node.queue_name, table),
-    ).fetchall()
-    return [r[0] for r in rows]
+    return copystate.unused_copy_consumers(
+        local, node.queue_name, table, f"{node.consumer_name}.copy."
+    )

@@ -18,12 +18,13 @@ import logging
 import psycopg
 
 from pgferry.apply.read import ScriptEvent
-from pgferry.apply.routes import Route
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.events import EXECUTE_EVENT
 from pgferry.node import model
 from pgferry.queue.batches import Batch
+from pgferry.registry import refused as registry_refused
+from pgferry.registry.routes import Route
 from pgferry.scripts import ddl_check, skip
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,7 @@ def run_script(
         # Nothing of it ran (the savepoint is gone); a forged or malformed statement must
         # not hold up the rows behind it.
         log.error("event %s (%s): refused, not run: %s", ev_id, file_name, exc)
-        ddl_check.record_refusal(
-            local, queue, batch.tick_id, ev_id, file_name, script.sql, str(exc)
-        )
+        registry_refused.record(local, queue, batch.tick_id, ev_id, file_name, script.sql, str(exc))
     except (psycopg.Error, PgferryError) as exc:
         error = error_text(exc) if isinstance(exc, psycopg.Error) else str(exc)
         raise skip.EventFailed(

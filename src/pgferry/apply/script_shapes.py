@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pgferry.apply.routes import Route
+from pgferry.registry.routes import Route
 
 
 @dataclass

@@ -40,7 +40,6 @@ from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
 from pgferry.apply.readers import ReaderPool, split_table_parts
-from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
     apply_parts,
@@ -51,6 +50,7 @@ from pgferry.apply.stage_apply import (
 from pgferry.apply.stages import StageTables
 from pgferry.db import connect, error_text
 from pgferry.handlers.api import Handler
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

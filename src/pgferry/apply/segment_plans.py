@@ -21,9 +21,9 @@ import psycopg
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import PlanInputs, SegmentPlan, apply_columns
 from pgferry.apply.read import TableShapes, summarize
-from pgferry.apply.routes import Route
 from pgferry.apply.script_shapes import LaterChanges
 from pgferry.apply.worker_settings import ReplaySettings
+from pgferry.registry.routes import Route
 
 
 @dataclass(frozen=True)

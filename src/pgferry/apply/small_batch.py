@@ -34,7 +34,6 @@ from psycopg import sql
 from pgferry.apply.batch_sql import Segment, SummaryRow, fold_summary, grouped_summary_query
 from pgferry.apply.plan import PlanInputs, SegmentPlan, TableWork
 from pgferry.apply.read import provider_named, read_only_results, summarize, summary_settings
-from pgferry.apply.routes import Route
 from pgferry.apply.stage_apply import (
     ApplyStats,
     applied_stats,
@@ -47,6 +46,7 @@ from pgferry.apply.stages import StageTables
 from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
 from pgferry.queue.batches import Batch
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 

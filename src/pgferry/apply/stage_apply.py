@@ -32,7 +32,6 @@ from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
 from pgferry.apply.readers import ReaderPool, table_parts
-from pgferry.apply.routes import Route
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -40,6 +39,7 @@ from pgferry.handlers import Applied, Staged
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import entries
+from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +226,7 @@ def apply_sequences(conn: psycopg.Connection, queue: str, values: dict[str, int]
     """Sequences never move backwards on a subscriber.  Only ``queue``'s record of each
     moves: a database fed by several queues (a merge leaf) keeps one row per queue."""
     for seq_name, value in sorted(values.items()):
-        conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq_name, value))
-        entries.set_seq_last_value(conn, queue, seq_name, value)
+        entries.advance_seq(conn, queue, seq_name, value)
     return len(values)
 
 

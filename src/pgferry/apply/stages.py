@@ -16,8 +16,8 @@ import psycopg
 from psycopg import sql
 
 from pgferry.apply.read import copy_options
-from pgferry.apply.routes import Route
 from pgferry.events import EVENT_COLUMNS
+from pgferry.registry.routes import Route
 
 
 class StageTables:

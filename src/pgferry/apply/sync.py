@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from pgferry.config import Config
 from pgferry.db import connect, error_text
@@ -66,6 +67,15 @@ class SyncPoint:
     tick_id: int
     src_snapshot: str
     dst_snapshot: str
+
+
+# A queue's requests as one text that changes whenever one does (the worker's idle check;
+# parameter {q}: the queue), and whether there is none.
+REQUESTS_STAMP = sql.SQL(
+    """(select string_agg(concat_ws(',', r.consumer_name, r.xmin), ';' order by r.consumer_name)
+          from ferry.sync_request r where r.queue_name = {q})"""
+)
+NO_REQUEST = sql.SQL("not exists (select 1 from ferry.sync_request r where r.queue_name = {q})")
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -213,15 +223,14 @@ def _same_tick(
     with connect(provider_dsn, autocommit=True) as prov:
         made = queue_ticks.tick_time(prov, queue, tick)
     with open_in_snapshot(local_dsn, snapshot) as conn:
-        row = conn.execute(
-            "select last_tick_id, last_tick_time from ferry_node.local_state"
-            " where queue_name = %s and consumer_name = %s",
-            (queue, consumer),
-        ).fetchone()
-    if row is None or made is None or row[1] is None or (row[0], row[1]) == (tick, made):
+        state = model.local_state(conn, queue, consumer)
+    if state is None or made is None or state.last_tick_time is None:
+        return
+    if (state.last_tick_id, state.last_tick_time) == (tick, made):
         return
     raise DivergedProvider(
-        f"Diverged provider: {consumer} applied tick {row[0]} made at {row[1]}, but the"
+        f"Diverged provider: {consumer} applied tick {state.last_tick_id} made at"
+        f" {state.last_tick_time}, but the"
         f" provider's tick {tick} was made at {made}: the provider lost ticks this node"
         " applied (failover to a standby that lacked them); nothing compared, see"
         " docs/failover.md"

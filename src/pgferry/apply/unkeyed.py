@@ -19,7 +19,7 @@ from psycopg import sql
 
 from pgferry import expressions
 from pgferry.apply.batch_sql import Segment, table_events
-from pgferry.apply.routes import Route, split_name
+from pgferry.registry.routes import Route, split_name
 
 
 def table_query(

@@ -42,7 +42,6 @@ from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
 from pgferry.apply.lake_bound import WHOLE, LakeBound
 from pgferry.apply.loop_reads import LoopReads
-from pgferry.apply.routes import Route
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, log_batch
 from pgferry.apply.worker_settings import WorkerSettings
@@ -55,6 +54,7 @@ from pgferry.node import model, ticker_health, watermarks
 from pgferry.queue import batches as queue_batches
 from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.batches import Batch
+from pgferry.registry.routes import Route
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ def cmd_lake_compact(ctx: Context, argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     config = start(ctx)
-    from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.handlers import registry as handler_registry
     from pgferry.handlers.lake import Lake
     from pgferry.lake import formats
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.registry.names import parse_pattern, split_qualified
+    from pgferry.registry.routes import load_routes
 
     handler_registry.use_config(config)
     keep = args.keep_hours if args.keep_hours is not None else config.getint("lake_keep_hours", 168)

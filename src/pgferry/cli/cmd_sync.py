@@ -24,13 +24,13 @@ COUNT_FMT = "%(cnt)d rows"  # compare --count-only, as the original printed it
 
 
 def _tasks(config: Config, names: list[str]):
-    from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.handlers import registry as handler_registry
     from pgferry.node import merge
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
+    from pgferry.registry.routes import load_routes
 
     handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
@@ -78,14 +78,13 @@ def _gone_here(conn, queue: str) -> None:
     without ``remove-table``): replay stops at them too, so no sync point can be taken."""
     from pgferry.handlers import registry as handler_registry
     from pgferry.node.model import require_node
+    from pgferry.registry import entries
 
-    rows = conn.execute(
-        "select coalesce(dest_table, table_name), table_attrs from ferry.table_info"
-        " where queue_name = %s and local and to_regclass(coalesce(dest_table, table_name))"
-        " is null order by 1",
-        (queue,),
-    ).fetchall()
-    gone = [t for t, attrs in rows if handler_registry.from_attrs(attrs or {}).needs_table]
+    gone = [
+        e.dest_name
+        for e in entries.without_destination(conn, queue)
+        if handler_registry.from_attrs(e.table_attrs or {}).needs_table
+    ]
     if gone:
         node = require_node(conn, queue).node_name
         raise TableError(

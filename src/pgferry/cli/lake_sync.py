@@ -16,13 +16,13 @@ from pgferry.config import Config
 
 def split(config: Config, tasks: Sequence) -> tuple[list, list]:
     """(the other tasks, the lake tables' LakeCompareTasks)."""
-    from pgferry.apply.routes import load_routes
     from pgferry.db import connection
     from pgferry.handlers.lake import Lake
     from pgferry.lake import types as lake_types
     from pgferry.node.connect import local_connstr, queue_name
     from pgferry.pipeline.lake_compare import LakeCompareTask
     from pgferry.registry.names import split_qualified
+    from pgferry.registry.routes import load_routes
 
     with connection(local_connstr(config)) as conn:
         routes = load_routes(conn, queue_name(config))

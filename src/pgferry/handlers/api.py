@@ -121,6 +121,10 @@ class TableCheck:
     queue: str
     dest: str | None = None  # the local table, ``%I.%I`` (None: the handler keeps none)
     expect_sync: bool = False  # add-table --expect-sync: no copy was asked for
+    node_name: str = ""  # the local node's name
+    # (name, table_attrs) of every table the database's registry holds, of every queue:
+    # what a handler may check the table against (two tables writing one target).
+    registered: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from psycopg import sql
 
@@ -86,10 +87,7 @@ class Lake(Handler):
         module = formats.module(fmt)
         assert table.dest is not None
         columns = lake_types.table_columns(table.conn, table.dest)
-        row = table.conn.execute(
-            "select node_name from ferry_node.node_info where queue_name = %s", (table.queue,)
-        ).fetchone()
-        node = row[0] if row else "?"
+        node = table.node_name or "?"
         # The lake table is named as the leaf's (--dest-table renames both).
         schema, name = table.conn.execute(
             "select n.nspname::text, c.relname::text from pg_class c"
@@ -228,22 +226,11 @@ def _check_not_inside(staged: Staged, spec: lake_spec.LakeSpec, done: int | None
         )
 
 
-def _lake_specs(
-    conn, queue: str, tables: list[str] | None = None, replayed: bool = False, config=None
-):
-    """(table name, spec) of the node's lake tables (those of ``tables`` when given;
-    ``replayed``: only those the main stream replays, state ok); ``config`` the node's,
-    for an object store's settings."""
-    rows = conn.execute(
-        """
-        select table_name, table_attrs->'handler_args' from ferry.table_info
-         where queue_name = %s and local and table_attrs->>'handler' = 'lake'
-           and (%s::text[] is null or table_name = any(%s))
-           and (not %s or merge_state = 'ok')
-        """,
-        (queue, tables, tables, replayed),
-    ).fetchall()
-    for name, args in rows:
+def _lake_specs(tables: Iterable[tuple[str, Mapping[str, Any]]], config=None):
+    """(table name, spec) of the lake tables among ``tables`` ((name, table_attrs) of
+    registry entries); ``config`` the node's, for an object store's settings."""
+    for name, attrs in tables:
+        args = attrs.get("handler_args") if attrs.get("handler") == "lake" else None
         if not args or not args.get("lake_table"):
             continue
         schema, _, table = args["lake_table"].partition(".")
@@ -254,19 +241,22 @@ def _lake_specs(
         )  # fmt: skip
 
 
-def held_ahead(conn, queue: str, position: int | None, config=None) -> int | None:
+def held_ahead(
+    tables: Iterable[tuple[str, Mapping[str, Any]]], position: int | None, config=None
+) -> int | None:
     """The lowest tick past the node's ``position`` that one of its lake tables holds
-    (None: none is ahead).  A lake table is ahead of the position when its worker stopped
-    between the lake commit of a batch and the PostgreSQL commit that records the batch's
-    tick; read where the worker starts again, so that its next batch ends exactly there
-    (the tables that hold it then skip it) even when the node has moved to another
-    provider meanwhile, whose batches have other bounds."""
+    (None: none is ahead); ``tables``: (name, table_attrs) of the node's tables the main
+    stream replays (state ok: one still catching up after its copy has its own consumer,
+    which the main stream meets at its tick anyway).  A lake table is ahead of the
+    position when its worker stopped between the lake commit of a batch and the
+    PostgreSQL commit that records the batch's tick; read where the worker starts again,
+    so that its next batch ends exactly there (the tables that hold it then skip it) even
+    when the node has moved to another provider meanwhile, whose batches have other
+    bounds."""
     if position is None:
         return None
     ahead = None
-    # A table still catching up after its copy has its own consumer, which the main
-    # stream meets at its tick anyway.
-    for _name, spec in _lake_specs(conn, queue, replayed=True, config=config):
+    for _name, spec in _lake_specs(tables, config):
         module = formats.module(spec.format)
         if module.owner_of(spec) != spec.owner:
             continue
@@ -277,11 +267,12 @@ def held_ahead(conn, queue: str, position: int | None, config=None) -> int | Non
     return ahead
 
 
-def check_held(conn, queue: str, tick: int, provider_time: datetime | None,
-               config=None) -> None:  # fmt: skip
+def check_held(tables: Iterable[tuple[str, Mapping[str, Any]]], tick: int,
+               provider_time: datetime | None, config=None) -> None:  # fmt: skip
     """DivergedProvider when a lake table of the node holding ``tick`` (past the node's
-    position: :func:`held_ahead`) recorded another time for it than the provider's."""
-    for name, spec in _lake_specs(conn, queue, replayed=True, config=config):
+    position: :func:`held_ahead`, ``tables`` as there) recorded another time for it than
+    the provider's."""
+    for name, spec in _lake_specs(tables, config):
         module = formats.module(spec.format)
         if module.owner_of(spec) != spec.owner:
             continue
@@ -376,17 +367,13 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
 
 def _check_not_shared(table: TableCheck, spec: lake_spec.LakeSpec) -> None:
     """No other table of this node writes the same lake table."""
-    row = table.conn.execute(
-        """
-        select table_name from ferry.table_info
-         where table_attrs->>'handler' = 'lake' and table_name <> %s
-           and table_attrs->'handler_args'->>'location' = %s
-           and table_attrs->'handler_args'->>'lake_table' = %s
-        """,
-        (table.table_name, spec.root, spec.name),
-    ).fetchone()
-    if row:
-        raise HandlerError(f"handler lake: {row[0]} already writes {spec.location}")
+    for name, attrs in table.registered:
+        args = attrs.get("handler_args") or {}
+        if (
+            attrs.get("handler") == "lake" and name != table.table_name
+            and args.get("location") == spec.root and args.get("lake_table") == spec.name
+        ):  # fmt: skip
+            raise HandlerError(f"handler lake: {name} already writes {spec.location}")
 
 
 def _check_one_format(spec: lake_spec.LakeSpec) -> None:
@@ -453,11 +440,12 @@ def _catalog(config, fmt: str, root: str) -> str:
     return path
 
 
-def check_resync(conn, queue: str, tables: list[str], source_key: Callable,
+def check_resync(tables: Iterable[tuple[str, Mapping[str, Any]]], source_key: Callable,
                  config=None) -> None:  # fmt: skip
-    """``resync`` refuses a lake table whose key on the provider (``source_key(table)``)
-    is no longer the one its lake table was made for (one line, before anything changes)."""
-    for name, spec in _lake_specs(conn, queue, tables, config=config):
+    """``resync`` refuses a lake table of ``tables`` ((name, table_attrs) of the tables
+    resynced) whose key on the provider (``source_key(table)``) is no longer the one its
+    lake table was made for (one line, before anything changes)."""
+    for name, spec in _lake_specs(tables, config):
         module = formats.module(spec.format)
         made = module.key_of(spec) if module.owner_of(spec) else None
         key = source_key(name)

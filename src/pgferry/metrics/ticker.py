@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -42,11 +43,22 @@ class QueueReading:
 
 
 def read_queues(conn: psycopg.Connection, database: str) -> list[QueueReading]:
-    rows = conn.execute(
-        "select queue_name, ev_new, last_tick_id, extract(epoch from ticker_lag)::float8"
-        " from ferry_queue.get_queue_info()"
-    ).fetchall()
-    return [QueueReading(database, *row) for row in rows]
+    from pgferry.queue import api as queue_api
+
+    return [
+        QueueReading(
+            database=database,
+            queue=q["queue_name"],
+            events_pending=q["ev_new"],
+            last_tick_id=q["last_tick_id"],
+            ticker_lag_seconds=_seconds(q["ticker_lag"]),
+        )
+        for q in queue_api.queue_info(conn)
+    ]
+
+
+def _seconds(interval: timedelta | None) -> float | None:
+    return None if interval is None else interval.total_seconds()
 
 
 class TickerCollector(Collector):

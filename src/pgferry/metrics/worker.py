@@ -93,6 +93,7 @@ def read_node(
     from pgferry.node import model
     from pgferry.queue import ticks as queue_ticks
     from pgferry.registry import entries
+    from pgferry.registry import refused as registry_refused
 
     node = model.load_node(conn, queue)
     if node is None:
@@ -109,10 +110,8 @@ def read_node(
     if node.is_root:
         # The root's position is its queue's newest tick; its lag is the ticker's lag.
         reading.last_tick_id, tick_time = queue_ticks.last_tick(conn, queue)
-    refused = conn.execute(
-        "select count(*) from ferry.refused_event where queue_name = %s", (queue,)
-    ).fetchone()
-    reading.refused_ddl = refused[0] if refused else 0
+    refused = registry_refused.refused(conn, queue)
+    reading.refused_ddl = refused.count if refused else 0
     if tick_time is not None:
         reading.lag_seconds = max(0.0, (now - tick_time).total_seconds())
     names: dict[str, str] = {}  # destination -> the table's name in the queue (the label of both)
@@ -167,14 +166,9 @@ def read_subscribers(conn: psycopg.Connection, queue: str, config: Config) -> di
 def _copy_rows(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
     """Rows recorded so far by the copies running into this database (the copy's own
     bookkeeping, ``ferry_copy.range_done``; a finished copy's rows are removed from it)."""
-    row = conn.execute("select to_regclass('ferry_copy.range_done') is not null").fetchone()
-    if not row or not row[0]:
-        return {}
-    rows = conn.execute(
-        "select copy_id, dest_table, sum(rows)::bigint from ferry_copy.range_done"
-        " group by copy_id, dest_table"
-    ).fetchall()
-    return {(copy_id, table): int(count) for copy_id, table, count in rows}
+    from pgferry.pipeline.copy.destination import rows_by_copy
+
+    return rows_by_copy(conn)
 
 
 class WorkerCollector(Collector):

@@ -18,9 +18,9 @@ import psycopg
 from pgferry import expressions
 from pgferry.errors import TableError, UsageError
 from pgferry.handlers import Handler
-from pgferry.node.capture_spec import CaptureSpec
 from pgferry.queue import api as queue_api
-from pgferry.registry import catalog
+from pgferry.registry import catalog, entries
+from pgferry.registry.capture_spec import CaptureSpec
 
 __all__ = [
     "CaptureSpec", "attach", "check_local_key", "copy_filter", "detach", "log_added",
@@ -33,17 +33,10 @@ log = logging.getLogger(__name__)
 def registered(conn: psycopg.Connection, queue: str, fq: str) -> tuple[CaptureSpec | None, bool]:
     """(capture spec, no_triggers) of the local registry entry whose table is ``fq``;
     (None, False) when there is none or it predates capture specs."""
-    row = conn.execute(
-        """
-        select table_attrs from ferry.table_info
-         where queue_name = %s and local
-           and to_regclass(coalesce(dest_table, table_name)) = to_regclass(%s)
-        """,
-        (queue, fq),
-    ).fetchone()
-    if row is None:
+    entry = entries.table_at(conn, queue, fq)
+    if entry is None:
         return None, False
-    attrs = row[0] or {}
+    attrs = entry.table_attrs or {}
     spec = CaptureSpec.from_attrs(attrs)
     return spec, bool(attrs.get("no_triggers") or (spec and spec.no_triggers))
 
@@ -86,13 +79,11 @@ def refresh_specs(conn: psycopg.Connection, queue: str) -> list[str]:
     and the other options: a function generated from a template), after DDL such as a
     queued script; a spec the table no longer satisfies fails here, in the caller's
     transaction.  Returns the tables regenerated."""
-    rows = conn.execute(
-        """
-        select coalesce(dest_table, table_name), table_attrs from ferry.table_info
-         where queue_name = %s and local and table_attrs ? 'capture'
-        """,
-        (queue,),
-    ).fetchall()
+    rows = [
+        (e.dest_name, e.table_attrs)
+        for e in entries.list_tables(conn, queue)
+        if "capture" in (e.table_attrs or {})
+    ]
     done = []
     for fq, attrs in rows:
         spec = CaptureSpec.from_attrs(attrs)

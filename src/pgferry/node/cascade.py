@@ -297,17 +297,9 @@ def unregister_subscriber(
 
 def drop_bookkeeping(conn: psycopg.Connection, queue: str) -> None:
     """On the dropped node itself: triggers, registry, queue and node rows of ``queue``."""
-    tables = conn.execute(
-        "select coalesce(dest_table, table_name) from ferry.table_info"
-        " where queue_name = %s and local",
-        (queue,),
-    ).fetchall()
-    for (fq,) in tables:
-        capture.detach(conn, queue, fq)
-    entries.forget_queue(conn, queue)
-    conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
-    # capture-ddl's switch goes with the node (the database's event triggers stay, idle).
-    conn.execute("delete from ferry.ddl_capture where queue_name = %s", (queue,))
+    for entry in entries.list_tables(conn, queue):
+        capture.detach(conn, queue, entry.dest_name)
+    entries.forget_queue(conn, queue)  # with its requests and capture-ddl's switch
     conn.execute("delete from ferry_node.node_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry_node.node_location where queue_name = %s", (queue,))
     if queue_api.queue_exists(conn, queue):

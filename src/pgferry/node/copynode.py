@@ -36,6 +36,7 @@ from pgferry.errors import DatabaseError, NodeError, TableError, UsageError
 from pgferry.handlers import registry as handler_registry
 from pgferry.node import model
 from pgferry.node.connect import remote_connstr
+from pgferry.registry import entries
 
 FIND = "?"  # table_attrs.copy_node of --find-copy-node, as in the original
 PROVIDER, UPSTREAM, BESIDE = "provider", "upstream", "beside"
@@ -68,15 +69,12 @@ def dsn_of(config: Config) -> Callable[[str], str]:
 def not_ready(conn: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
     """Tables that the node on ``conn`` cannot serve a copy of: not local, not ok, renamed
     or filtered there, or applied by a handler that keeps no rows of it."""
-    rows = conn.execute(
-        """
-        select table_name, table_attrs from ferry.table_info
-         where queue_name = %s and table_name = any(%s) and local and merge_state = 'ok'
-           and dest_table is null and copy_condition is null
-        """,
-        (queue, tables),
-    ).fetchall()
-    whole = {name for name, attrs in rows if handler_registry.stores_rows(attrs or {})}
+    whole = {
+        e.table_name
+        for e in entries.list_tables(conn, queue)
+        if e.table_name in tables and e.merge_state == "ok" and e.dest_table is None
+        and e.copy_condition is None and handler_registry.stores_rows(e.table_attrs or {})
+    }  # fmt: skip
     return [t for t in tables if t not in whole]
 
 

@@ -67,8 +67,20 @@ def check(
         pk = tuple(catalog.primary_key(source, table))
     values = handler.check(
         TableCheck(
-            conn, prov, table, columns, pk, node.node_type, node.queue_name, dest, expect_sync
-        )
+            conn,
+            prov,
+            table,
+            columns,
+            pk,
+            node.node_type,
+            node.queue_name,
+            dest,
+            expect_sync,
+            node_name=node.node_name,
+            registered=tuple(
+                (e.table_name, e.table_attrs or {}) for e in entries.every_table(conn)
+            ),
+        )  # fmt: skip
     )
     table_configured = handler_registry.with_computed(configured, values)
     if values:

@@ -30,6 +30,7 @@ import psycopg
 
 from pgferry.errors import TableError, UsageError
 from pgferry.node import model
+from pgferry.registry import parts as parts_
 
 COPIED = ("catching-up", "ok")  # a part in these states holds its rows in the table
 
@@ -49,6 +50,12 @@ def parts(conn: psycopg.Connection, node: model.NodeInfo) -> list[model.NodeInfo
     return [n for n in found if n is not None]
 
 
+def _combined_queues(conn: psycopg.Connection) -> dict[str, str | None]:
+    """Every node of the database: its queue -> the merged set it feeds (None: none)."""
+    rows = conn.execute("select queue_name, combined_queue from ferry_node.node_info").fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
 def is_merged(node: model.NodeInfo, attrs: dict) -> bool:
     """Whether a table with these table_attrs is merged on ``node``."""
     return node.combined_queue is not None and not attrs.get("no_merge")
@@ -61,15 +68,12 @@ def check_registration(
     queue's own (``--no-merge``); anything else is refused."""
     if node.combined_queue is None:
         return
-    rows = conn.execute(
-        """
-        select t.queue_name, n.combined_queue, coalesce((t.table_attrs->>'no_merge')::bool, false)
-          from ferry.table_info t join ferry_node.node_info n on n.queue_name = t.queue_name
-         where t.queue_name <> %s and t.local and coalesce(t.dest_table, t.table_name) = %s
-         order by 1
-        """,
-        (node.queue_name, dest),
-    ).fetchall()
+    combined_of = _combined_queues(conn)
+    rows = [
+        (e.queue_name, combined_of.get(e.queue_name), bool((e.table_attrs or {}).get("no_merge")))
+        for e in parts_.registrations(conn, dest, besides=node.queue_name)
+        if e.queue_name in combined_of
+    ]
     for queue, combined, other_no_merge in rows:
         if no_merge or other_no_merge or combined != node.combined_queue:
             raise TableError(
@@ -81,15 +85,7 @@ def check_registration(
 
 def others_hold(conn: psycopg.Connection, queue: str, dests: list[str]) -> list[str]:
     """Destinations that another queue's part holds rows of (its copy must not truncate)."""
-    rows = conn.execute(
-        """
-        select distinct coalesce(dest_table, table_name) from ferry.table_info
-         where queue_name <> %s and local and merge_state = any(%s)
-           and coalesce(dest_table, table_name) = any(%s)
-        """,
-        (queue, list(COPIED), dests),
-    ).fetchall()
-    return [r[0] for r in rows]
+    return parts_.held_elsewhere(conn, queue, dests, COPIED)
 
 
 def lock_destinations(conn: psycopg.Connection, dests: list[str]) -> bool:
@@ -120,19 +116,7 @@ def check_resync(
         return parts(conn, node)
     if node.combined_queue is None:
         return [node]
-    rows = conn.execute(
-        """
-        select t.table_name, o.queue_name
-          from ferry.table_info t
-          join ferry.table_info o
-            on o.queue_name <> t.queue_name and o.local and o.merge_state = any(%s)
-           and coalesce(o.dest_table, o.table_name) = coalesce(t.dest_table, t.table_name)
-         where t.queue_name = %s and t.table_name = any(%s)
-           and not coalesce((t.table_attrs->>'no_merge')::bool, false)
-         order by 1, 2
-        """,
-        (list(COPIED), node.queue_name, tables),
-    ).fetchall()
+    rows = parts_.shared(conn, node.queue_name, tables, COPIED)
     if rows:
         table, queue = rows[0]
         raise TableError(
@@ -145,16 +129,9 @@ def check_resync(
 
 def merged_tables(conn: psycopg.Connection, queue: str) -> set[str]:
     """The tables of ``queue`` merged here (none unless this node is a merge leaf)."""
-    rows = conn.execute(
-        """
-        select t.table_name from ferry.table_info t
-          join ferry_node.node_info n on n.queue_name = t.queue_name
-         where t.queue_name = %s and t.local and n.combined_queue is not null
-           and not coalesce((t.table_attrs->>'no_merge')::bool, false)
-        """,
-        (queue,),
-    ).fetchall()
-    return {r[0] for r in rows}
+    if _combined_queues(conn).get(queue) is None:
+        return set()
+    return parts_.mergeable(conn, queue)
 
 
 def script_applied(conn: psycopg.Connection, queue: str, name: str, sha256: str) -> bool:
@@ -163,15 +140,12 @@ def script_applied(conn: psycopg.Connection, queue: str, name: str, sha256: str)
     conn.execute(
         "select pg_advisory_xact_lock(hashtext('pgferry-merge-execute'), hashtext(%s))", (name,)
     )
-    row = conn.execute(
+    rows = conn.execute(
         """
-        select exists (
-            select 1 from ferry.applied_execute a
-              join ferry_node.node_info o on o.queue_name = a.queue_name
-              join ferry_node.node_info me on me.combined_queue = o.combined_queue
-             where me.queue_name = %s and a.queue_name <> %s
-               and a.file_name = %s and a.file_hash = %s)
+        select o.queue_name from ferry_node.node_info o
+          join ferry_node.node_info me on me.combined_queue = o.combined_queue
+         where me.queue_name = %s and o.queue_name <> %s
         """,
-        (queue, queue, name, sha256),
-    ).fetchone()
-    return bool(row and row[0])
+        (queue, queue),
+    ).fetchall()
+    return parts_.script_ran(conn, [r[0] for r in rows], name, sha256)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row
 
 from pgferry.db import mask_connstr
@@ -92,12 +93,13 @@ def is_installed(conn: psycopg.Connection) -> bool:
     return bool(row and row[0])
 
 
-# The node row of a queue (parameter: the queue name), the fields of NodeInfo in order.
+# The node row of a queue (parameter: the queue name), each column named as NodeInfo's field.
 NODE_SQL = """
         select n.queue_name, n.node_type, n.node_name, n.worker_name, n.combined_queue,
-               s.provider_node, p.node_location, l.node_location,
-               coalesce(s.consumer_name, n.worker_name), s.last_tick_id,
-               coalesce(s.paused, false), s.last_tick_time
+               s.provider_node, p.node_location as provider_location,
+               l.node_location as location,
+               coalesce(s.consumer_name, n.worker_name) as consumer_name, s.last_tick_id,
+               coalesce(s.paused, false) as paused, s.last_tick_time
           from ferry_node.node_info n
           left join ferry_node.local_state s
                  on s.queue_name = n.queue_name and s.consumer_name = n.worker_name
@@ -109,12 +111,32 @@ NODE_SQL = """
         """
 
 
+# The node's rows as one text that changes whenever one does (the worker's idle check;
+# parameter {q}: the queue): the node, the locations, the consumers' positions and pause
+# (read by column: the heartbeat and each batch's tick record write local_state's row).
+NODE_STAMP = sql.SQL(
+    """concat_ws('|',
+         (select n.xmin::text from ferry_node.node_info n where n.queue_name = {q}),
+         (select string_agg(concat_ws(',', l.node_name, l.xmin), ';' order by l.node_name)
+            from ferry_node.node_location l where l.queue_name = {q}),
+         (select string_agg(concat_ws(',', s.consumer_name, s.provider_node,
+                                      s.last_tick_id, s.paused),
+                            ';' order by s.consumer_name)
+            from ferry_node.local_state s where s.queue_name = {q}))"""
+)
+# Whether a consumer of the node is behind or recorded an error (parameter {q}).
+NODE_TROUBLE = sql.SQL(
+    """exists (select 1 from ferry_node.local_state s
+                where s.queue_name = {q} and (not s.uptodate or s.cur_error is not null))"""
+)
+
+
 def load_node(conn: psycopg.Connection, queue: str) -> NodeInfo | None:
     """The local node for ``queue``, or None when this database is not a node of it."""
     if not is_installed(conn):
         return None
-    row = conn.execute(NODE_SQL, (queue,)).fetchone()
-    return None if row is None else NodeInfo(*row)
+    with conn.cursor(row_factory=class_row(NodeInfo)) as cur:
+        return cur.execute(NODE_SQL, (queue,)).fetchone()
 
 
 def node_missing(queue: str) -> NodeError:
@@ -256,6 +278,73 @@ def forget_applied(
         """,
         (queue_name, consumer_name, older_than),
     )
+
+
+@dataclass(frozen=True)
+class AppliedTick:
+    """A tick a consumer applied here (``failover_history``): its provider's time and the
+    tables its batch changed."""
+
+    tick_id: int
+    tick_time: datetime | None
+    tables: list[str]
+
+
+def applied_ticks(conn: psycopg.Connection, queue: str, consumer: str) -> list[AppliedTick]:
+    """The ticks ``consumer`` applied here that are still recorded, newest first."""
+    with conn.cursor(row_factory=class_row(AppliedTick)) as cur:
+        cur.execute(
+            """
+            select tick_id, tick_time, tables from ferry_node.applied_tick
+             where queue_name = %s and consumer_name = %s order by tick_id desc
+            """,
+            (queue, consumer),
+        )
+        return cur.fetchall()
+
+
+def forget_applied_after(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> None:
+    """Drop the records of the ticks ``consumer`` applied past ``tick`` (it was put back)."""
+    conn.execute(
+        "delete from ferry_node.applied_tick"
+        " where queue_name = %s and consumer_name = %s and tick_id > %s",
+        (queue, consumer, tick),
+    )
+
+
+@dataclass(frozen=True)
+class LostRow:
+    """A row this node held that its provider lost in a failover (or holds otherwise)."""
+
+    row_key: str  # the key's values as row(...)::text
+    held_here: str  # the row here, as jsonb text
+    on_provider: str | None  # the provider's row of that key (None: it has none)
+
+
+def save_lost(
+    conn: psycopg.Connection,
+    queue: str,
+    provider_node: str | None,
+    table: str,
+    common_tick: int,
+    lost_tick: int,
+    rows: list[LostRow],
+) -> None:
+    """Keep ``rows`` of ``table`` in ferry_node.lost_after_failover (docs/failover.md)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            """
+            insert into ferry_node.lost_after_failover
+                (queue_name, provider_node, common_tick, lost_tick, table_name, row_key,
+                 held_here, on_provider)
+            values (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb)
+            """,
+            [
+                (queue, provider_node, common_tick, lost_tick, table, r.row_key, r.held_here,
+                 r.on_provider)
+                for r in rows
+            ],
+        )  # fmt: skip
 
 
 # How a refused batch is worded where it is refused: at the start of its transaction
@@ -407,6 +496,17 @@ def heartbeat(conn: psycopg.Connection, queue_name: str, consumer_name: str) -> 
         """
         update ferry_node.local_state
            set last_seen = now(), cur_error = null, error_time = null
+         where queue_name = %s and consumer_name = %s
+        """,
+        (queue_name, consumer_name),
+    )
+
+
+def clear_error(conn: psycopg.Connection, queue_name: str, consumer_name: str) -> None:
+    """Forget the consumer's recorded error (its event was skipped), leaving last_seen."""
+    conn.execute(
+        """
+        update ferry_node.local_state set cur_error = null, error_time = null
          where queue_name = %s and consumer_name = %s
         """,
         (queue_name, consumer_name),

@@ -56,8 +56,12 @@ def resync(
         with provider_conn(config, part) as prov:
             on_provider = {t.table_name for t in entries.list_tables(prov, part.queue_name)}
             # A lake table made for another key than the source's now is not loaded again.
-            lake.check_resync(conn, part.queue_name, [t for t in mine if t in on_provider],
-                              lambda t: catalog.primary_key(prov, t), config)  # fmt: skip
+            resynced = [
+                (e.table_name, e.table_attrs or {})
+                for e in entries.list_tables(conn, part.queue_name)
+                if e.table_name in mine and e.table_name in on_provider
+            ]
+            lake.check_resync(resynced, lambda t: catalog.primary_key(prov, t), config)
         for fq in mine:
             if fq not in on_provider:
                 raise TableError(f"Table not replicated on the provider: {fq}")

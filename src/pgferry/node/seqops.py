@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import psycopg
 
@@ -186,19 +186,7 @@ class SeqState:
 
 def states(conn: psycopg.Connection, queue: str, *, lock: bool = False) -> list[SeqState]:
     """The node's local sequences that exist; ``lock`` takes their ``seq_info`` rows."""
-    rows = conn.execute(
-        """
-        select s.seq_name, coalesce(pg_sequence_last_value(p.seqrelid), p.seqstart),
-               s.last_value, greatest(p.seqincrement, 1), p.seqmax
-          from ferry.seq_info s
-          join pg_sequence p on p.seqrelid = to_regclass(s.seq_name)
-         where s.queue_name = %s and s.local
-         order by s.seq_name
-        """
-        + (" for update of s" if lock else ""),
-        (queue,),
-    ).fetchall()
-    return [SeqState(*row) for row in rows]
+    return [SeqState(**asdict(p)) for p in entries.seq_positions(conn, queue, lock=lock)]
 
 
 def _due(state: SeqState, buffer: int) -> int | None:
@@ -242,8 +230,7 @@ def final_values(conn: psycopg.Connection, queue: str) -> dict[str, int]:
 def advance(conn: psycopg.Connection, queue: str, values: Mapping[str, int]) -> None:
     """Move local sequences (and their recorded values) up to ``values``, never back."""
     for name, value in sorted(values.items()):
-        conn.execute("select ferry.seq_advance(%s::regclass, %s)", (name, value))
-        entries.set_seq_last_value(conn, queue, name, value)
+        entries.advance_seq(conn, queue, name, value)
 
 
 def advance_past_published(conn: psycopg.Connection, queue: str, buffer: int) -> dict[str, int]:

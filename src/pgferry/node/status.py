@@ -26,6 +26,7 @@ from pgferry.errors import PgferryError
 from pgferry.node import connect, model, ticker_health, worker_health
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
+from pgferry.registry import refused as registry_refused
 
 # Other nodes get a short connect timeout: status must not hang on a dead host.
 REMOTE_TIMEOUT = 5
@@ -152,19 +153,11 @@ def read_node_status(
         return NodeStatus(name=name, reachable=True, error="node not initialized here")
     st = NodeStatus(name=node.node_name, node_type=node.node_type, provider=node.provider_node)
     st.server = server_of(conn)
-    counts = conn.execute(
-        """
-        select count(*) filter (where merge_state = 'ok'),
-               count(*) filter (where merge_state in ('in-copy', 'catching-up')),
-               count(*) filter (where merge_state is null
-                                   or merge_state not in ('ok', 'in-copy', 'catching-up')),
-               now()
-          from ferry.table_info where queue_name = %s and local
-        """,
-        (queue,),
-    ).fetchone()
-    assert counts is not None
-    st.tables_ok, st.tables_copying, st.tables_other, st.now = counts
+    counts = entries.table_counts(conn, queue)
+    st.tables_ok, st.tables_copying, st.tables_other = counts.ok, counts.copying, counts.other
+    now = conn.execute("select now()").fetchone()
+    assert now is not None
+    st.now = now[0]
     state = model.local_state(conn, queue, node.worker_name)
     if state is not None:
         st.tick, st.tick_time = state.last_tick_id, state.last_tick_time
@@ -180,16 +173,9 @@ def read_node_status(
         st.diverged_since, st.diverged_last = diverged.since, diverged.last
         st.diverged_tables = diverged.tables
     st.lost_in_failover = model.lost_in_failover(conn, queue)
-    refused = conn.execute(
-        """
-        select count(*) over (), format('event %%s (%%s): %%s', ev_id, ev_extra1, reason)
-          from ferry.refused_event where queue_name = %s
-         order by refused_at desc, ev_id desc limit 1
-        """,
-        (queue,),
-    ).fetchone()
+    refused = registry_refused.refused(conn, queue)
     if refused is not None:
-        st.refused_ddl, st.refused_last = refused
+        st.refused_ddl, st.refused_last = refused.count, refused.last
     st.subscribers = [sub for sub, _ in model.subscribers(conn, queue)]
     st.copies = [
         f"{p.table_name}: {stalled_text(p) if st.worker_down else p.text()}"

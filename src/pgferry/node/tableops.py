@@ -2,7 +2,7 @@
 
 Every operation runs in one local transaction: a bad name, a bad trigger option, a missing
 key column or an unreachable provider leaves the registry and the triggers exactly as they
-were.  On the root a table's capture spec (:mod:`pgferry.node.capture_spec`) is settled and
+were.  On the root a table's capture spec (:mod:`pgferry.registry.capture_spec`) is settled and
 stored with it; a subscriber copies its provider's.  A removal on a root or branch travels
 to its subscribers as an event (:func:`removed_upstream` is what they do with it).
 """

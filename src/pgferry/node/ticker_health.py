@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import psycopg
 
 from pgferry.config import Config
+from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +77,19 @@ def stopped_after(config: Config | None) -> float:
 def read(conn: psycopg.Connection, queue: str) -> TickerReading | None:
     """The ticker of ``queue`` on ``conn``'s database; None when this database has no such
     queue or ticks it from outside (a branch's: not a root's ticker)."""
-    row = conn.execute(
-        """
-        select last_tick_id, extract(epoch from ticker_lag)::float8, greatest(ev_new, 0),
-               extract(epoch from queue_ticker_max_lag)::float8, queue_ticker_paused
-          from ferry_queue.get_queue_info()
-         where queue_name = %s and not queue_external_ticker
-        """,
-        (queue,),
-    ).fetchone()
-    if row is None:
+    found = [q for q in queue_api.queue_info(conn, queue) if not q["queue_external_ticker"]]
+    if not found:
         return None
-    return TickerReading(queue, row[0], row[1] or 0.0, int(row[2] or 0), row[3] or 0.0, row[4])
+    q = found[0]
+    lag, max_lag = q["ticker_lag"], q["queue_ticker_max_lag"]
+    return TickerReading(
+        queue,
+        q["last_tick_id"],
+        lag.total_seconds() if lag is not None else 0.0,
+        max(int(q["ev_new"] or 0), 0),
+        max_lag.total_seconds() if max_lag is not None else 0.0,
+        q["queue_ticker_paused"],
+    )
 
 
 def stopped(conn: psycopg.Connection, queue: str, after: float) -> TickerReading | None:

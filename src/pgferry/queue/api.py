@@ -209,7 +209,7 @@ def attach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
 
 def attach_capture_spec(conn: psycopg.Connection, queue: str, fq: str, spec: dict) -> str:
     """(Re)create the capture triggers of table ``fq`` as the capture ``spec`` says (the
-    jsonb of :mod:`pgferry.node.capture_spec`); returns the row trigger's function."""
+    jsonb of :mod:`pgferry.registry.capture_spec`); returns the row trigger's function."""
     row = conn.execute(
         "select ferry_queue.attach_capture_spec(%s, %s::regclass, %s)", (queue, fq, Jsonb(spec))
     ).fetchone()

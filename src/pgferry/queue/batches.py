@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from pgferry.events import EXECUTE_EVENT
 
@@ -27,14 +29,14 @@ TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
 _NO_FLUSH = sql.SQL("select set_config('synchronous_commit', 'off', true)")
 
 
-# get_batch_info's columns (as ``i``) in the order of Batch's fields after batch_id.
+# get_batch_info's columns (as ``i``), read by name into Batch's fields (_INFO_FIELDS).
 _INFO_COLUMNS = sql.SQL(
     "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
     " i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot, i.lag"
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Batch:
     """An open batch: the events of one consumer between two ticks (prev_tick_id, tick_id]."""
 
@@ -52,6 +54,31 @@ class Batch:
     lag: timedelta | None  # age of the closing tick when the batch was described
     # Its event query (batch_event_sql, unordered), when read with the description.
     event_sql: str | None = field(default=None, compare=False, repr=False)
+
+
+# get_batch_info's columns (PgQ's names) and the Batch field each one fills.
+_INFO_FIELDS = {
+    "prev_tick_id": "prev_tick_id",
+    "tick_id": "tick_id",
+    "batch_end": "tick_time",
+    "seq_start": "prev_event_seq",
+    "seq_end": "event_seq",
+    "snapshot": "tick_snapshot",
+    "queue_name": "queue_name",
+    "consumer_name": "consumer_name",
+    "batch_start": "prev_tick_time",
+    "prev_snapshot": "prev_snapshot",
+    "lag": "lag",
+}
+
+
+def _batch(batch_id: int, info: dict[str, Any], event_sql: str | None) -> Batch:
+    """A Batch from get_batch_info's row read by name (a ``dict_row``)."""
+    return Batch(
+        batch_id=batch_id,
+        event_sql=event_sql,
+        **{name: info[column] for column, name in _INFO_FIELDS.items()},
+    )
 
 
 def next_batch(
@@ -135,11 +162,12 @@ def next_batch_sized(
             cur.nextset()
         taken = cur.fetchone()
         cur.nextset()
+        cur.row_factory = dict_row
         info = cur.fetchone()
     if taken is None or taken[0] is None:
         return None, max(taken[1], 0) if taken else 0
-    assert info is not None and info[0] == taken[0]
-    return Batch(*info), max(taken[1], 0)
+    assert info is not None and info["sub_batch"] == taken[0]
+    return _batch(taken[0], info, info["batch_event_sql"]), max(taken[1], 0)
 
 
 def next_batch_custom(
@@ -175,12 +203,13 @@ def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = Fal
     """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
     (:func:`batch_event_sql`, in the same round trip)."""
     query = sql.SQL(
-        "select {info}, case when %s then ferry_queue.batch_event_sql(%s, false) end"
+        "select {info}, case when %s then ferry_queue.batch_event_sql(%s, false) end as event_sql"
         " from ferry_queue.get_batch_info(%s) as i"
     ).format(info=_INFO_COLUMNS)
-    row = conn.execute(query, (event_sql, batch_id, batch_id)).fetchone()
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query, (event_sql, batch_id, batch_id)).fetchone()
     assert row is not None
-    return Batch(batch_id, *row)
+    return _batch(batch_id, row, row["event_sql"])
 
 
 def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 
 from pgferry.errors import TableError
 
@@ -31,33 +32,37 @@ class RelName:
 def list_relations(conn: psycopg.Connection, kinds: str) -> list[RelName]:
     """Tables (``kinds='r'``) or sequences (``'S'``) outside system schemas."""
     relkinds = ["r", "p"] if kinds == "r" else ["S"]
-    rows = conn.execute(
-        """
-        select n.nspname, c.relname, format('%%I.%%I', n.nspname, c.relname)
-          from pg_catalog.pg_class c
-          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-         where c.relkind = any(%s) and not c.relispartition
-           and n.nspname <> all(%s)
-           and n.nspname not like 'pg\\_toast%%' and n.nspname not like 'pg\\_temp%%'
-         order by 1, 2
-        """,
-        (relkinds, list(SYSTEM_SCHEMAS)),
-    ).fetchall()
-    return [RelName(*r) for r in rows]
+    with conn.cursor(row_factory=class_row(RelName)) as cur:
+        cur.execute(
+            """
+            select n.nspname as schema, c.relname as name,
+                   format('%%I.%%I', n.nspname, c.relname) as fq
+              from pg_catalog.pg_class c
+              join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+             where c.relkind = any(%s) and not c.relispartition
+               and n.nspname <> all(%s)
+               and n.nspname not like 'pg\\_toast%%' and n.nspname not like 'pg\\_temp%%'
+             order by 1, 2
+            """,
+            (relkinds, list(SYSTEM_SCHEMAS)),
+        )
+        return cur.fetchall()
 
 
 def find_relation(conn: psycopg.Connection, schema: str, name: str, kinds: str) -> RelName | None:
     relkinds = ["r", "p"] if kinds == "r" else ["S"]
-    row = conn.execute(
-        """
-        select n.nspname, c.relname, format('%%I.%%I', n.nspname, c.relname)
-          from pg_catalog.pg_class c
-          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-         where n.nspname = %s and c.relname = %s and c.relkind = any(%s)
-        """,
-        (schema, name, relkinds),
-    ).fetchone()
-    return None if row is None else RelName(*row)
+    with conn.cursor(row_factory=class_row(RelName)) as cur:
+        cur.execute(
+            """
+            select n.nspname as schema, c.relname as name,
+                   format('%%I.%%I', n.nspname, c.relname) as fq
+              from pg_catalog.pg_class c
+              join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+             where n.nspname = %s and c.relname = %s and c.relkind = any(%s)
+            """,
+            (schema, name, relkinds),
+        )
+        return cur.fetchone()
 
 
 def fq_name(conn: psycopg.Connection, schema: str, name: str) -> str:
@@ -144,16 +149,18 @@ class Column:
 
 
 def columns(conn: psycopg.Connection, fq: str) -> list[Column]:
-    rows = conn.execute(
-        """
-        select attname, format_type(atttypid, atttypmod), attnotnull
-          from pg_catalog.pg_attribute
-         where attrelid = %s::regclass and attnum > 0 and not attisdropped
-         order by attnum
-        """,
-        (fq,),
-    ).fetchall()
-    return [Column(*r) for r in rows]
+    with conn.cursor(row_factory=class_row(Column)) as cur:
+        cur.execute(
+            """
+            select attname as name, format_type(atttypid, atttypmod) as type_sql,
+                   attnotnull as not_null
+              from pg_catalog.pg_attribute
+             where attrelid = %s::regclass and attnum > 0 and not attisdropped
+             order by attnum
+            """,
+            (fq,),
+        )
+        return cur.fetchall()
 
 
 def column_defaults(conn: psycopg.Connection, fq: str) -> tuple[dict[str, str], list[str]]:

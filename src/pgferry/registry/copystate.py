@@ -11,10 +11,152 @@ transaction, as in :mod:`pgferry.registry.entries` (which holds the rest of the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import class_row
 
 from pgferry.registry.entries import MERGE_STATES
+
+
+@dataclass(frozen=True)
+class WaitingCopy:
+    """One table waiting for its copy (state NULL, or ``in-copy`` after a crash)."""
+
+    group_id: str  # its copy_group, or its name when it has none
+    table_name: str
+    dest_table: str  # the local table copied into (``%I.%I`` form)
+    copy_condition: str | None
+    skip_truncate: bool
+    max_parallel_copy: int | None
+    table_attrs: dict[str, Any]
+    merged: bool  # one part of a table merged from several queues (node/merge.py)
+
+
+def waiting_copies(conn: psycopg.Connection, queue: str, *, combined: bool) -> list[WaitingCopy]:
+    """Tables of ``queue`` waiting for their copy, by group (oldest group first) and name;
+    ``combined``: the node merges its queue into another (a table is then a merged part
+    unless its ``no_merge`` attribute says otherwise)."""
+    with conn.cursor(row_factory=class_row(WaitingCopy)) as cur:
+        cur.execute(
+            """
+            select coalesce(copy_group::text, table_name) as group_id, table_name,
+                   coalesce(dest_table, table_name) as dest_table, copy_condition,
+                   skip_truncate, max_parallel_copy,
+                   coalesce(table_attrs, '{}') as table_attrs,
+                   %s and not coalesce((table_attrs->>'no_merge')::bool, false) as merged
+              from ferry.table_info
+             where queue_name = %s and local
+               and (merge_state is null or merge_state = 'in-copy')
+             order by copy_group nulls last, table_name
+            """,
+            (combined, queue),
+        )
+        return cur.fetchall()
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """A copied group replaying its own consumer's batches (``catching-up`` tables of one
+    ``copy_consumer``)."""
+
+    consumer: str
+    tables: tuple[str, ...]
+    tick: int  # last tick applied for the group here
+    node: str | None = None  # whose queue the consumer reads (None: the provider's)
+    filtered: bool = False  # a table still skips the events visible in its copy snapshot
+    chunked: bool = False  # copied in chunks: rows missing here are expected, not divergence
+
+    @property
+    def may_join(self) -> bool:
+        """A group that reads another node's queue joins once its snapshot is passed."""
+        return self.node is None or not self.filtered
+
+
+def catching_up(conn: psycopg.Connection, queue: str) -> list[CatchUp]:
+    """Copied groups of ``queue`` that replay their own consumer's batches."""
+    with conn.cursor(row_factory=class_row(CatchUp)) as cur:
+        cur.execute(
+            """
+            select copy_consumer as consumer,
+                   array_agg(table_name order by table_name) as tables,
+                   min(catchup_tick) as tick, min(catchup_node) as node,
+                   bool_or(copy_snapshot is not null) as filtered,
+                   coalesce(bool_or(copy_mode = 'chunked'), false) as chunked
+              from ferry.table_info
+             where queue_name = %s and local and merge_state = 'catching-up'
+               and copy_consumer is not null
+             group by copy_consumer order by 1
+            """,
+            (queue,),
+        )
+        return [replace(g, tables=tuple(g.tables)) for g in cur.fetchall()]
+
+
+def copy_consumers(conn: psycopg.Connection, queue: str) -> set[str]:
+    """The consumers the copies of ``queue``'s tables read (a group's, while it copies and
+    catches up)."""
+    rows = conn.execute(
+        "select copy_consumer from ferry.table_info where queue_name = %s"
+        " and copy_consumer is not null",
+        (queue,),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def unused_copy_consumers(
+    conn: psycopg.Connection, queue: str, table: str, prefix: str
+) -> list[str]:
+    """The consumers a copy of ``table`` may hold that no other local table of ``queue``
+    copies or catches up through: the one recorded, and the name ``prefix`` + its group
+    (or table) name a copy gives its group's (registered before it is recorded).  None for
+    a table in state ok: its copy's consumer went at the hand-over."""
+    rows = conn.execute(
+        """
+        select distinct c.name
+          from ferry.table_info t
+         cross join lateral unnest(array[t.copy_consumer,
+                                         %s || coalesce(t.copy_group::text, t.table_name)])
+               as c(name)
+         where t.queue_name = %s and t.table_name = %s and t.merge_state is distinct from 'ok'
+           and c.name is not null
+           and not exists (select 1 from ferry.table_info o
+                            where o.queue_name = t.queue_name and o.local
+                              and o.table_name <> t.table_name
+                              and (o.copy_consumer = c.name
+                                   or (coalesce(o.copy_group::text, o.table_name)
+                                       = coalesce(t.copy_group::text, t.table_name)
+                                       and o.merge_state is distinct from 'ok')))
+        """,
+        (prefix, queue, table),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def not_ok(conn: psycopg.Connection, queue: str, tables: Sequence[str]) -> list[str]:
+    """Those of ``tables`` that this node does not hold in state ``ok``: on a provider,
+    tables whose copy must wait."""
+    rows = conn.execute(
+        """
+        select t.name from unnest(%s::text[]) as t(name)
+         where not exists (select 1 from ferry.table_info i
+                            where i.queue_name = %s and i.table_name = t.name
+                              and i.local and i.merge_state = 'ok')
+        """,
+        (list(tables), queue),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+# Whether every table of the node is ``ok`` (parameter: the queue name); the worker reads it
+# with the other reads of its loop, in one statement.
+SETTLED = sql.SQL(
+    "select not exists (select 1 from ferry.table_info where queue_name = {q} and local"
+    " and merge_state is distinct from 'ok')"
+)
+SETTLED_SQL = SETTLED.format(q=sql.Placeholder()).as_string(None)
 
 
 def set_copy_state(

@@ -66,6 +66,13 @@ _TABLE_COLS = """queue_name, table_name, local, merge_state, dest_table, copy_co
     max_parallel_copy"""
 
 
+def is_installed(conn: psycopg.Connection) -> bool:
+    """Whether the database holds pgferry's registry (a queue's provider may not: a queue
+    filled by an application)."""
+    row = conn.execute("select to_regclass('ferry.table_info') is not null").fetchone()
+    return bool(row and row[0])
+
+
 def list_tables(conn: psycopg.Connection, queue: str, local_only: bool = True) -> list[TableEntry]:
     with conn.cursor(row_factory=class_row(TableEntry)) as cur:
         cur.execute(
@@ -86,6 +93,86 @@ def get_table(conn: psycopg.Connection, queue: str, table: str) -> TableEntry | 
             (queue, table),
         )
         return cur.fetchone()
+
+
+def every_table(conn: psycopg.Connection) -> list[TableEntry]:
+    """Every row of ``ferry.table_info``, of every queue of the database."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(f"select {_TABLE_COLS} from ferry.table_info order by queue_name, table_name")
+        return cur.fetchall()
+
+
+def table_at(conn: psycopg.Connection, queue: str, fq: str) -> TableEntry | None:
+    """The local entry of ``queue`` whose destination is the table ``fq`` (any spelling
+    of its name), or None."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"""
+            select {_TABLE_COLS} from ferry.table_info
+             where queue_name = %s and local
+               and to_regclass(coalesce(dest_table, table_name)) = to_regclass(%s)
+            """,
+            (queue, fq),
+        )
+        return cur.fetchone()
+
+
+def without_destination(conn: psycopg.Connection, queue: str) -> list[TableEntry]:
+    """Local entries of ``queue`` whose destination table does not exist in the database
+    (dropped without remove-table), by destination name."""
+    with conn.cursor(row_factory=class_row(TableEntry)) as cur:
+        cur.execute(
+            f"""
+            select {_TABLE_COLS} from ferry.table_info
+             where queue_name = %s and local
+               and to_regclass(coalesce(dest_table, table_name)) is null
+             order by coalesce(dest_table, table_name)
+            """,
+            (queue,),
+        )
+        return cur.fetchall()
+
+
+def not_settled(conn: psycopg.Connection, queue: str, tables: list[str]) -> list[str]:
+    """Those of ``tables`` registered for ``queue`` in another state than ``ok``."""
+    rows = conn.execute(
+        """
+        select table_name from ferry.table_info
+         where queue_name = %s and table_name = any(%s) and merge_state is distinct from 'ok'
+         order by table_name
+        """,
+        (queue, tables),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """How many local tables of a queue are in each state (``status``)."""
+
+    ok: int
+    copying: int  # in-copy or catching-up
+    other: int  # waiting for their copy
+
+
+def table_counts(conn: psycopg.Connection, queue: str) -> TableCounts:
+    """The local tables of ``queue`` counted by state."""
+    with conn.cursor(row_factory=class_row(TableCounts)) as cur:
+        cur.execute(
+            """
+            select count(*) filter (where merge_state = 'ok') as ok,
+                   count(*) filter (where merge_state in ('in-copy', 'catching-up'))
+                       as copying,
+                   count(*) filter (where merge_state is null
+                                       or merge_state not in ('ok', 'in-copy', 'catching-up'))
+                       as other
+              from ferry.table_info where queue_name = %s and local
+            """,
+            (queue,),
+        )
+        row = cur.fetchone()
+    assert row is not None  # an aggregate without GROUP BY: one row
+    return row
 
 
 def next_copy_group(conn: psycopg.Connection) -> int:
@@ -238,6 +325,67 @@ def list_seqs(conn: psycopg.Connection, queue: str, local_only: bool = True) -> 
         return cur.fetchall()
 
 
+# The node's replicated sequences (parameter: the queue name); the worker reads it with the
+# other reads of its loop, in one statement.
+SEQUENCES_SQL = (
+    "select seq_name from ferry.seq_info where queue_name = %s and local order by seq_name"
+)
+
+
+@dataclass(frozen=True)
+class SeqPosition:
+    """A local sequence of a queue as the database has it: where it stands, the value
+    recorded for it (published on a root, applied on a subscriber), its step and maximum."""
+
+    seq_name: str
+    position: int
+    published: int | None
+    step: int
+    maxvalue: int
+
+
+def seq_positions(conn: psycopg.Connection, queue: str, *, lock: bool = False) -> list[SeqPosition]:
+    """The local sequences of ``queue`` that exist; ``lock`` takes their ``seq_info`` rows."""
+    with conn.cursor(row_factory=class_row(SeqPosition)) as cur:
+        cur.execute(
+            """
+            select s.seq_name,
+                   coalesce(pg_sequence_last_value(p.seqrelid), p.seqstart) as position,
+                   s.last_value as published, greatest(p.seqincrement, 1) as step,
+                   p.seqmax as maxvalue
+              from ferry.seq_info s
+              join pg_sequence p on p.seqrelid = to_regclass(s.seq_name)
+             where s.queue_name = %s and s.local
+             order by s.seq_name
+            """
+            + (" for update of s" if lock else ""),
+            (queue,),
+        )
+        return cur.fetchall()
+
+
+def advance_seq(conn: psycopg.Connection, queue: str, seq: str, value: int) -> None:
+    """Move a local sequence up to ``value`` (never back, ``ferry.seq_advance``) and record
+    the value for ``queue``."""
+    conn.execute("select ferry.seq_advance(%s::regclass, %s)", (seq, value))
+    set_seq_last_value(conn, queue, seq, value)
+
+
+# What a queue's registry holds, as one text that changes whenever a row does (the
+# worker's idle check reads it with the node's; parameter {q}: the queue).  xmin changes
+# with every insert and update of a row, a deleted row drops out of the text; a sequence
+# adds its position.
+STAMP = sql.SQL(
+    """concat_ws('|',
+         (select string_agg(concat_ws(',', t.table_name, t.xmin), ';' order by t.table_name)
+            from ferry.table_info t where t.queue_name = {q}),
+         (select string_agg(concat_ws(',', s.seq_name, s.xmin,
+                                      pg_sequence_last_value(to_regclass(s.seq_name))),
+                            ';' order by s.seq_name)
+            from ferry.seq_info s where s.queue_name = {q}))"""
+)
+
+
 def register_seq(
     conn: psycopg.Connection, queue: str, seq: str, last_value: int | None, local: bool = True
 ) -> None:
@@ -280,9 +428,12 @@ def set_seq_published(conn: psycopg.Connection, queue: str, seq: str, value: int
 
 
 def forget_queue(conn: psycopg.Connection, queue: str) -> None:
-    """Every table and sequence row of ``queue`` (its node is dropped)."""
+    """Every table and sequence row of ``queue``, its pending compare requests and its
+    ``capture-ddl`` switch (its node is dropped; the database's event triggers stay, idle)."""
     conn.execute("delete from ferry.table_info where queue_name = %s", (queue,))
     conn.execute("delete from ferry.seq_info where queue_name = %s", (queue,))
+    conn.execute("delete from ferry.sync_request where queue_name = %s", (queue,))
+    conn.execute("delete from ferry.ddl_capture where queue_name = %s", (queue,))
 
 
 def attrs_text(attrs: dict[str, Any]) -> str:
@@ -359,25 +510,22 @@ def copy_progress(conn: psycopg.Connection, queue: str) -> list[CopyProgress]:
     chunks = (
         """(select count(*) from ferry_copy.range_done r
              where r.copy_id = t.copy_id
-               and r.dest_table = coalesce(t.dest_table, t.table_name)),
+               and r.dest_table = coalesce(t.dest_table, t.table_name))::int as chunks_done,
            (select count(*) from ferry_copy.chunk c
              where c.copy_id = t.copy_id
-               and c.dest_table = coalesce(t.dest_table, t.table_name))"""
+               and c.dest_table = coalesce(t.dest_table, t.table_name))::int as chunks_total"""
         if have_chunks and have_chunks[0]
-        else "0, 0"
+        else "0 as chunks_done, 0 as chunks_total"
     )
     query = sql.SQL(
         """
-        select t.table_name, t.merge_state, {done}, t.copy_total,
-               coalesce(extract(epoch from now() - t.copy_started), 0), t.copy_error,
-               {source}, {chunks}
+        select t.table_name, t.merge_state, ({done})::bigint as rows, t.copy_total as total,
+               coalesce(extract(epoch from now() - t.copy_started), 0)::float8 as seconds,
+               t.copy_error as error, {source} as source, {chunks}
           from ferry.table_info t
          where t.queue_name = %s and t.local and t.merge_state is distinct from 'ok'
          order by t.table_name
         """
     ).format(done=sql.SQL(done), source=sql.SQL(source), chunks=sql.SQL(chunks))
-    rows = conn.execute(query, (queue,)).fetchall()
-    return [
-        CopyProgress(r[0], r[1], int(r[2]), r[3], float(r[4]), r[5], r[6], int(r[7]), int(r[8]))
-        for r in rows
-    ]
+    with conn.cursor(row_factory=class_row(CopyProgress)) as cur:
+        return cur.execute(query, (queue,)).fetchall()

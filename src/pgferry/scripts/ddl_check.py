@@ -7,7 +7,7 @@ run inside the server; so every subscriber parses the event's text again here an
 only if it is exactly one ``ALTER TABLE``, ``COMMENT ON TABLE`` / ``COLUMN``,
 ``CREATE INDEX`` or ``DROP INDEX`` on the table the event names, with no subcommand that
 changes rights, triggers, rules or other tables.  Anything else is a :class:`DdlRefused`:
-replay records it (``ferry.refused_event``), logs it and passes over it.  What runs, runs
+replay records it (:mod:`pgferry.registry.refused`), logs it and passes over it.  What runs, runs
 with the rights of the local table's owner (``SET LOCAL ROLE``), never the worker's.
 """
 
@@ -184,22 +184,3 @@ def table_owner(conn: psycopg.Connection, local: str) -> str:
             f" SET ROLE to it: grant {owner} to {worker}, or skip-event"
         )
     return str(owner)
-
-
-def record_refusal(
-    conn: psycopg.Connection,
-    queue: str,
-    tick_id: int,
-    ev_id: int,
-    file_name: str,
-    text: str,
-    reason: str,
-) -> None:
-    """Note a refused event in the caller's (applying) transaction."""
-    conn.execute(
-        """
-        insert into ferry.refused_event (queue_name, tick_id, ev_id, ev_extra1, ev_data, reason)
-        values (%s, %s, %s, %s, %s, %s) on conflict do nothing
-        """,
-        (queue, tick_id, ev_id, file_name, text, reason),
-    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import class_row
 
 from pgferry.errors import PgferryError
+from pgferry.node import model
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,15 @@ def clear_failure(conn: psycopg.Connection, queue: str, consumer: str) -> None:
 
 
 def pending_failure(conn: psycopg.Connection, queue: str, consumer: str) -> FailedEvent | None:
-    row = conn.execute(
-        """
-        select queue_name, consumer_name, tick_id, ev_id, ev_type, ev_extra1, error
-          from ferry.failed_event where queue_name = %s and consumer_name = %s
-        """,
-        (queue, consumer),
-    ).fetchone()
-    return FailedEvent(*row) if row else None
+    with conn.cursor(row_factory=class_row(FailedEvent)) as cur:
+        cur.execute(
+            """
+            select queue_name, consumer_name, tick_id, ev_id, ev_type, ev_extra1, error
+              from ferry.failed_event where queue_name = %s and consumer_name = %s
+            """,
+            (queue, consumer),
+        )
+        return cur.fetchone()
 
 
 def mark_skipped(conn: psycopg.Connection, event: FailedEvent, ev_data: str | None) -> None:
@@ -98,11 +101,7 @@ def mark_skipped(conn: psycopg.Connection, event: FailedEvent, ev_data: str | No
         ),  # fmt: skip
     )
     clear_failure(conn, event.queue_name, event.consumer_name)
-    conn.execute(
-        "update ferry_node.local_state set cur_error = null, error_time = null"
-        " where queue_name = %s and consumer_name = %s",
-        (event.queue_name, event.consumer_name),
-    )
+    model.clear_error(conn, event.queue_name, event.consumer_name)
 
 
 def is_skipped(conn: psycopg.Connection, queue: str, tick_id: int, ev_id: int) -> bool:

@@ -37,6 +37,7 @@ from pgferry.errors import (
     QueueError,
 )
 from pgferry.events import EXECUTE_EVENT
+from pgferry.node import model
 from pgferry.queue import api as queue_api
 from pgferry.queue import ranges
 from pgferry.queue import ticks as queue_ticks
@@ -319,12 +320,7 @@ class Feed:
         the tables' rows in that snapshot and the events after the tick are each change
         exactly once."""
         opts = self.options
-        external = self._call(
-            lambda conn: conn.execute(
-                "select queue_external_ticker from ferry_queue.queue where queue_name = %s",
-                (opts.queue,),
-            ).fetchone()[0]
-        )
+        external = self._call(queue_ticks.ticked_by_provider, opts.queue)
         if external:
             raise QueueError(
                 f"pgferry change feed: option snapshot needs the root: queue {opts.queue!r} on"
@@ -378,14 +374,10 @@ class Feed:
 
 
 def _newest(conn: psycopg.Connection, queue: str) -> int:
-    row = conn.execute(
-        "select max(t.tick_id) from ferry_queue.tick t"
-        " join ferry_queue.queue q on q.queue_id = t.tick_queue where q.queue_name = %s",
-        (queue,),
-    ).fetchone()
-    if row is None or row[0] is None:
+    newest = queue_ticks.tick_range(conn, queue)[1]
+    if newest is None:
         raise QueueError(f"pgferry change feed: no queue {queue!r}")
-    return row[0]
+    return newest
 
 
 def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> str | None:
@@ -393,13 +385,7 @@ def _cascade_consumer(conn: psycopg.Connection, queue: str, consumer: str) -> st
     catch-up (their positions must not move under them), or a reader of batches."""
     if ".copy." in consumer:
         return "the consumer of a table copy's catch-up"
-    row = conn.execute(
-        "select to_regclass('ferry_node.subscriber_info') is not null"
-        " and exists (select 1 from ferry_node.subscriber_info"
-        " where queue_name = %s and %s in (subscriber_node, worker_name))",
-        (queue, consumer),
-    ).fetchone()
-    if row and row[0]:
+    if model.is_installed(conn) and any(consumer in sub for sub in model.subscribers(conn, queue)):
         return "the consumer of a cascade node"
     info = [r for r in queue_api.consumer_info(conn, queue) if r["consumer_name"] == consumer]
     if info and info[0]["current_batch"] is not None:
@@ -413,7 +399,7 @@ def _check_tables(
     """ConfigError naming the first of ``tables`` that the queue does not replicate: a
     misspelt name would otherwise give an empty feed, silently. A provider without
     pgferry's registry (a queue filled by an application) has no list to check against."""
-    if not tables or not conn.execute("select to_regclass('ferry.table_info')").fetchone()[0]:
+    if not tables or not entries.is_installed(conn):
         return
     known = {e.table_name for e in entries.list_tables(conn, queue, local_only=False)}
     unknown = [t for t in tables if t not in known]

@@ -12,6 +12,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
 from pgferry.stream import names
 
@@ -32,11 +33,8 @@ def table_snapshots(
 ) -> list[TableSnapshot]:
     """The reads of the snapshot of ``tick`` (exported as ``snapshot_id``), one per table
     of ``tables`` (every table of the queue when empty)."""
-    tick_time = conn.execute(
-        "select t.tick_time from ferry_queue.tick t join ferry_queue.queue q"
-        " on q.queue_id = t.tick_queue where q.queue_name = %s and t.tick_id = %s",
-        (queue, tick),
-    ).fetchone()[0]
+    tick_time = queue_ticks.tick_time(conn, queue, tick)
+    assert tick_time is not None  # the tick was made for this snapshot
     tables = tables or tuple(
         e.table_name for e in entries.list_tables(conn, queue, local_only=False)
     )

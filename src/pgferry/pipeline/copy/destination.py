@@ -165,3 +165,16 @@ def done_rows(dst_connstr: str, copy_id: str) -> dict[str, int]:
             (copy_id,),
         ).fetchall()
     return {table: int(count) for table, count in rows}
+
+
+def rows_by_copy(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
+    """Rows recorded so far by every copy running into the database on ``conn``, per
+    (copy_id, dest_table) (a finished copy's rows are removed); {} without ``ferry_copy``."""
+    row = conn.execute("select to_regclass('ferry_copy.range_done') is not null").fetchone()
+    if not row or not row[0]:
+        return {}
+    rows = conn.execute(
+        "select copy_id, dest_table, sum(rows)::bigint from ferry_copy.range_done"
+        " group by copy_id, dest_table"
+    ).fetchall()
+    return {(copy_id, table): int(count) for copy_id, table, count in rows}

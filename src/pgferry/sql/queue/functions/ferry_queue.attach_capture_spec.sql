@@ -4,7 +4,7 @@
 --     (Re)create the capture triggers of queue on tbl as spec says; returns their function.  One call replaces the old triggers, so in one transaction no write of the
 --     table goes uncaptured.
 --
---     A capture spec (jsonb, made and checked by pgferry's node/capture_spec.py; docs/events.md)
+--     A capture spec (jsonb, made and checked by pgferry's registry/capture_spec.py; docs/events.md)
 --     says what a table's row trigger queues:
 --       key       the key columns named in ev_type ([] = the table has no key: every column
 --                 identifies a row, and an UPDATE carries its old row in ev_extra2)
