@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from pgferry import settings
 from pgferry.cli import lake_sync
 from pgferry.cli.registry import Context, command
 from pgferry.config import Config
@@ -19,7 +20,7 @@ from pgferry.log import setup_logging
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
+DEFAULT_FMT = settings.COMPARE_FMT.fixed
 COUNT_FMT = "%(cnt)d rows"  # compare --count-only, as the original printed it
 
 
@@ -124,7 +125,7 @@ def _large(config: Config, tasks, threads: int) -> bool:
 
 
 def _fmt(config: Config, rows: int, checksum: int, count_only: bool = False) -> str:
-    fmt = config.get("compare_fmt", DEFAULT_FMT)
+    fmt = config.get(settings.COMPARE_FMT)
     if count_only and fmt == DEFAULT_FMT:
         fmt = COUNT_FMT
     values = {"cnt": rows, "chksum": checksum if rows else None}

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from psycopg import sql
 
+from pgferry import settings
 from pgferry.errors import DivergedProvider
 from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
 from pgferry.lake import formats, storage
@@ -68,17 +69,17 @@ class Lake(Handler):
             self.args.get("catalog") or "",
         )
 
-    def _setting(self, arg: str, key: str, default: str) -> str:
+    def _setting(self, arg: str, setting: settings.Setting[str]) -> str:
         value = self.args.get(arg)
         if value:
-            return value
-        return self.config.get(key, default) if self.config is not None else default
+            return str(value)
+        return self.config.get(setting) if self.config is not None else setting.fixed
 
     def check(self, table: TableCheck) -> Mapping[str, str] | None:
         if table.node_type != "leaf":
             raise HandlerError("handler lake: only a leaf keeps tables in a lake")
-        fmt = self._setting("format", "lake_format", "delta")
-        root = self._setting("path", "lake_path", "")
+        fmt = self._setting("format", settings.LAKE_FORMAT)
+        root = self._setting("path", settings.LAKE_PATH)
         if not root:
             raise HandlerError("handler lake: no lake_path in the ini and no path= argument")
         if fmt not in lake_spec.FORMATS:
@@ -183,8 +184,10 @@ class Lake(Handler):
         module.truncate(spec, version, tick_id)
 
     def _maintain(self, module, spec: lake_spec.LakeSpec) -> None:
-        every = self.config.getint("lake_compact_interval", 0) if self.config else 0
-        keep = self.config.getint("lake_keep_hours", 168) if self.config else 168
+        if self.config is None:
+            return
+        every = self.config.get(settings.LAKE_COMPACT_INTERVAL)
+        keep = self.config.get(settings.LAKE_KEEP_HOURS)
         if every and module.maintain(spec, every, keep):
             log.info("%s: compacted, history older than %d hours vacuumed", spec.name, keep)
 
@@ -443,10 +446,11 @@ def _catalog(config, fmt: str, root: str) -> str:
     by default beside the ini); "" for a local lake (DIR/pgferry_catalog.db)."""
     if fmt != "iceberg" or not storage.is_remote(root):
         return ""
-    given = config.get("lake_catalog", "") if config is not None else ""
+    given = config.get(settings.LAKE_CATALOG) if config is not None else ""
     if not given:
-        base = config.get("config_dir", "") if config is not None else ""
-        job = config.get("job_name", "lake") if config is not None else "lake"
+        # config_dir is set by the ini's reader (config.load_config), not a setting.
+        base = config.values.get("config_dir", "") if config is not None else ""
+        job = config.job_name if config is not None else "lake"
         given = os.path.join(base or os.getcwd(), f"{job}_iceberg_catalog.db")
     path = os.path.abspath(os.path.expanduser(given))
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -21,6 +21,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.errors import ConfigError
 from pgferry.handlers.api import Configured, Handler, HandlerError
@@ -63,7 +64,8 @@ def use_config(config: Config) -> None:
     handlers built from now on see ``config`` as their ``config``."""
     global _config
     _config = config
-    use_modules(config.getlist("handler_modules"))
+    modules = config.get(settings.HANDLER_MODULES)
+    use_modules(modules)
 
 
 def use_modules(names: Iterable[str]) -> None:
