@@ -87,7 +87,7 @@ class Copies:
         queue = node.queue_name
         self._reap(queue)
         with local.transaction():
-            pending = handover.pending_groups(local, queue)
+            pending = handover.pending_groups(local, queue, self._replay.handlers)
             registered = {
                 r[0]
                 for r in local.execute(
@@ -123,6 +123,7 @@ class Copies:
                 provider_dsn=dsn,
                 dsn_of=self._dsn_of,
                 spark_factory=self._spark.get,
+                handlers=self._replay.handlers,
                 snapshot_max=self.settings.copy_snapshot_max,
                 chunk_rows=self.settings.copy_chunk_rows,
             )
@@ -196,7 +197,7 @@ class Copies:
         dsn = self._dsn_of(members[name].node_location)
         conn = connect(dsn, autocommit=True, application_name="pgferry-worker")
         set_text_format(conn)
-        replayer = Replayer(self.settings.replay, self._spark)
+        replayer = Replayer(self.settings.replay, self._spark, self._replay.handlers)
         replayer.use_provider(dsn)
         self._sources[name] = (conn, replayer)
         return conn, replayer

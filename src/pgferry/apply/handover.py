@@ -46,6 +46,7 @@ from psycopg import conninfo
 from pgferry.errors import PgferryError, QueueError
 from pgferry.expressions import conjunction
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.node import capture
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
@@ -93,7 +94,9 @@ class CatchUp:
         return self.node is None or not self.filtered
 
 
-def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
+def pending_groups(
+    conn: psycopg.Connection, queue: str, handlers: HandlerContext
+) -> list[CopyGroup]:
     """Groups of tables waiting for their copy (state NULL, or ``in-copy`` after a crash),
     oldest first."""
     rows = conn.execute(
@@ -116,7 +119,7 @@ def pending_groups(conn: psycopg.Connection, queue: str) -> list[CopyGroup]:
     result = []
     for group_id, members in groups.items():
         caps = [m[5] for m in members if m[5]]
-        hs = [handler_registry.from_attrs(m[6]) for m in members]  # the tables' handlers
+        hs = [handler_registry.from_attrs(m[6], handlers) for m in members]  # their handlers
         # The capture's when= filters the copy too; its ignored columns are not copied.
         specs = [capture.copy_filter(m[3], m[6]) for m in members]
         filters = [conjunction(f[0], h.row_filter()) for f, h in zip(specs, hs, strict=True)]

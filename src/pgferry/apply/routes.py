@@ -19,6 +19,7 @@ from pgferry import expressions
 from pgferry.errors import TableError
 from pgferry.handlers import Handler, HandlerError, Target
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.node.capture_spec import CaptureSpec
 
 # Table states whose events the main stream applies (NULL / in-copy tables are being
@@ -40,7 +41,9 @@ class Route:
     skip_truncate: bool
     dest_fq: str  # the destination as format('%I.%I') writes it
     builtin_types: bool = False  # every column type is a pg_catalog one (binary COPY safe)
-    handler: Handler = field(default_factory=handler_registry.build_default)
+    handler: Handler = field(
+        default_factory=lambda: handler_registry.build_default(HandlerContext())
+    )
     # The handler's row filter, when it names key columns only: events failing it skip.
     key_filter: str | None = None
     # The handler's row filter otherwise: an image failing it becomes a delete.
@@ -176,8 +179,11 @@ def route_key(
     return spec.key, False, spec.key == pk or unique_on(conn, oid, spec.key)
 
 
-def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
-    """Every local table of the queue on this node, keyed by its queue-visible name."""
+def load_routes(
+    conn: psycopg.Connection, queue_name: str, handlers: HandlerContext
+) -> dict[str, Route]:
+    """Every local table of the queue on this node, keyed by its queue-visible name, its
+    handler built with ``handlers`` (the worker's or command's context)."""
     rows = conn.execute(
         """
         select table_name, coalesce(dest_table, table_name), merge_state, copy_condition,
@@ -191,7 +197,7 @@ def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
     routes: dict[str, Route] = {}
     for table_name, dest, state, cond, snap, skip_truncate, attrs in rows:
         try:
-            handler = handler_registry.from_attrs(attrs or {})
+            handler = handler_registry.from_attrs(attrs or {}, handlers)
         except HandlerError as exc:
             raise TableError(f"table {table_name}: {exc}") from None
         if not handler.needs_table:  # no local table to look at
@@ -302,7 +308,8 @@ class RouteCache:
     """One node's routes, read again only when the registry changed (its
     :func:`registry_signature`) or the copy is older than :data:`ROUTES_MAX_AGE`."""
 
-    def __init__(self) -> None:
+    def __init__(self, handlers: HandlerContext) -> None:
+        self._handlers = handlers
         self._cached: tuple[str, float, dict[str, Route]] | None = None
 
     def clear(self) -> None:
@@ -321,6 +328,6 @@ class RouteCache:
         if cached is not None and cached[0] == signature and fresh_enough:
             return cached[2], False
         with conn.transaction():  # a savepoint inside the caller's transaction
-            cached = (signature, time.monotonic(), load_routes(conn, queue_name))
+            cached = (signature, time.monotonic(), load_routes(conn, queue_name, self._handlers))
         self._cached = cached
         return cached[2], True

@@ -33,10 +33,9 @@ def _tasks(config: Config, names: list[str]):
     from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
 
-    handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
         try:
-            routes = load_routes(conn, queue_name(config))
+            routes = load_routes(conn, queue_name(config), handler_registry.context(config))
         except TableError:
             conn.rollback()
             _gone_here(conn, queue_name(config))
@@ -78,6 +77,7 @@ def _gone_here(conn, queue: str) -> None:
     """Fail with one line if registered tables are gone from this node's database (dropped
     without ``remove-table``): replay stops at them too, so no sync point can be taken."""
     from pgferry.handlers import registry as handler_registry
+    from pgferry.handlers.api import HandlerContext
     from pgferry.node.model import require_node
 
     rows = conn.execute(
@@ -86,7 +86,8 @@ def _gone_here(conn, queue: str) -> None:
         " is null order by 1",
         (queue,),
     ).fetchall()
-    gone = [t for t, attrs in rows if handler_registry.from_attrs(attrs or {}).needs_table]
+    own = HandlerContext()  # only whether each handler keeps a table counts
+    gone = [t for t, attrs in rows if handler_registry.from_attrs(attrs or {}, own).needs_table]
     if gone:
         node = require_node(conn, queue).node_name
         raise TableError(

@@ -22,7 +22,7 @@ def start(ctx: Context) -> Config:
     config.get(settings.DB)
     config.get(settings.QUEUE_NAME)
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
-    handler_registry.use_config(config)  # the handlers a table may name
+    handler_registry.use_modules(config.get(settings.HANDLER_MODULES))  # a table may name them
     return config
 
 

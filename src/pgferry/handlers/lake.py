@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from psycopg import sql
@@ -28,8 +29,20 @@ from pgferry.node import model
 
 log = logging.getLogger(__name__)
 
-# (app id) -> (tick, transaction id, next part): the parts of one attempt at one batch.
-_parts: dict[str, tuple[int, int, int]] = {}
+
+@dataclass
+class LakeMemory:
+    """What a worker's lake handlers keep between batches (one per worker: its
+    :class:`~pgferry.handlers.api.HandlerContext`'s)."""
+
+    # (app id) -> (tick, transaction id, next part): the parts of one attempt at one batch.
+    parts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # Per lake table: the stage's column names last seen, and the lake's schema then (so
+    # that a batch of the same shape needs no read of the lake's metadata).
+    shapes: dict[str, tuple[tuple[str, ...], object]] = field(default_factory=dict)
+    # Per lake table: the key it was made for, as last read (None: not recorded); replay
+    # reads it once, and again before refusing.
+    keys: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 class Lake(Handler):
@@ -142,7 +155,8 @@ class Lake(Handler):
     def apply(self, staged: Staged) -> Applied:
         spec = self.spec()
         module = formats.module(spec.format)
-        version = _next_version(staged.conn, spec.app_id, staged.tick_id)
+        memory = self.context.state(LakeMemory)
+        version = _next_version(memory, staged.conn, spec.app_id, staged.tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
             if done // lake_spec.PARTS == staged.tick_id:
@@ -153,9 +167,10 @@ class Lake(Handler):
             return Applied()
         _check_not_inside(staged, spec, done)
         target = staged.target
-        _check_replay_key(module, spec, target.table_name, () if target.keyless else target.pk)
+        key = () if target.keyless else target.pk
+        _check_replay_key(memory, module, spec, target.table_name, key)
         source = _read_stage(staged)
-        source = _evolve(module, spec, source)
+        source = _evolve(memory, module, spec, source)
         if target.keyless:
             inserts = source.filter(_ops(source, ("I", "U")))
             gone = source.filter(_ops(source, ("D", "d")))
@@ -177,7 +192,7 @@ class Lake(Handler):
     def truncated(self, conn, target: Target, tick_id: int) -> None:
         spec = self.spec()
         module = formats.module(spec.format)
-        version = _next_version(conn, spec.app_id, tick_id)
+        version = _next_version(self.context.state(LakeMemory), conn, spec.app_id, tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
             return
@@ -293,16 +308,16 @@ def check_held(conn, queue: str, tick: int, provider_time: datetime | None,
             check_same_tick(module, spec, tick, provider_time, name)
 
 
-def _next_version(conn, app_id: str, tick: int) -> int:
+def _next_version(memory: LakeMemory, conn, app_id: str, tick: int) -> int:
     """The version of the next part of this attempt at the batch ending at ``tick``: parts
     count from 0 in each transaction (a retried batch numbers its parts the same way)."""
     row = conn.execute("select txid_current()").fetchone()
     xid = int(row[0]) if row else 0
-    last = _parts.get(app_id)
+    last = memory.parts.get(app_id)
     part = last[2] if last is not None and last[:2] == (tick, xid) else 0
     if part >= lake_spec.PARTS:
         raise HandlerError(f"handler lake: more than {lake_spec.PARTS} parts in one batch")
-    _parts[app_id] = (tick, xid, part + 1)
+    memory.parts[app_id] = (tick, xid, part + 1)
     return tick * lake_spec.PARTS + part
 
 
@@ -339,12 +354,7 @@ def _read_stage(staged: Staged):
     return lake_types.rows_to_arrow(every, conn.execute(query).fetchall())
 
 
-# Per lake table: the stage's column names last seen, and the lake's schema then (so that
-# a batch of the same shape needs no read of the lake's metadata).
-_SHAPES: dict[str, tuple[tuple[str, ...], object]] = {}
-
-
-def _evolve(module, spec: lake_spec.LakeSpec, source):
+def _evolve(memory: LakeMemory, module, spec: lake_spec.LakeSpec, source):
     """Follow a change of the leaf's table (a captured or executed ALTER TABLE) additively:
     a column the lake lacks is added to it (nullable), and a column the table no longer
     has stays in the lake, NULL in the rows written from now on.  A type change is not
@@ -352,7 +362,7 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
     import pyarrow as pa
 
     names = tuple(n for n in source.schema.names if n != lake_spec.OP)
-    seen = _SHAPES.get(spec.location)
+    seen = memory.shapes.get(spec.location)
     if seen is not None and seen[0] == names:
         lake = seen[1]
     else:
@@ -367,12 +377,12 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
                      ", ".join(f.name for f in new))  # fmt: skip
             module.add_columns(spec, new)
             lake = module.arrow_schema(spec)
-        _SHAPES[spec.location] = (names, lake)
+        memory.shapes[spec.location] = (names, lake)
     if names == tuple(lake.names):
         return source
-    for field in lake:
-        if field.name not in names:
-            source = source.append_column(field, pa.nulls(source.num_rows, type=field.type))
+    for column in lake:
+        if column.name not in names:
+            source = source.append_column(column, pa.nulls(source.num_rows, type=column.type))
     # In the lake's order: a cast to the lake's schema needs it.
     return source.select([lake_spec.OP, *lake.names])
 
@@ -428,15 +438,11 @@ def _check_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
         raise _key_changed(name, spec, key, made)
 
 
-# Per lake table: the key it was made for, as last read (None: not recorded); replay
-# reads it once, and again before refusing.
-_KEYS: dict[str, list[str] | None] = {}
-
-
-def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
-    made = _KEYS.get(spec.location, [])
-    if spec.location not in _KEYS or (made is not None and list(made) != list(key)):
-        made = _KEYS[spec.location] = module.key_of(spec)  # read again before refusing
+def _check_replay_key(memory: LakeMemory, module, spec: lake_spec.LakeSpec, name: str, key) -> None:
+    known = memory.keys
+    made = known.get(spec.location, [])
+    if spec.location not in known or (made is not None and list(made) != list(key)):
+        made = known[spec.location] = module.key_of(spec)  # read again before refusing
     if made is not None and list(made) != list(key):
         raise _key_changed(name, spec, key, made)
 

@@ -25,6 +25,7 @@ import psycopg
 
 from pgferry.errors import UsageError
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.registry import catalog
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ def refusal(prov: psycopg.Connection, table: str, attrs: Mapping[str, Any]) -> s
 
     ``prov``: a connection to the database the copy reads (its catalog names the key).
     """
-    handler = handler_registry.from_attrs(dict(attrs))
+    # Whether a handler copies in chunks is its own: no node's settings are needed.
+    handler = handler_registry.from_attrs(dict(attrs), HandlerContext())
     if not handler.chunked_copy:
         return f"handler {handler.name or type(handler).__name__} does not apply full row images"
     if attrs.get("copy_node"):
