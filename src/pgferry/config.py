@@ -103,8 +103,7 @@ def load_config(
         "host_name": socket.gethostname(),
     }
     # Interpolation is done by _interpolate (formats like compare_fmt's stay as written).
-    parser = configparser.ConfigParser(interpolation=None, strict=True)
-    parser.optionxform = str  # keep spark.sql.adaptive.enabled etc. exactly as written
+    parser = _ExactKeys(interpolation=None, strict=True)
     try:
         with path.open(encoding="utf-8") as fh:
             parser.read_file(fh)
@@ -125,6 +124,13 @@ def load_config(
         if values.get(key):
             values[key] = os.path.expanduser(values[key])
     return Config(path=path, section=section, values=values)
+
+
+class _ExactKeys(configparser.ConfigParser):
+    """Keys kept exactly as written (spark.sql.adaptive.enabled), not lowercased."""
+
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
 
 
 _REF = re.compile(r"%\(([^)]+)\)s")

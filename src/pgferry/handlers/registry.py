@@ -148,6 +148,7 @@ def _add(known: dict[str, Known], cls: Any, origin: str, strict: bool = True) ->
 def _builtin(name: str) -> type[Handler]:
     module, attr = BUILTINS[name].split(":")
     cls = getattr(importlib.import_module(module), attr)
+    assert isinstance(cls, type) and issubclass(cls, Handler), f"{BUILTINS[name]}: no handler"
     assert cls.name == name, f"BUILTINS names {name} for {cls.name}"
     return cls
 

@@ -17,7 +17,6 @@ TOAST, ``pg_table_size`` on the provider) is chunked, every table that can be wh
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,18 +30,6 @@ from pgferry.registry import catalog
 log = logging.getLogger(__name__)
 
 MODES = ("chunked", "snapshot")
-DEFAULT_SNAPSHOT_MAX = "10GB"
-DEFAULT_CHUNK_ROWS = 100_000
-
-_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-
-
-def parse_size(text: str, what: str = "copy_snapshot_max") -> int:
-    """Bytes of a size such as ``10GB``, ``512MB``, ``0`` (units of 1024)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?[bB]?)\s*", text or "")
-    if not match:
-        raise UsageError(f"{what}: not a size: {text!r} (e.g. 10GB, 512MB, 0)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def check_mode(mode: str | None, command: str) -> None:
