@@ -125,11 +125,13 @@ def test_typed_values() -> None:
         (settings.SPARK_WARM, "maybe", "must be true or false, not 'maybe'"),
         (settings.COPY_SNAPSHOT_MAX, "lots", "must be a size like 10GB, 512MB or 0, not 'lots'"),
         (settings.PGQ_KEEP_LAG, "soon", "must be a time span like 30, 10s"),
+        (settings.PGQ_KEEP_LAG, "5 parsecs", "must be a time span like 30, 10s"),
+        (settings.FAILOVER_HISTORY, "soon", "must be a time span like 30, 10s"),
         (settings.FAILOVER_RECONCILE, "Maybe", "must be auto or stop, not 'maybe'"),
         (settings.METRICS_PORT, "70000", "must be a port number (1-65535), not '70000'"),
         (settings.LAKE_TIMEOUT, "1.5", "must be an integer, not '1.5'"),
     ],
-    ids=lambda v: v.key if isinstance(v, settings.Setting) else None,
+    ids=lambda v: v.key if isinstance(v, settings.Setting) else v if " " not in v else None,
 )
 def test_a_bad_value_names_file_and_key(
     setting: settings.Setting[Any], raw: str, message: str

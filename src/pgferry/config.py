@@ -57,9 +57,10 @@ class Config:
                  if s is setting and k in self.values),
                 (key, None),
             )  # fmt: skip
-        if raw is not None and not (setting.default_when and setting.default_when(raw)):
+        if raw is not None:
             try:
-                return setting.parse(raw)
+                if not (setting.default_when and setting.default_when(raw)):
+                    return setting.parse(raw)
             except settings.BadValue as exc:
                 raise ConfigError(f"{self.path}: setting '{key}' {exc}") from None
         default = setting.default
