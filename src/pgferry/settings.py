@@ -230,6 +230,8 @@ class Setting(Generic[T]):
     shown: str | None = None
     # Whether a value as written reads as the default all the same (an empty address).
     default_when: Callable[[str], bool] | None = None
+    # Written in the template uncommented, for the operator to fill in (as a required one).
+    ask: bool = False
 
     @property
     def default_text(self) -> str | None:
@@ -505,7 +507,11 @@ NODE_SETTINGS: tuple[Setting[Any], ...] = (
 # The ticker's settings ([pgqd]); those of the same key as a node's are the same object
 # where they mean the same.
 BASE_CONNSTR = Setting(
-    "base_connstr", STR, "", "connect string without dbname (empty: libpq's defaults, PG*)"
+    "base_connstr",
+    STR,
+    "",
+    "connect string without dbname (empty: libpq's defaults, PG*)",
+    ask=True,
 )
 INITIAL_DATABASE = Setting("initial_database", STR, "template1", "database used to list the others")
 DATABASE_LIST = Setting(

@@ -25,8 +25,8 @@ def _render(section: str, settings: Sequence[Setting[Any]], have: dict[str, str]
         lines.append(f"# {setting.comment}")
         if key in have:
             lines.append(f"{key} = {have[key]}")
-        elif default is None:
-            lines.append(f"{key} = ")
+        elif default is None or setting.ask:
+            lines.append(f"{key} = {default or ''}")
         else:
             lines.append(f"#{key} = {default}")
         lines.append("")
