@@ -98,7 +98,7 @@ def make_cascade(db_a: str, db_b: str, write_ini, cli, **leaf: str) -> tuple[Pat
 # --- settings -----------------------------------------------------------------------------
 def test_settings_listed_and_checked(tmp_path: Path) -> None:
     for settings in (NODE_SETTINGS, TICKER_SETTINGS):
-        keys = {key: default for key, default, _ in settings}
+        keys = {s.key: s.default_text for s in settings}
         assert keys["metrics_port"] == "" and keys["metrics_address"] == "127.0.0.1"
     assert "#metrics_port = " in template_for(None)
 

@@ -15,8 +15,8 @@ import re
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from pgferry import settings
 from pgferry.errors import ConfigError
@@ -24,107 +24,64 @@ from pgferry.errors import ConfigError
 NODE_SECTIONS = ("pgferry", "londiste3", "londiste")
 TICKER_SECTIONS = ("pgqd", "pgferry_ticker")
 PATH_KEYS = ("logfile", "pidfile")
-DEFAULT_SPARK_MASTER = "local[*]"
 
-_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)?")
-_UNITS = (
-    (("ms", "msec", "millisecond", "milliseconds"), 0.001),
-    (("s", "sec", "secs", "second", "seconds"), 1.0),
-    (("m", "min", "mins", "minute", "minutes"), 60.0),
-    (("h", "hour", "hours"), 3600.0),
-    (("d", "day", "days"), 86400.0),
-)
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+T = TypeVar("T")
 
 
 @dataclass
 class Config:
-    """The settings of one service section, with typed getters that fail clearly."""
+    """The settings of one service section, read through the typed schema of
+    :mod:`pgferry.settings`: ``config.get(settings.LOG_SIZE)`` is an int, the declared
+    default when the key is not set; a bad value is one ConfigError naming key and file."""
 
     path: Path
     section: str
     values: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def ticker(self) -> bool:
+        return self.section in TICKER_SECTIONS
+
     def has(self, key: str) -> bool:
         return key in self.values
 
-    def get(self, key: str, default: str | None = None) -> str:
-        if key in self.values:
-            return self.values[key]
-        if default is None:
+    def get(self, setting: settings.Setting[T]) -> T:
+        """The value of ``setting``: as written (parsed to its kind), else its default."""
+        if setting not in _SCHEMAS[self.ticker]:
+            # A reader's mistake, not the ini's: the key is not one of this section's.
+            raise KeyError(f"setting '{setting.key}' is not one of [{self.section}]'s")
+        key, raw = setting.key, self.values.get(setting.key)
+        if raw is None:
+            key, raw = next(
+                ((k, self.values[k]) for k, s in settings.ALIASES.items()
+                 if s is setting and k in self.values),
+                (key, None),
+            )  # fmt: skip
+        if raw is not None:
+            try:
+                if not (setting.default_when and setting.default_when(raw)):
+                    return setting.parse(raw)
+            except settings.BadValue as exc:
+                raise ConfigError(f"{self.path}: setting '{key}' {exc}") from None
+        default = setting.default
+        if isinstance(default, settings.Required):
             raise ConfigError(f"{self.path}: missing setting '{key}' in [{self.section}]")
+        if isinstance(default, settings.Derived):
+            return default.compute(self)
         return default
-
-    def getopt(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    def getint(self, key: str, default: int | None = None) -> int:
-        raw = self.get(key, None if default is None else str(default))
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(
-                f"{self.path}: setting '{key}' must be an integer, not {raw!r}"
-            ) from None
-
-    def getfloat(self, key: str, default: float | None = None) -> float:
-        raw = self.get(key, None if default is None else str(default))
-        try:
-            return float(raw)
-        except ValueError:
-            raise ConfigError(
-                f"{self.path}: setting '{key}' must be a number, not {raw!r}"
-            ) from None
-
-    def getseconds(self, key: str) -> timedelta | None:
-        """A time span: seconds (``30``, ``1.5``) or a number and a unit (``10s``, ``5 min``,
-        ``2 hours``); None when the key is not set or empty."""
-        raw = (self.values.get(key) or "").strip()
-        if not raw:
-            return None
-        match = _SPAN.fullmatch(raw.lower())
-        if match is None:
-            raise ConfigError(
-                f"{self.path}: setting '{key}' must be a time span like 30, 10s, 5 min or"
-                f" 2 hours, not {raw!r}"
-            )
-        unit = match.group(2) or "s"
-        factor = next(f for names, f in _UNITS if unit in names)
-        return timedelta(seconds=float(match.group(1)) * factor)
-
-    def getbool(self, key: str, default: bool = False) -> bool:
-        raw = self.values.get(key)
-        if raw is None:
-            return default
-        low = raw.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise ConfigError(f"{self.path}: setting '{key}' must be true or false, not {raw!r}")
-
-    def getlist(self, key: str, default: Iterable[str] = ()) -> list[str]:
-        raw = self.values.get(key)
-        if raw is None:
-            return list(default)
-        return [item.strip() for item in raw.split(",") if item.strip()]
-
-    def getpath(self, key: str) -> Path | None:
-        raw = self.values.get(key)
-        return Path(os.path.expanduser(raw)) if raw else None
 
     @property
     def job_name(self) -> str:
-        return self.get("job_name")
+        return self.get(settings.JOB_NAME)
 
     def spark_settings(self) -> dict[str, str]:
         """``spark.*`` keys passed straight to the SparkSession builder."""
         return {k: v for k, v in self.values.items() if k.startswith("spark.")}
 
-    @property
-    def spark_master(self) -> str:
-        return self.values.get("spark_master", DEFAULT_SPARK_MASTER)
+
+_SCHEMAS = {
+    ticker: frozenset(settings.schema(ticker)) for ticker in (False, True)
+}  # fmt: skip
 
 
 def load_config(
@@ -147,8 +104,7 @@ def load_config(
         "host_name": socket.gethostname(),
     }
     # Interpolation is done by _interpolate (formats like compare_fmt's stay as written).
-    parser = configparser.ConfigParser(interpolation=None, strict=True)
-    parser.optionxform = str  # keep spark.sql.adaptive.enabled etc. exactly as written
+    parser = _ExactKeys(interpolation=None, strict=True)
     try:
         with path.open(encoding="utf-8") as fh:
             parser.read_file(fh)
@@ -169,6 +125,13 @@ def load_config(
         if values.get(key):
             values[key] = os.path.expanduser(values[key])
     return Config(path=path, section=section, values=values)
+
+
+class _ExactKeys(configparser.ConfigParser):
+    """Keys kept exactly as written (spark.sql.adaptive.enabled), not lowercased."""
+
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
 
 
 _REF = re.compile(r"%\(([^)]+)\)s")

@@ -17,14 +17,14 @@ import logging.handlers
 import sys
 from pathlib import Path
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.db import mask_connstr
-from pgferry.errors import ConfigError
 from pgferry.private_files import open_log
 
 LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(message)s"
-LOG_SIZE = 10 * 1024 * 1024
-LOG_COUNT = 3
+LOG_SIZE = settings.LOG_SIZE.fixed
+LOG_COUNT = settings.LOG_COUNT.fixed
 
 
 class JsonFormatter(logging.Formatter):
@@ -76,13 +76,12 @@ def setup_logging(
     """
     size, count, fmt, syslog = LOG_SIZE, LOG_COUNT, "text", False
     if config is not None:
-        logfile = config.getpath("logfile")
-        size = config.getint("log_size", LOG_SIZE)
-        count = config.getint("log_count", LOG_COUNT)
-        fmt = config.get("log_format", "text")
-        syslog = config.getbool("syslog", False)
-        if fmt not in ("text", "json"):
-            raise ConfigError(f"{config.path}: log_format must be text or json, not {fmt!r}")
+        # The ticker's logfile is a setting of its own (its comment differs).
+        logfile = config.get(settings.TICKER_LOGFILE if config.ticker else settings.LOGFILE)
+        size = config.get(settings.LOG_SIZE)
+        count = config.get(settings.LOG_COUNT)
+        fmt = config.get(settings.LOG_FORMAT)
+        syslog = config.get(settings.SYSLOG)
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -108,7 +107,7 @@ def setup_logging(
         address = "/dev/log" if Path("/dev/log").exists() else ("localhost", 514)
         handler = logging.handlers.SysLogHandler(address=address)
         # The journal and syslog add their own time stamp: ident and level are enough.
-        ident = f"pgferry[{config.getopt('job_name') or 'pgferry'}]: "
+        ident = f"pgferry[{config.values.get('job_name') or 'pgferry'}]: "
         handler.setFormatter(
             formatter if fmt == "json" else logging.Formatter("%(levelname)s %(message)s")
         )

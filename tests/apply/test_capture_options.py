@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from pgferry.cli.main import main
+from pgferry.handlers.api import HandlerContext
 from pgferry.node import capture, tableops
 from pgferry.registry.routes import load_routes
 
@@ -155,7 +156,7 @@ def test_pkey_on_a_table_without_primary_key(pair) -> None:
         assert pair.root(query) == pair.leaf(query)
         assert len(pair.leaf(query)) == 45
     with psycopg.connect(pair.leaf_dsn) as conn:
-        routes = load_routes(conn, pair.queue)
+        routes = load_routes(conn, pair.queue, HandlerContext())
     assert routes["public.acct"].pk == ("a", "b") and routes["public.acct"].key_unique
     assert not routes["public.acct2"].key_unique  # applied by delete and insert
     with pair.running(every=0.5):

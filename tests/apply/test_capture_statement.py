@@ -10,7 +10,7 @@ import pytest
 
 from pgferry.errors import TableError, UsageError
 from pgferry.node import tableops
-from pgferry.node.capture_spec import CaptureSpec
+from pgferry.registry.capture_spec import CaptureSpec
 
 # Columns named like the aliases of the generated statement function (n, o, k).
 DDL = 'create table public."Stm t" ("Id" int primary key, n text, o int, k int unique)'

@@ -118,7 +118,7 @@ def check_switches(text: str) -> list[str]:
 
 def check_settings(text: str, ticker: bool) -> list[str]:
     settings = TICKER_SETTINGS if ticker else NODE_SETTINGS
-    known = {k for k, _, _ in settings} | set(ALIASES) | BUILTINS
+    known = {s.key for s in settings} | set(ALIASES) | BUILTINS
     problems = []
     for token in quoted(text):
         if token.startswith("-"):

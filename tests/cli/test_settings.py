@@ -14,7 +14,7 @@ from pgferry.cli.ini_template import template_for
 from pgferry.config import load_config
 from pgferry.errors import ConfigError
 from pgferry.log import setup_logging
-from pgferry.settings import REFUSED
+from pgferry.settings import PGQ_KEEP_LAG, QUEUE_NAME, REFUSED
 from pgferry.testing.scenario import wait_until
 
 
@@ -48,7 +48,7 @@ def test_refused_keys_are_named_and_ignored(
             config = load_config(path)
         assert f"setting '{key}' is ignored" in caplog.text
         assert f"unknown setting '{key}'" not in caplog.text
-        assert config.get("queue_name") == "q"
+        assert config.get(QUEUE_NAME) == "q"
         assert key not in template_for(None)
 
 
@@ -58,10 +58,10 @@ def test_time_spans(tmp_path: Path) -> None:
     path = tmp_path / "n.ini"
     for raw, seconds in (("30", 30), ("1.5", 1.5), ("10s", 10), ("5 min", 300), ("2 hours", 7200)):
         path.write_text(f"[pgferry]\ndb = dbname=x\nqueue_name = q\npgq_keep_lag = {raw}\n")
-        assert load_config(path).getseconds("pgq_keep_lag") == timedelta(seconds=seconds)
+        assert load_config(path).get(PGQ_KEEP_LAG) == timedelta(seconds=seconds)
     path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\npgq_keep_lag = soon\n")
     with pytest.raises(ConfigError, match="'pgq_keep_lag' must be a time span"):
-        load_config(path).getseconds("pgq_keep_lag")
+        load_config(path).get(PGQ_KEEP_LAG)
 
 
 def test_failover_settings(tmp_path: Path) -> None:
@@ -145,5 +145,5 @@ def test_json_log_format(tmp_path: Path) -> None:
     assert entry["level"] == "WARNING" and entry["logger"] == "pgferry.test"
     assert "s3cret" not in entry["message"] and "é" in entry["message"]
     path.write_text("[pgferry]\ndb = dbname=x\nqueue_name = q\nlog_format = xml\n")
-    with pytest.raises(ConfigError, match="log_format must be text or json"):
+    with pytest.raises(ConfigError, match="setting 'log_format' must be text or json"):
         setup_logging(config=load_config(path), console=False)

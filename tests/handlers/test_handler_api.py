@@ -20,7 +20,7 @@ def sample_modules(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """handler_modules naming the sample module, importable from this directory."""
     monkeypatch.syspath_prepend(str(HERE))
     yield {"handler_modules": "sample_handlers"}
-    handler_registry.use_modules(())
+    handler_registry.forget_modules()
 
 
 _one_error = one_error

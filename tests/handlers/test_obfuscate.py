@@ -194,17 +194,13 @@ def test_sql_hmac_is_hmac_sha256(db_a):
 def test_changed_key_is_refused(tmp_path: Path, rules_file: Path):
     ini = tmp_path / "n.ini"
     ini.write_text("[pgferry]\ndb = x\nqueue_name = q\nobfuscator_key = other\n")
-    handler_registry.use_config(load_config(ini))
-    try:
-        stored = {"rules": json.dumps({"a": {"rule": "hash", "type": "text"}}),
-                  "key_id": obfuscate_rules.key_id(KEY)}  # fmt: skip
-        handler = handler_registry.build(
-            handler_registry.with_computed(handler_registry.configure("obfuscate", []), stored)
-        )
-        with pytest.raises(Exception, match="not the key the table was added with"):
-            handler.copy_settings()
-    finally:
-        handler_registry.use_modules(())
+    context = handler_registry.context(load_config(ini))
+    stored = {"rules": json.dumps({"a": {"rule": "hash", "type": "text"}}),
+              "key_id": obfuscate_rules.key_id(KEY)}  # fmt: skip
+    configured = handler_registry.configure("obfuscate", [], context)
+    handler = handler_registry.build(handler_registry.with_computed(configured, stored), context)
+    with pytest.raises(Exception, match="not the key the table was added with"):
+        handler.copy_settings()
 
 
 def test_bad_obfuscate_inputs(make_cascade, db_a, db_b, new_db_b, tmp_path, rules_file):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from pgferry import settings
 from pgferry.apply import idle, worker_settings
 from pgferry.node import worker_health
-from pgferry.settings import NODE_SETTINGS
 
 pytestmark = pytest.mark.pure
 
@@ -17,9 +17,8 @@ def test_rule_uses_the_workers_figures() -> None:
     assert worker_health.HEARTBEAT_EVERY == idle.HEARTBEAT_EVERY
     assert worker_health.ROOT_BACKOFF == idle.ROOT_BACKOFF
     assert worker_health.LOOP_DELAY == worker_settings.LOOP_DELAY
-    defaults = {key: default for key, default, _ in NODE_SETTINGS}
-    assert float(defaults["exception_sleep"]) == worker_health.EXCEPTION_SLEEP
-    assert float(defaults["loop_delay"]) == worker_health.LOOP_DELAY
+    assert settings.EXCEPTION_SLEEP.fixed == worker_health.EXCEPTION_SLEEP
+    assert settings.LOOP_DELAY.fixed == worker_health.LOOP_DELAY
     assert worker_health.down_after(None) == 30.0
 
 

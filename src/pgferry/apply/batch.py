@@ -40,6 +40,7 @@ from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats, apply_segment, record_divergence
 from pgferry.apply.stages import StageTables
 from pgferry.apply.worker_settings import ReplaySettings
+from pgferry.handlers.api import HandlerContext
 from pgferry.node import model
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
@@ -53,16 +54,19 @@ log = logging.getLogger(__name__)
 class Replayer:
     """Applies the worker's batches; see the module docstring."""
 
-    def __init__(self, settings: ReplaySettings, spark: WorkerSpark) -> None:
+    def __init__(
+        self, settings: ReplaySettings, spark: WorkerSpark, handlers: HandlerContext
+    ) -> None:
         self.settings = settings  # replaced on reload
         self.spark = spark
+        self.handlers = handlers  # the worker's: the tables' handlers are built with it
         self.provider_dsn = ""
         self.shapes = TableShapes()
         self.stages = StageTables()
         self._readers: ReaderPool | None = None
         self.second = SecondApply()  # a large batch's second connection to the node
         self.ahead = Prefetcher()  # the next batch, read while this one is applied
-        self._routes = RouteCache()
+        self._routes = RouteCache(handlers)
         self._recent: frozenset[str] | None = None  # the tables of the last small batch
 
     # --- state kept between batches ------------------------------------------------------
@@ -273,7 +277,7 @@ class Replayer:
                 if script:
                     script_replay.run_script(local, node, batch, script, routes, seqs)
                     # The script may change tables: rows after it use the new shapes.
-                    routes = load_routes(local, queue)
+                    routes = load_routes(local, queue, self.handlers)
                     self._routes.clear()
                     self.forget_shapes()
                 after = upto

@@ -88,7 +88,7 @@ class Copies:
         self._reap(queue)
         with local.transaction():
             pending = handover.pending_groups(
-                local, queue, combined=node.combined_queue is not None
+                local, queue, self._replay.handlers, combined=node.combined_queue is not None
             )
             registered = {e.table_name for e in entries.list_tables(local, queue)}
         for run in list(self.runs.values()):
@@ -119,6 +119,7 @@ class Copies:
                 provider_dsn=dsn,
                 dsn_of=self._dsn_of,
                 spark_factory=self._spark.get,
+                handlers=self._replay.handlers,
                 snapshot_max=self.settings.copy_snapshot_max,
                 chunk_rows=self.settings.copy_chunk_rows,
             )
@@ -192,7 +193,7 @@ class Copies:
         dsn = self._dsn_of(members[name].node_location)
         conn = connect(dsn, autocommit=True, application_name="pgferry-worker")
         set_text_format(conn)
-        replayer = Replayer(self.settings.replay, self._spark)
+        replayer = Replayer(self.settings.replay, self._spark, self._replay.handlers)
         replayer.use_provider(dsn)
         self._sources[name] = (conn, replayer)
         return conn, replayer

@@ -33,9 +33,11 @@ from typing import Any
 
 import psycopg
 
+from pgferry import settings
 from pgferry.apply.handover import CopyGroup, replica_dsn, tick_now
 from pgferry.db import connect
 from pgferry.errors import TableError
+from pgferry.handlers.api import HandlerContext
 from pgferry.node import copymode, copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
@@ -61,9 +63,10 @@ class CopyRun:
     provider_dsn: str
     dsn_of: Callable[[str], str]  # a member's location -> connection string
     spark_factory: Callable[[], object]
+    handlers: HandlerContext  # the worker's: the lake handler's settings
     # copy_snapshot_max in bytes (larger tables copy in chunks) and copy_chunk_rows
-    snapshot_max: int = field(default_factory=lambda: copymode.parse_size("10GB"))
-    chunk_rows: int = copymode.DEFAULT_CHUNK_ROWS
+    snapshot_max: int = settings.COPY_SNAPSHOT_MAX.fixed
+    chunk_rows: int = settings.COPY_CHUNK_ROWS.fixed
     thread: threading.Thread | None = None
     error: str | None = None
     waiting: bool = False  # the source does not hold the tables in state ok yet
@@ -183,7 +186,7 @@ class CopyRun:
             tasks = self._tasks(truncate_held)
             log.info("Copying %s from %s %s", ", ".join(names),
                      "provider" if copied_from is None else "node", source.node_name)  # fmt: skip
-            lakes = _lake_specs(local, self.queue, names)
+            lakes = _lake_specs(local, self.queue, names, self.handlers)
             if lakes:  # the rows go to lake tables (handler lake): one commit per table
                 from pgferry.pipeline.lake_copy import copy_to_lake
 
@@ -357,7 +360,9 @@ def _keep_events_after_last_tick(
     return start_tick
 
 
-def _lake_specs(conn: psycopg.Connection, queue: str, names: list[str]) -> list | None:
+def _lake_specs(
+    conn: psycopg.Connection, queue: str, names: list[str], context: HandlerContext
+) -> list | None:
     """The lake tables of a group whose handler is ``lake`` (None for any other group)."""
     from pgferry.handlers import registry as handler_registry
     from pgferry.handlers.lake import Lake
@@ -365,7 +370,7 @@ def _lake_specs(conn: psycopg.Connection, queue: str, names: list[str]) -> list 
     handlers = []
     for name in names:
         entry = entries.get_table(conn, queue, name)
-        handlers.append(handler_registry.from_attrs(entry.table_attrs if entry else {}))
+        handlers.append(handler_registry.from_attrs(entry.table_attrs if entry else {}, context))
     if not any(isinstance(h, Lake) for h in handlers):
         return None
     if not all(isinstance(h, Lake) for h in handlers):

@@ -46,6 +46,7 @@ from psycopg import conninfo
 from pgferry.errors import PgferryError, QueueError
 from pgferry.expressions import conjunction
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.node import capture
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
@@ -77,7 +78,9 @@ class CopyGroup:
     merged: tuple[bool, ...] = ()
 
 
-def pending_groups(conn: psycopg.Connection, queue: str, *, combined: bool) -> list[CopyGroup]:
+def pending_groups(
+    conn: psycopg.Connection, queue: str, handlers: HandlerContext, *, combined: bool
+) -> list[CopyGroup]:
     """Groups of tables waiting for their copy (state NULL, or ``in-copy`` after a crash),
     oldest first; ``combined``: the node merges its queue into another."""
     groups: dict[str, list[copystate.WaitingCopy]] = {}
@@ -86,7 +89,8 @@ def pending_groups(conn: psycopg.Connection, queue: str, *, combined: bool) -> l
     result = []
     for group_id, members in groups.items():
         caps = [m.max_parallel_copy for m in members if m.max_parallel_copy]
-        hs = [handler_registry.from_attrs(m.table_attrs) for m in members]  # their handlers
+        # Their handlers.
+        hs = [handler_registry.from_attrs(m.table_attrs, handlers) for m in members]
         # The capture's when= filters the copy too; its ignored columns are not copied.
         specs = [capture.copy_filter(m.copy_condition, m.table_attrs) for m in members]
         filters = [conjunction(f[0], h.row_filter()) for f, h in zip(specs, hs, strict=True)]

@@ -12,6 +12,7 @@ import time
 
 import psycopg
 
+from pgferry.handlers.api import HandlerContext
 from pgferry.registry.routes import Route, load_routes, registry_signature
 
 ROUTES_MAX_AGE = 30.0  # seconds: DDL on the provider shows up in replay at least this soon
@@ -21,7 +22,8 @@ class RouteCache:
     """One node's routes, read again only when the registry changed (its
     :func:`registry_signature`) or the copy is older than :data:`ROUTES_MAX_AGE`."""
 
-    def __init__(self) -> None:
+    def __init__(self, handlers: HandlerContext) -> None:
+        self._handlers = handlers
         self._cached: tuple[str, float, dict[str, Route]] | None = None
 
     def clear(self) -> None:
@@ -40,6 +42,7 @@ class RouteCache:
         if cached is not None and cached[0] == signature and fresh_enough:
             return cached[2], False
         with conn.transaction():  # a savepoint inside the caller's transaction
-            cached = (signature, time.monotonic(), load_routes(conn, queue_name))
+            routes = load_routes(conn, queue_name, self._handlers)
+            cached = (signature, time.monotonic(), routes)
         self._cached = cached
         return cached[2], True

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from pgferry import settings
 from pgferry.apply import read
 from pgferry.apply.read import ReplayError
 from pgferry.apply.readers import ReaderPool
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 # Seconds an unused session stays up (spark_idle_timeout): a copy's job or a large batch
 # that follows within a minute finds it up; a caught-up worker drops ~400 MB after it.
-IDLE_TIMEOUT = 60.0
+IDLE_TIMEOUT = settings.SPARK_IDLE_TIMEOUT.fixed
 # Seconds the worker's exit waits for a background start of Spark.
 START_JOIN = 15.0
 
@@ -86,17 +87,17 @@ class WorkerSpark:
         self._reads = 0  # Spark reads of a batch under way
         self._wanted_at: float | None = None  # a large batch found the session down
         self._failed_at: float | None = None  # the last start failed: wait before the next
-        if config.values.get("spark_remote"):
+        if config.get(settings.SPARK_REMOTE):
             # Said once: the setting is the node's commands', not this worker's.
             log.info(
                 "spark_remote serves compare, repair and diff; this worker's copies and large"
                 " batches run on spark_master (%s)",
-                config.values.get("spark_master") or "local[*]",
+                config.get(settings.SPARK_MASTER),
             )
 
     @property
     def idle_timeout(self) -> float:
-        return self.config.getfloat("spark_idle_timeout", IDLE_TIMEOUT)
+        return self.config.get(settings.SPARK_IDLE_TIMEOUT)
 
     # --- starting ------------------------------------------------------------------------
     def get(self) -> SparkSession:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.db import connect, error_text
 from pgferry.errors import DatabaseError, DivergedProvider, NodeError, PgferryError
@@ -167,7 +168,7 @@ def sync_point(config: Config, *, pause: bool = False, attempts: int = 3) -> Ite
     queue = queue_name(config)
     local_dsn = local_connstr(config)
     # Bounded like the original's lock wait: lock_timeout unless compare_wait is given.
-    wait = config.getfloat("compare_wait", config.getfloat("lock_timeout", 60.0))
+    wait = config.get(settings.COMPARE_WAIT)
     with connect(local_dsn, autocommit=True) as local:
         node = model.worker_node(local, queue)
         if node.node_type == "root" or node.provider_location is None:

@@ -92,7 +92,9 @@ class Worker(Service):
         self.ticker_watch = ticker_health.StallLog(ticker_health.stopped_after(config))
         self._ticker_on: str | None = None  # where to look: "local", "provider" or nowhere
         self._spark = WorkerSpark(config, verbose)
-        self.replay = Replayer(self.settings.replay, self._spark)
+        # The handlers' config and what they keep between batches: this worker's only.
+        self.handlers = handler_registry.context(config)
+        self.replay = Replayer(self.settings.replay, self._spark, self.handlers)
         self.conns = WorkerConnections(config, self.settings, self.replay)
         # Copies running beside the loop, handed what of the worker they use.
         self._copies = Copies(
@@ -111,7 +113,7 @@ class Worker(Service):
         self.batch_observers: list[Callable[[Batch, ApplyStats, float], None]] = []
 
     def _use_settings(self) -> None:
-        handler_registry.use_config(self.config)
+        handler_registry.reconfigure(self.handlers, self.config)
         self.loop_delay = self.settings.loop_delay
         self.exception_sleep = self.settings.exception_sleep
         self._idle.watermark_period = self.settings.watermark_period

@@ -1,7 +1,7 @@
 """The replication worker's settings: the ini keys its loop reads, parsed once per start
 and again on every reload into one :class:`WorkerSettings` (replay's own keys in
-:class:`ReplaySettings`, which the worker hands to the replayer).  ``settings.py`` lists
-the keys with their defaults for ``pgferry --ini``; the defaults here are the same.
+:class:`ReplaySettings`, which the worker hands to the replayer).  Each key's type and
+default are those :mod:`pgferry.settings` declares.
 """
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgferry import settings
 from pgferry.config import Config
-from pgferry.errors import ConfigError
-from pgferry.node import copymode, seqops
+from pgferry.node import seqops
 from pgferry.node.connect import local_connstr, queue_name
 
 # Seconds between watermark reports up the cascade (watermark_period): rotation on a
 # provider runs every few minutes at most, so a report every few seconds keeps it exact at
 # a small cost.
-WATERMARK_EVERY = 5.0
+WATERMARK_EVERY = settings.WATERMARK_PERIOD.fixed
 # The longest idle wait (the original's default): a tick announced by the provider ends it
 # at once, so this bounds how late a change on the node itself is noticed.
-LOOP_DELAY = 1.0
+LOOP_DELAY = settings.LOOP_DELAY.fixed
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,15 @@ class ReplaySettings:
         return cls(
             # On 2 cores a Spark job cost 0.25-1.2 s for batches of 5-8k events that the
             # driver's readers applied in 0.05-0.1 s: Spark takes the large batches only.
-            local_max_events=config.getint("replay_local_events", 50000),
-            read_parts=config.getint("replay_read_parts", 0),  # 0: Spark's parallelism
-            read_ahead=config.getint("replay_read_ahead", 2),
-            read_ahead_events=config.getint("replay_read_ahead_events", 2000),
-            read_range_events=config.getint("replay_read_range_events", 100000),
+            local_max_events=config.get(settings.REPLAY_LOCAL_EVENTS),
+            read_parts=config.get(settings.REPLAY_READ_PARTS),  # 0: Spark's parallelism
+            read_ahead=config.get(settings.REPLAY_READ_AHEAD),
+            read_ahead_events=config.get(settings.REPLAY_READ_AHEAD_EVENTS),
+            read_range_events=config.get(settings.REPLAY_READ_RANGE_EVENTS),
             # Off: on two cores the merge cost what the parallel reads of the ranges
             # saved (BENCHMARKS.md); where the provider has cores to spare it can pay.
-            merge_ranges=config.getbool("replay_merge_ranges", False),
-            second_events=config.getint("replay_second_events", 0),
+            merge_ranges=config.get(settings.REPLAY_MERGE_RANGES),
+            second_events=config.get(settings.REPLAY_SECOND_EVENTS),
         )
 
 
@@ -78,33 +78,20 @@ class WorkerSettings:
         return cls(
             queue=queue_name(config),
             local_dsn=local_connstr(config),
-            loop_delay=config.getfloat("loop_delay", LOOP_DELAY),
-            exception_sleep=config.getfloat("exception_sleep", 20.0),
-            connection_lifetime=config.getfloat("connection_lifetime", 1200.0),
-            parallel_copies=config.getint("parallel_copies", 1),
-            copy_snapshot_max=copymode.parse_size(
-                config.get("copy_snapshot_max", copymode.DEFAULT_SNAPSHOT_MAX)
-            ),
-            copy_chunk_rows=max(1, config.getint("copy_chunk_rows", copymode.DEFAULT_CHUNK_ROWS)),
-            batch_min_events=config.getint(
-                "pgq_batch_collect_events", config.getint("replay_batch_events", 200000)
-            ),
-            warm_spark=config.getbool("spark_warm", True),
+            loop_delay=config.get(settings.LOOP_DELAY),
+            exception_sleep=config.get(settings.EXCEPTION_SLEEP),
+            connection_lifetime=config.get(settings.CONNECTION_LIFETIME),
+            parallel_copies=config.get(settings.PARALLEL_COPIES),
+            copy_snapshot_max=config.get(settings.COPY_SNAPSHOT_MAX),
+            copy_chunk_rows=max(1, config.get(settings.COPY_CHUNK_ROWS)),
+            # replay_batch_events, the older name, is read too (settings.ALIASES).
+            batch_min_events=config.get(settings.PGQ_BATCH_COLLECT_EVENTS),
+            warm_spark=config.get(settings.SPARK_WARM),
             seq_buffer=seqops.seq_buffer(config),
-            watermark_period=config.getfloat("watermark_period", WATERMARK_EVERY),
-            keep_lag=config.getseconds("pgq_keep_lag"),
-            collect_interval=config.getseconds("pgq_batch_collect_interval"),
+            watermark_period=config.get(settings.WATERMARK_PERIOD),
+            keep_lag=config.get(settings.PGQ_KEEP_LAG),
+            collect_interval=config.get(settings.PGQ_BATCH_COLLECT_INTERVAL),
             replay=ReplaySettings.from_config(config),
-            failover_reconcile=_reconcile_mode(config),
-            failover_history=config.getseconds("failover_history") or timedelta(days=1),
+            failover_reconcile=config.get(settings.FAILOVER_RECONCILE) == "auto",
+            failover_history=config.get(settings.FAILOVER_HISTORY),  # 0 or empty: 1 day
         )
-
-
-def _reconcile_mode(config: Config) -> bool:
-    """``failover_reconcile``: auto (True) or stop (False)."""
-    mode = (config.get("failover_reconcile", "auto") or "auto").strip().lower()
-    if mode not in ("auto", "stop"):
-        raise ConfigError(
-            f"{config.path}: setting 'failover_reconcile' must be auto or stop, not {mode!r}"
-        )
-    return mode == "auto"

@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from pgferry import settings
 from pgferry.cli.registry import Context, command
 from pgferry.errors import UsageError
 from pgferry.registry.names import fold, split_name
@@ -214,7 +215,7 @@ def cmd_grants(ctx: Context, argv: list[str]) -> int:
         raise UsageError("grants: --role-prefix may not be empty")
     config = ctx.config()
     try:
-        user = conninfo_to_dict(config.get("db")).get("user")
+        user = conninfo_to_dict(config.get(settings.DB)).get("user")
     except psycopg.ProgrammingError as exc:  # the connect string does not parse
         raise UsageError(f"grants: db: {exc}") from None
     admin = str(user) if user else args.role_prefix + "admin"

@@ -11,6 +11,7 @@ from pgferry.cli.registry import Context, command
 from pgferry.handlers import registry as handler_registry
 from pgferry.log import setup_logging
 from pgferry.node import handlerops
+from pgferry.settings import HANDLER_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def cmd_show_handlers(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = ctx.config()  # for handler_modules; no database is needed
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
-    handler_registry.use_config(config)
+    handler_registry.use_modules(config.get(HANDLER_MODULES))
     known = handler_registry.available()
     names = [handler_registry.lookup(n).name for n in args.names] or list(known)
     aliases = {n: [a for a, t in handler_registry.ALIASES.items() if t == n] for n in names}

@@ -3,6 +3,7 @@ their history (``docs/lakehouse.md``, *Small files*)."""
 
 from __future__ import annotations
 
+from pgferry import settings
 from pgferry.cli.nodecommon import start
 from pgferry.cli.registry import Context, command
 from pgferry.errors import TableError
@@ -25,12 +26,11 @@ def cmd_lake_compact(ctx: Context, argv: list[str]) -> int:
     from pgferry.registry.names import parse_pattern, split_qualified
     from pgferry.registry.routes import load_routes
 
-    handler_registry.use_config(config)
-    keep = args.keep_hours if args.keep_hours is not None else config.getint("lake_keep_hours", 168)
+    keep = args.keep_hours if args.keep_hours is not None else config.get(settings.LAKE_KEEP_HOURS)
     if keep < 0:
         raise TableError("lake-compact: --keep-hours must not be negative")
     with connection(local_connstr(config)) as conn:
-        routes = load_routes(conn, queue_name(config))
+        routes = load_routes(conn, queue_name(config), handler_registry.context(config))
     lakes = {t: r.handler for t, r in routes.items() if isinstance(r.handler, Lake)}
     chosen = list(lakes)
     if args.tables:

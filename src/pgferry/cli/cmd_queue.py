@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from pgferry import settings
 from pgferry.cli.output import print_json, print_table
 from pgferry.cli.registry import Context, command
 from pgferry.db import connection, describe
@@ -49,7 +50,7 @@ def cmd_install(ctx: Context, argv: list[str]) -> int:
     parser.add_argument("--all", action="store_true", help="also the node and ferry schemas")
     args = parser.parse_args(argv)
     config = ctx.config()
-    connstr = config.get("db")
+    connstr = config.get(settings.DB)
     components = ("ferry",) if args.all else ("queue",)
     with connection(connstr) as conn:
         applied = schema.install(conn, components)
@@ -76,9 +77,9 @@ def _show(
     """``columns`` of the rows ``read`` returns: a table, or with ``as_json`` a JSON list of
     objects (intervals in seconds, rates rounded as in the table)."""
     config = ctx.config()
-    with connection(config.get("db")) as conn:
+    with connection(config.get(settings.DB)) as conn:
         if not queue_api.installed(conn):
-            raise PgferryError(f"{describe(config.get('db'))}: ferry_queue is not installed")
+            raise PgferryError(f"{describe(config.get(settings.DB))}: ferry_queue is not installed")
         rows = [{c: _value(c, row[c], as_json) for c in columns} for row in read(conn)]
     if as_json:
         print_json(rows)

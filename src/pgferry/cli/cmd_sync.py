@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from pgferry import settings
 from pgferry.cli import lake_sync
 from pgferry.cli.registry import Context, command
 from pgferry.config import Config
@@ -19,7 +20,7 @@ from pgferry.log import setup_logging
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FMT = "%(cnt)d rows, checksum=%(chksum)s"
+DEFAULT_FMT = settings.COMPARE_FMT.fixed
 COUNT_FMT = "%(cnt)d rows"  # compare --count-only, as the original printed it
 
 
@@ -32,10 +33,9 @@ def _tasks(config: Config, names: list[str]):
     from pgferry.registry.names import parse_pattern, split_qualified
     from pgferry.registry.routes import load_routes
 
-    handler_registry.use_config(config)
     with connection(local_connstr(config)) as conn:
         try:
-            routes = load_routes(conn, queue_name(config))
+            routes = load_routes(conn, queue_name(config), handler_registry.context(config))
         except TableError:
             conn.rollback()
             _gone_here(conn, queue_name(config))
@@ -77,13 +77,15 @@ def _gone_here(conn, queue: str) -> None:
     """Fail with one line if registered tables are gone from this node's database (dropped
     without ``remove-table``): replay stops at them too, so no sync point can be taken."""
     from pgferry.handlers import registry as handler_registry
+    from pgferry.handlers.api import HandlerContext
     from pgferry.node.model import require_node
     from pgferry.registry import entries
 
+    own = HandlerContext()  # only whether each handler keeps a table counts
     gone = [
         e.dest_name
         for e in entries.without_destination(conn, queue)
-        if handler_registry.from_attrs(e.table_attrs or {}).needs_table
+        if handler_registry.from_attrs(e.table_attrs or {}, own).needs_table
     ]
     if gone:
         node = require_node(conn, queue).node_name
@@ -123,7 +125,7 @@ def _large(config: Config, tasks, threads: int) -> bool:
 
 
 def _fmt(config: Config, rows: int, checksum: int, count_only: bool = False) -> str:
-    fmt = config.get("compare_fmt", DEFAULT_FMT)
+    fmt = config.get(settings.COMPARE_FMT)
     if count_only and fmt == DEFAULT_FMT:
         fmt = COUNT_FMT
     values = {"cnt": rows, "chksum": checksum if rows else None}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pgferry.cli.registry import Context, command
 from pgferry.config import TICKER_SECTIONS, load_config
+from pgferry.settings import PIDFILE
 
 if TYPE_CHECKING:
     from pgferry.metrics.server import MetricsServer
@@ -60,7 +61,7 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
     try:
         return run_service(
             make,
-            pidfile=config.getpath("pidfile"),
+            pidfile=config.get(PIDFILE),
             daemonize=ctx.daemon,
             setup_logging=logging_setup,
         )

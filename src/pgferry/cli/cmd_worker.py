@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pgferry import settings
 from pgferry.cli.registry import Context, command
 from pgferry.daemon import run_service
 from pgferry.log import setup_logging
@@ -30,8 +31,8 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     from pgferry.metrics.endpoint import endpoint
 
     config = ctx.config()
-    config.get("db")
-    config.get("queue_name")
+    config.get(settings.DB)
+    config.get(settings.QUEUE_NAME)
     reposition = "rewind" if args.rewind else "reset" if args.reset else None
     where = endpoint(config)  # a bad setting fails before detaching
     servers: list[MetricsServer] = []
@@ -66,7 +67,7 @@ def cmd_worker(ctx: Context, argv: list[str]) -> int:
     try:
         return run_service(
             make,
-            pidfile=config.getpath("pidfile"),
+            pidfile=config.get(settings.PIDFILE),
             daemonize=ctx.daemon,
             setup_logging=lambda console: setup_logging(
                 config=config,

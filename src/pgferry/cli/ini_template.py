@@ -9,21 +9,24 @@ fresh template).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pgferry.config import NODE_SECTIONS, TICKER_SECTIONS, load_config
 from pgferry.errors import ConfigError
 from pgferry.settings import NODE_SETTINGS, TICKER_SETTINGS, Setting
 
 
-def _render(section: str, settings: list[Setting], have: dict) -> str:
+def _render(section: str, settings: Sequence[Setting[Any]], have: dict[str, str]) -> str:
     lines = [f"[{section}]"]
-    for key, default, comment in settings:
-        lines.append(f"# {comment}")
+    for setting in settings:
+        key, default = setting.key, setting.default_text
+        lines.append(f"# {setting.comment}")
         if key in have:
             lines.append(f"{key} = {have[key]}")
-        elif default is None:
-            lines.append(f"{key} = ")
+        elif default is None or setting.ask:
+            lines.append(f"{key} = {default or ''}")
         else:
             lines.append(f"#{key} = {default}")
         lines.append("")

@@ -17,6 +17,7 @@ from pgferry.config import Config
 def split(config: Config, tasks: Sequence) -> tuple[list, list]:
     """(the other tasks, the lake tables' LakeCompareTasks)."""
     from pgferry.db import connection
+    from pgferry.handlers import registry as handler_registry
     from pgferry.handlers.lake import Lake
     from pgferry.lake import types as lake_types
     from pgferry.node.connect import local_connstr, queue_name
@@ -25,7 +26,7 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
     from pgferry.registry.routes import load_routes
 
     with connection(local_connstr(config)) as conn:
-        routes = load_routes(conn, queue_name(config))
+        routes = load_routes(conn, queue_name(config), handler_registry.context(config))
         lakes = {r.dest_fq: r for r in routes.values() if isinstance(r.handler, Lake)}
         if not lakes:
             return list(tasks), []

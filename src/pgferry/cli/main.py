@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from pgferry import __version__
+from pgferry import __version__, settings
 from pgferry.cli.registry import COMMANDS, Command, Context
 from pgferry.config import NODE_SECTIONS, TICKER_SECTIONS, parse_set_options
 from pgferry.errors import ConfigError, PgferryError, UsageError
@@ -202,7 +202,7 @@ def _signal(ctx: Context, sections: tuple[str, ...], action: str) -> int:
     from pgferry.daemon import signal_running
 
     config = ctx.config(sections)
-    print(signal_running(config.getpath("pidfile"), action))
+    print(signal_running(config.get(settings.PIDFILE), action))
     return 0
 
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from pgferry import db
+from pgferry import db, settings
 from pgferry.cli.registry import Context
 from pgferry.config import Config
 from pgferry.errors import DatabaseError
@@ -19,10 +19,10 @@ from pgferry.node import connect
 def start(ctx: Context) -> Config:
     """Load the config (failing clearly on a missing ``db``/``queue_name``) and set up logs."""
     config = ctx.config()
-    config.get("db")
-    config.get("queue_name")
+    config.get(settings.DB)
+    config.get(settings.QUEUE_NAME)
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
-    handler_registry.use_config(config)  # the handlers a table may name
+    handler_registry.use_modules(config.get(settings.HANDLER_MODULES))  # a table may name them
     return config
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
 
@@ -52,6 +52,30 @@ _FALSE = {"0", "false", "no", "off"}
 
 class HandlerError(UsageError):
     """A handler or its arguments are wrong (unknown name or argument, bad value)."""
+
+
+S = TypeVar("S")
+
+
+class HandlerContext:
+    """What the handlers one worker or command builds share: the node's ini (``config``;
+    the worker replaces it when it reloads) and what handlers keep between batches, one
+    object per kind (:meth:`state`: the lake handler's parts, the dispatch handler's last
+    retention runs).  Each worker has its own, so that workers run in one process (as
+    ``testing/cascade.Runner`` runs them, in threads) share nothing of it."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config
+        self._states: dict[type, object] = {}
+
+    def state(self, kind: type[S]) -> S:
+        """The one ``kind()`` of this context, made at its first use."""
+        found = self._states.get(kind)
+        if found is None:
+            # setdefault: two threads of one worker making it at once keep the same one.
+            found = self._states.setdefault(kind, kind())
+        assert isinstance(found, kind)
+        return found
 
 
 @dataclass(frozen=True)
@@ -167,12 +191,29 @@ class Handler:
     # add-table makes it from the source's definition when missing, without --create.
     makes_table: ClassVar[bool] = False
 
-    # The node's ini settings, set when the handler is built by a command or the worker
-    # (None otherwise, e.g. in show-handlers); read them when used, not at construction.
-    config: Config | None = None
+    # Set by the registry when it builds the handler (handlers/registry.py build).
+    _context: HandlerContext | None = None
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         self.args: dict[str, Any] = dict(args)
+
+    @property
+    def context(self) -> HandlerContext:
+        """The context of the worker or command that built the handler (one of its own
+        when built without one)."""
+        if self._context is None:
+            self._context = HandlerContext()
+        return self._context
+
+    @context.setter
+    def context(self, context: HandlerContext) -> None:
+        self._context = context
+
+    @property
+    def config(self) -> Config | None:
+        """The node's ini settings when the handler is built by a command or the worker
+        (None otherwise, e.g. in show-handlers); read them when used, not at construction."""
+        return self.context.config
 
     @classmethod
     def summary(cls) -> str:

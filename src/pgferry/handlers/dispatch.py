@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
@@ -30,7 +31,14 @@ DATE_TYPES = ("date", "timestamp without time zone", "timestamp with time zone")
 # Retention looks at the partitions at most this often per table and worker process: a
 # period is an hour at least, and listing a parent's partitions costs a catalog query.
 RETENTION_EVERY = 600.0
-_retention_runs: dict[tuple[str, str], float] = {}  # (database, table) -> last run (monotonic)
+
+
+@dataclass
+class RetentionRuns:
+    """When a worker's dispatch handlers last dropped old partitions (its
+    :class:`~pgferry.handlers.api.HandlerContext` keeps one)."""
+
+    last: dict[tuple[str, str], float] = field(default_factory=dict)  # (database, table)
 
 
 class Dispatch(Handler):
@@ -216,11 +224,12 @@ class Dispatch(Handler):
             return
         key = (conn.info.dsn, naming.parent_ident.as_string(conn))
         now = time.monotonic()
-        last = _retention_runs.get(key)
+        runs = self.context.state(RetentionRuns).last
+        last = runs.get(key)
         if last is not None and now - last < RETENTION_EVERY:
             return
         partitions.drop_older(conn, naming, retention)
-        _retention_runs[key] = now
+        runs[key] = now
 
 
 def _scalar(conn: psycopg.Connection, query: sql.SQL, *args: sql.Composable) -> object:

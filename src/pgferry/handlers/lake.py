@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from psycopg import sql
 
+from pgferry import settings
 from pgferry.errors import DivergedProvider
 from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, TableCheck, Target
 from pgferry.lake import formats, storage
@@ -28,8 +30,20 @@ from pgferry.node import model
 
 log = logging.getLogger(__name__)
 
-# (app id) -> (tick, transaction id, next part): the parts of one attempt at one batch.
-_parts: dict[str, tuple[int, int, int]] = {}
+
+@dataclass
+class LakeMemory:
+    """What a worker's lake handlers keep between batches (one per worker: its
+    :class:`~pgferry.handlers.api.HandlerContext`'s)."""
+
+    # (app id) -> (tick, transaction id, next part): the parts of one attempt at one batch.
+    parts: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # Per lake table: the stage's column names last seen, and the lake's schema then (so
+    # that a batch of the same shape needs no read of the lake's metadata).
+    shapes: dict[str, tuple[tuple[str, ...], object]] = field(default_factory=dict)
+    # Per lake table: the key it was made for, as last read (None: not recorded); replay
+    # reads it once, and again before refusing.
+    keys: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 class Lake(Handler):
@@ -69,17 +83,17 @@ class Lake(Handler):
             self.args.get("catalog") or "",
         )
 
-    def _setting(self, arg: str, key: str, default: str) -> str:
+    def _setting(self, arg: str, setting: settings.Setting[str]) -> str:
         value = self.args.get(arg)
         if value:
-            return value
-        return self.config.get(key, default) if self.config is not None else default
+            return str(value)
+        return self.config.get(setting) if self.config is not None else setting.fixed
 
     def check(self, table: TableCheck) -> Mapping[str, str] | None:
         if table.node_type != "leaf":
             raise HandlerError("handler lake: only a leaf keeps tables in a lake")
-        fmt = self._setting("format", "lake_format", "delta")
-        root = self._setting("path", "lake_path", "")
+        fmt = self._setting("format", settings.LAKE_FORMAT)
+        root = self._setting("path", settings.LAKE_PATH)
         if not root:
             raise HandlerError("handler lake: no lake_path in the ini and no path= argument")
         if fmt not in lake_spec.FORMATS:
@@ -139,7 +153,8 @@ class Lake(Handler):
     def apply(self, staged: Staged) -> Applied:
         spec = self.spec()
         module = formats.module(spec.format)
-        version = _next_version(staged.conn, spec.app_id, staged.tick_id)
+        memory = self.context.state(LakeMemory)
+        version = _next_version(memory, staged.conn, spec.app_id, staged.tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
             if done // lake_spec.PARTS == staged.tick_id:
@@ -150,9 +165,10 @@ class Lake(Handler):
             return Applied()
         _check_not_inside(staged, spec, done)
         target = staged.target
-        _check_replay_key(module, spec, target.table_name, () if target.keyless else target.pk)
+        key = () if target.keyless else target.pk
+        _check_replay_key(memory, module, spec, target.table_name, key)
         source = _read_stage(staged)
-        source = _evolve(module, spec, source)
+        source = _evolve(memory, module, spec, source)
         if target.keyless:
             inserts = source.filter(_ops(source, ("I", "U")))
             gone = source.filter(_ops(source, ("D", "d")))
@@ -174,15 +190,17 @@ class Lake(Handler):
     def truncated(self, conn, target: Target, tick_id: int) -> None:
         spec = self.spec()
         module = formats.module(spec.format)
-        version = _next_version(conn, spec.app_id, tick_id)
+        version = _next_version(self.context.state(LakeMemory), conn, spec.app_id, tick_id)
         done = module.applied_version(spec)
         if done is not None and done >= version:
             return
         module.truncate(spec, version, tick_id)
 
     def _maintain(self, module, spec: lake_spec.LakeSpec) -> None:
-        every = self.config.getint("lake_compact_interval", 0) if self.config else 0
-        keep = self.config.getint("lake_keep_hours", 168) if self.config else 168
+        if self.config is None:
+            return
+        every = self.config.get(settings.LAKE_COMPACT_INTERVAL)
+        keep = self.config.get(settings.LAKE_KEEP_HOURS)
         if every and module.maintain(spec, every, keep):
             log.info("%s: compacted, history older than %d hours vacuumed", spec.name, keep)
 
@@ -281,16 +299,16 @@ def check_held(tables: Iterable[tuple[str, Mapping[str, Any]]], tick: int,
             check_same_tick(module, spec, tick, provider_time, name)
 
 
-def _next_version(conn, app_id: str, tick: int) -> int:
+def _next_version(memory: LakeMemory, conn, app_id: str, tick: int) -> int:
     """The version of the next part of this attempt at the batch ending at ``tick``: parts
     count from 0 in each transaction (a retried batch numbers its parts the same way)."""
     row = conn.execute("select txid_current()").fetchone()
     xid = int(row[0]) if row else 0
-    last = _parts.get(app_id)
+    last = memory.parts.get(app_id)
     part = last[2] if last is not None and last[:2] == (tick, xid) else 0
     if part >= lake_spec.PARTS:
         raise HandlerError(f"handler lake: more than {lake_spec.PARTS} parts in one batch")
-    _parts[app_id] = (tick, xid, part + 1)
+    memory.parts[app_id] = (tick, xid, part + 1)
     return tick * lake_spec.PARTS + part
 
 
@@ -327,12 +345,7 @@ def _read_stage(staged: Staged):
     return lake_types.rows_to_arrow(every, conn.execute(query).fetchall())
 
 
-# Per lake table: the stage's column names last seen, and the lake's schema then (so that
-# a batch of the same shape needs no read of the lake's metadata).
-_SHAPES: dict[str, tuple[tuple[str, ...], object]] = {}
-
-
-def _evolve(module, spec: lake_spec.LakeSpec, source):
+def _evolve(memory: LakeMemory, module, spec: lake_spec.LakeSpec, source):
     """Follow a change of the leaf's table (a captured or executed ALTER TABLE) additively:
     a column the lake lacks is added to it (nullable), and a column the table no longer
     has stays in the lake, NULL in the rows written from now on.  A type change is not
@@ -340,7 +353,7 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
     import pyarrow as pa
 
     names = tuple(n for n in source.schema.names if n != lake_spec.OP)
-    seen = _SHAPES.get(spec.location)
+    seen = memory.shapes.get(spec.location)
     if seen is not None and seen[0] == names:
         lake = seen[1]
     else:
@@ -355,12 +368,12 @@ def _evolve(module, spec: lake_spec.LakeSpec, source):
                      ", ".join(f.name for f in new))  # fmt: skip
             module.add_columns(spec, new)
             lake = module.arrow_schema(spec)
-        _SHAPES[spec.location] = (names, lake)
+        memory.shapes[spec.location] = (names, lake)
     if names == tuple(lake.names):
         return source
-    for field in lake:
-        if field.name not in names:
-            source = source.append_column(field, pa.nulls(source.num_rows, type=field.type))
+    for column in lake:
+        if column.name not in names:
+            source = source.append_column(column, pa.nulls(source.num_rows, type=column.type))
     # In the lake's order: a cast to the lake's schema needs it.
     return source.select([lake_spec.OP, *lake.names])
 
@@ -412,15 +425,11 @@ def _check_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
         raise _key_changed(name, spec, key, made)
 
 
-# Per lake table: the key it was made for, as last read (None: not recorded); replay
-# reads it once, and again before refusing.
-_KEYS: dict[str, list[str] | None] = {}
-
-
-def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
-    made = _KEYS.get(spec.location, [])
-    if spec.location not in _KEYS or (made is not None and list(made) != list(key)):
-        made = _KEYS[spec.location] = module.key_of(spec)  # read again before refusing
+def _check_replay_key(memory: LakeMemory, module, spec: lake_spec.LakeSpec, name: str, key) -> None:
+    known = memory.keys
+    made = known.get(spec.location, [])
+    if spec.location not in known or (made is not None and list(made) != list(key)):
+        made = known[spec.location] = module.key_of(spec)  # read again before refusing
     if made is not None and list(made) != list(key):
         raise _key_changed(name, spec, key, made)
 
@@ -430,10 +439,11 @@ def _catalog(config, fmt: str, root: str) -> str:
     by default beside the ini); "" for a local lake (DIR/pgferry_catalog.db)."""
     if fmt != "iceberg" or not storage.is_remote(root):
         return ""
-    given = config.get("lake_catalog", "") if config is not None else ""
+    given = config.get(settings.LAKE_CATALOG) if config is not None else ""
     if not given:
-        base = config.get("config_dir", "") if config is not None else ""
-        job = config.get("job_name", "lake") if config is not None else "lake"
+        # config_dir is set by the ini's reader (config.load_config), not a setting.
+        base = config.values.get("config_dir", "") if config is not None else ""
+        job = config.job_name if config is not None else "lake"
         given = os.path.join(base or os.getcwd(), f"{job}_iceberg_catalog.db")
     path = os.path.abspath(os.path.expanduser(given))
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgferry import settings
 from pgferry.db import error_text
 from pgferry.handlers import obfuscate_rules as rules
 from pgferry.handlers import upsert
@@ -26,7 +27,7 @@ from pgferry.handlers.api import Applied, Handler, HandlerError, Param, Staged, 
 
 log = logging.getLogger(__name__)
 
-KEY_SETTING, MAP_SETTING = "obfuscator_key", "obfuscator_map"
+KEY_SETTING, MAP_SETTING = settings.OBFUSCATOR_KEY.key, settings.OBFUSCATOR_MAP.key
 
 
 class Obfuscate(Handler):
@@ -67,7 +68,7 @@ class Obfuscate(Handler):
 
     # --- add-table ----------------------------------------------------------------------
     def _key(self) -> str:
-        key = self.config.getopt(KEY_SETTING) if self.config is not None else None
+        key = self.config.get(settings.OBFUSCATOR_KEY) if self.config is not None else None
         if not key:
             raise HandlerError(f"handler obfuscate needs the ini setting {KEY_SETTING}")
         return key
@@ -78,7 +79,8 @@ class Obfuscate(Handler):
                 "handler obfuscate is for leaf nodes (a branch would pass the original"
                 " values on to the nodes below)"
             )
-        path = self.args["map"] or (self.config.getopt(MAP_SETTING) if self.config else None)
+        ini_map = self.config.get(settings.OBFUSCATOR_MAP) if self.config else None
+        path = self.args["map"] or ini_map
         if not path:
             raise HandlerError(
                 f"handler obfuscate needs a rule file: --handler-arg map=FILE or {MAP_SETTING}"

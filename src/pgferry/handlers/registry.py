@@ -3,9 +3,13 @@
 Handlers come from three places: the built-ins (:data:`BUILTINS`), the Python entry points
 of group ``pgferry.handlers`` of any installed distribution, and the modules named by the
 ini setting ``handler_modules``.  An entry point names a Handler subclass or a module; a
-module lists its handlers in a ``pgferry_handlers`` attribute.  The registry is per
-process: the commands and the worker call :func:`use_config` with their config, and
-imports happen at the first lookup.
+module lists its handlers in a ``pgferry_handlers`` attribute.  Which handlers exist is
+known per process, as imports are: each worker or command names its config's
+``handler_modules`` with :func:`context` (they add to those named before; the imports
+happen at the next lookup).  What the handlers a worker or command builds share (its
+config, what they keep between batches) is that worker's :class:`HandlerContext`, handed
+to :func:`build` and the functions that build: never a global, so that workers run in one
+process keep theirs apart.
 
 A table's handler is stored in its ``ferry.table_info.table_attrs`` as ``"handler"``
 (absent: ``bulk``) and ``"handler_args"`` (argument name -> text as given, checked).
@@ -15,15 +19,16 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.errors import ConfigError
-from pgferry.handlers.api import Configured, Handler, HandlerError
+from pgferry.handlers.api import Configured, Handler, HandlerContext, HandlerError
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +58,40 @@ class Known:
     origin: str  # "built-in", "entry point NAME (DIST)", "module NAME"
 
 
+# The process's catalogue of handler classes (an import is the process's too): the
+# modules named so far by every context's handler_modules, and the handlers found, made
+# again at the next lookup after a module is added.
 _modules: tuple[str, ...] = ()
 _known: dict[str, Known] | None = None
-_config: Config | None = None  # handed to every handler built (Handler.config)
 
 
-def use_config(config: Config) -> None:
-    """Take ``handler_modules`` from ``config`` (the modules load at the next lookup); the
-    handlers built from now on see ``config`` as their ``config``."""
-    global _config
-    _config = config
-    use_modules(config.getlist("handler_modules"))
+def context(config: Config) -> HandlerContext:
+    """A new context for the handlers of a worker or command with this ``config``; its
+    ``handler_modules`` are added to the catalogue."""
+    made = HandlerContext()
+    reconfigure(made, config)
+    return made
 
 
-def use_modules(names: Iterable[str]) -> None:
+def reconfigure(context: HandlerContext, config: Config) -> None:
+    """``context``'s handlers see ``config`` from now on (a worker's reload); its
+    ``handler_modules`` are added to the catalogue.  What they keep stays."""
+    use_modules(config.get(settings.HANDLER_MODULES))
+    context.config = config
+
+
+def use_modules(names: tuple[str, ...]) -> None:
+    """Add these modules' handlers to the catalogue (imported at the next lookup)."""
     global _modules, _known
-    wanted = tuple(names)
-    if wanted != _modules:
-        _modules, _known = wanted, None
+    added = tuple(n for n in names if n not in _modules)
+    if added:
+        _modules, _known = _modules + added, None
+
+
+def forget_modules() -> None:
+    """Back to the built-ins and entry points (for tests that named a module)."""
+    global _modules, _known
+    _modules, _known = (), None
 
 
 def available() -> dict[str, Known]:
@@ -127,6 +148,7 @@ def _add(known: dict[str, Known], cls: Any, origin: str, strict: bool = True) ->
 def _builtin(name: str) -> type[Handler]:
     module, attr = BUILTINS[name].split(":")
     cls = getattr(importlib.import_module(module), attr)
+    assert isinstance(cls, type) and issubclass(cls, Handler), f"{BUILTINS[name]}: no handler"
     assert cls.name == name, f"BUILTINS names {name} for {cls.name}"
     return cls
 
@@ -148,7 +170,7 @@ def lookup(name: str) -> type[Handler]:
     return found.cls
 
 
-def configure(name: str | None, arg_texts: Sequence[str]) -> Configured:
+def configure(name: str | None, arg_texts: Sequence[str], context: HandlerContext) -> Configured:
     """The handler named on a command line with its ``K=V`` arguments, checked; one
     HandlerError for an unknown handler, an unknown, repeated or missing argument or a
     bad value."""
@@ -171,13 +193,14 @@ def configure(name: str | None, arg_texts: Sequence[str]) -> Configured:
             raise HandlerError(f"handler {cls.name}: argument {param.name} given twice")
         given[param.name] = value
     configured = Configured(cls, given)
-    build(configured, computed=False)  # types, required arguments and the handler's own checks
+    build(configured, context, computed=False)  # types, required arguments, its own checks
     return configured
 
 
-def build(configured: Configured, *, computed: bool = True) -> Handler:
-    """A handler object from checked or stored arguments (HandlerError when wrong);
-    ``computed=False``: its computed arguments are not there yet (before its check)."""
+def build(configured: Configured, context: HandlerContext, *, computed: bool = True) -> Handler:
+    """A handler object from checked or stored arguments (HandlerError when wrong), of the
+    worker or command whose ``context`` it is given; ``computed=False``: its computed
+    arguments are not there yet (before its check)."""
     cls = configured.cls
     typed: dict[str, Any] = {}
     for param in cls.params:
@@ -189,7 +212,7 @@ def build(configured: Configured, *, computed: bool = True) -> Handler:
         else:
             typed[param.name] = param.parse(text, cls.name)
     handler = cls(typed)
-    handler.config = _config
+    handler.context = context
     try:
         handler.validate()
     except (ValueError, TypeError) as exc:
@@ -217,14 +240,14 @@ def stored(attrs: Mapping[str, Any]) -> Configured:
     return Configured(lookup(attrs.get("handler") or DEFAULT), {k: str(v) for k, v in args.items()})
 
 
-def from_attrs(attrs: Mapping[str, Any]) -> Handler:
+def from_attrs(attrs: Mapping[str, Any], context: HandlerContext) -> Handler:
     """The handler object of a registry row's table_attrs."""
-    return build(stored(attrs))
+    return build(stored(attrs), context)
 
 
-def build_default() -> Handler:
+def build_default(context: HandlerContext) -> Handler:
     """The handler of a table whose table_attrs name none."""
-    return build(Configured(lookup(DEFAULT)))
+    return build(Configured(lookup(DEFAULT)), context)
 
 
 def to_attrs(configured: Configured) -> dict[str, Any]:

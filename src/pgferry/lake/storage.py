@@ -21,19 +21,20 @@ import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlparse
 
+from pgferry import settings
 from pgferry.lake.spec import LakeError
 
 REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 # ini setting -> (delta-rs / object_store key, the environment variables read when unset)
 _S3_SETTINGS = (
-    ("lake_s3_endpoint", "AWS_ENDPOINT_URL", ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")),
-    ("lake_s3_region", "AWS_REGION", ("AWS_REGION", "AWS_DEFAULT_REGION")),
-    ("lake_s3_access_key_id", "AWS_ACCESS_KEY_ID", ("AWS_ACCESS_KEY_ID",)),
-    ("lake_s3_secret_access_key", "AWS_SECRET_ACCESS_KEY", ("AWS_SECRET_ACCESS_KEY",)),
-    ("lake_s3_session_token", "AWS_SESSION_TOKEN", ("AWS_SESSION_TOKEN",)),
+    (settings.LAKE_S3_ENDPOINT, "AWS_ENDPOINT_URL", ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")),
+    (settings.LAKE_S3_REGION, "AWS_REGION", ("AWS_REGION", "AWS_DEFAULT_REGION")),
+    (settings.LAKE_S3_ACCESS_KEY_ID, "AWS_ACCESS_KEY_ID", ("AWS_ACCESS_KEY_ID",)),
+    (settings.LAKE_S3_SECRET_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY", ("AWS_SECRET_ACCESS_KEY",)),
+    (settings.LAKE_S3_SESSION_TOKEN, "AWS_SESSION_TOKEN", ("AWS_SESSION_TOKEN",)),
 )
 SECRET_KEYS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-DEFAULT_TIMEOUT = 60  # seconds one request to the store may take (lake_timeout)
+DEFAULT_TIMEOUT = settings.LAKE_TIMEOUT.fixed  # seconds one request may take
 
 Options = tuple[tuple[str, str], ...]
 
@@ -80,21 +81,17 @@ def options(config) -> Options:
     not set there, the ``AWS_*`` environment: delta-rs's keys, as a hashable tuple."""
     found: dict[str, str] = {}
     for setting, key, env in _S3_SETTINGS:
-        value = config.get(setting, "") if config is not None else ""
+        value = config.get(setting) if config is not None else ""
         if not value:
             value = next((os.environ[e] for e in env if os.environ.get(e)), "")
         if value:
             found[key] = value
     endpoint = found.get("AWS_ENDPOINT_URL", "")
-    allow = config.get("lake_s3_allow_http", "") if config is not None else ""
+    allow = config.get(settings.LAKE_S3_ALLOW_HTTP) if config is not None else ""
     allow = allow or os.environ.get("AWS_ALLOW_HTTP", "")
     if allow.lower() in ("1", "true", "yes", "on") or endpoint.startswith("http://"):
         found["AWS_ALLOW_HTTP"] = "true"
-    timeout = config.get("lake_timeout", "60") if config is not None else ""
-    try:
-        seconds = int(timeout or DEFAULT_TIMEOUT)
-    except ValueError:
-        raise LakeError(f"lake_timeout must be whole seconds, not {timeout!r}") from None
+    seconds = config.get(settings.LAKE_TIMEOUT) if config is not None else DEFAULT_TIMEOUT
     found["timeout"] = f"{max(1, seconds)}s"
     return tuple(sorted(found.items()))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pgferry import settings
 from pgferry.config import Config
-from pgferry.errors import ConfigError
 
 DEFAULT_ADDRESS = "127.0.0.1"
 
@@ -25,16 +25,7 @@ class Endpoint:
 
 def endpoint(config: Config) -> Endpoint | None:
     """The configured endpoint, or None when ``metrics_port`` is not set (the default)."""
-    raw = (config.getopt("metrics_port") or "").strip()
-    if not raw:
+    port = config.get(settings.METRICS_PORT)
+    if port is None:
         return None
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise ConfigError(
-            f"{config.path}: setting 'metrics_port' must be a port number (1-65535), not {raw!r}"
-        )
-    address = (config.getopt("metrics_address") or "").strip() or DEFAULT_ADDRESS
-    return Endpoint(address, port)
+    return Endpoint(config.get(settings.METRICS_ADDRESS).strip(), port)

@@ -26,6 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -190,7 +191,7 @@ class WorkerCollector(Collector):
         self._scrape_lock = threading.Lock()
         self._durations = _Histogram(BATCH_BUCKETS)
         # Until the database names the node: the ini's node_name, else the job name.
-        self._node = worker.config.getopt("node_name") or worker.config.job_name
+        self._node = worker.config.get(settings.NODE_NAME) or worker.config.job_name
         # Copy rows: per table, rows of copies no longer in the bookkeeping, and the
         # newest count seen of each copy still there.
         self._copied_before: dict[str, int] = {}

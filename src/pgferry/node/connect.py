@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry import db
+from pgferry import db, settings
 from pgferry.config import Config
 
 
 def local_connstr(config: Config) -> str:
-    return config.get("db")
+    return config.get(settings.DB)
 
 
 def queue_name(config: Config) -> str:
-    return config.get("queue_name")
+    return config.get(settings.QUEUE_NAME)
 
 
 def remote_connstr(config: Config, location: str) -> str:
-    extra = config.getopt("remote_extra_connstr")
+    extra = config.get(settings.REMOTE_EXTRA_CONNSTR)
     return f"{location} {extra}" if extra else location
 
 

@@ -17,7 +17,6 @@ TOAST, ``pg_table_size`` on the provider) is chunked, every table that can be wh
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,23 +24,12 @@ import psycopg
 
 from pgferry.errors import UsageError
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.registry import catalog
 
 log = logging.getLogger(__name__)
 
 MODES = ("chunked", "snapshot")
-DEFAULT_SNAPSHOT_MAX = "10GB"
-DEFAULT_CHUNK_ROWS = 100_000
-
-_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-
-
-def parse_size(text: str, what: str = "copy_snapshot_max") -> int:
-    """Bytes of a size such as ``10GB``, ``512MB``, ``0`` (units of 1024)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?[bB]?)\s*", text or "")
-    if not match:
-        raise UsageError(f"{what}: not a size: {text!r} (e.g. 10GB, 512MB, 0)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def check_mode(mode: str | None, command: str) -> None:
@@ -54,7 +42,8 @@ def refusal(prov: psycopg.Connection, table: str, attrs: Mapping[str, Any]) -> s
 
     ``prov``: a connection to the database the copy reads (its catalog names the key).
     """
-    handler = handler_registry.from_attrs(dict(attrs))
+    # Whether a handler copies in chunks is its own: no node's settings are needed.
+    handler = handler_registry.from_attrs(dict(attrs), HandlerContext())
     if not handler.chunked_copy:
         return f"handler {handler.name or type(handler).__name__} does not apply full row images"
     if attrs.get("copy_node"):

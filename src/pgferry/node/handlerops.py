@@ -33,9 +33,9 @@ def choose(
     config: Config, name: str | None, args: list[str] | None, *, root: bool, command: str
 ) -> tuple[Configured, Handler]:
     """The handler of a command line, checked (UsageError / HandlerError otherwise)."""
-    handler_registry.use_config(config)
-    configured = handler_registry.configure(name, list(args or ()))
-    handler = handler_registry.build(configured, computed=False)
+    context = handler_registry.context(config)
+    configured = handler_registry.configure(name, list(args or ()), context)
+    handler = handler_registry.build(configured, context, computed=False)
     if root and not handler.on_root:
         raise UsageError(
             f"{command}: handler {handler.name} is for branch and leaf nodes only"
@@ -84,7 +84,7 @@ def check(
     )
     table_configured = handler_registry.with_computed(configured, values)
     if values:
-        handler_registry.build(table_configured)  # what replay will build must build
+        handler_registry.build(table_configured, handler.context)  # as replay will build it
     return table_configured
 
 
@@ -163,7 +163,7 @@ def change_handler(
             f"change-handler: handler {handler.name} captures nothing: no --trigger-flags or"
             " --trigger-arg"
         )
-    before = handler_registry.build(old)
+    before = handler_registry.build(old, handler.context)
     # A subscriber's table exists for one and not the other; a root's is captured by one.
     kind = "captures" if node.is_root else "needs_table"
     if getattr(before, kind) != getattr(handler, kind):
@@ -186,7 +186,7 @@ def change_handler(
     if old == configured and not retrigger:  # the same once computed (a rule file read again)
         log.info("Table %s: handler unchanged (%s)", entry.table_name, configured.name)
         return False
-    handler = handler_registry.build(configured)
+    handler = handler_registry.build(configured, handler.context)
     attrs = with_handler(entry.table_attrs, configured, True)
     if node.is_root and handler.captures:
         attrs = _recapture(conn, queue, entry, attrs, handler, trigger_flags, trigger_args)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import psycopg
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.errors import ConfigError, TableError, UsageError
 from pgferry.events import REMOVE_SEQ_EVENT, SEQ_EVENT
@@ -34,12 +35,12 @@ log = logging.getLogger(__name__)
 # values, the same order as Londiste's 10000.  A larger buffer costs only a gap: a
 # switchover skips up to one buffer of values and a failover up to two, nothing for bigint
 # keys and little for int ones.
-DEFAULT_SEQ_BUFFER = 10000
+DEFAULT_SEQ_BUFFER = settings.SEQ_BUFFER.fixed
 
 
 def seq_buffer(config: Config) -> int:
     """The ``seq_buffer`` setting: a positive number of values."""
-    value = config.getint("seq_buffer", DEFAULT_SEQ_BUFFER)
+    value = config.get(settings.SEQ_BUFFER)
     if value < 1:
         raise ConfigError(f"{config.path}: setting 'seq_buffer' must be at least 1, not {value}")
     return value

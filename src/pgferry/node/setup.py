@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgferry import schema
+from pgferry import schema, settings
 from pgferry.config import Config
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, NodeError, UsageError
@@ -71,13 +71,15 @@ def build_request(
     if merge is not None:
         if node_type != "leaf":
             raise UsageError(f"create-{node_type}: --merge is for leaf nodes")
-        if not merge.strip() or merge == config.get("queue_name"):
+        if not merge.strip() or merge == config.get(settings.QUEUE_NAME):
             raise UsageError("create-leaf: --merge needs a name other than this node's queue")
-    name = node_name or config.getopt("node_name")
+    name = node_name or config.get(settings.NODE_NAME)
     if not name:
         raise UsageError(f"create-{node_type}: NODE name is required")
-    location = public_location or config.getopt("public_node_location") or config.get("db")
-    provider = provider_location or config.getopt("initial_provider_location")
+    location = (
+        public_location or config.get(settings.PUBLIC_NODE_LOCATION) or config.get(settings.DB)
+    )
+    provider: str | None = provider_location or config.get(settings.INITIAL_PROVIDER_LOCATION)
     if node_type == "root" and provider:
         if provider_location:
             raise UsageError("create-root: a root node has no provider")

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import psycopg
 from psycopg import sql
 
-from pgferry import expressions
+from pgferry import expressions, settings
 from pgferry.config import Config
 from pgferry.errors import NodeError, TableError, UsageError
 from pgferry.events import REMOVE_TABLE_EVENT
@@ -64,7 +64,7 @@ def resolve(
 def limit_lock_wait(config: Config, conn: psycopg.Connection) -> None:
     """Attaching triggers locks the table: wait at most ``lock_timeout`` seconds for it,
     rather than queueing behind a long transaction while blocking every writer."""
-    seconds = config.getfloat("lock_timeout", 10)
+    seconds = config.get(settings.LOCK_TIMEOUT)
     conn.execute("select set_config('lock_timeout', %s, true)", (f"{int(seconds * 1000)}ms",))
 
 

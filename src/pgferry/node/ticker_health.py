@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgferry import settings
 from pgferry.config import Config
 from pgferry.queue import api as queue_api
 
 log = logging.getLogger(__name__)
 
-STOPPED_AFTER = 10.0  # default of ticker_stopped_after
+STOPPED_AFTER = settings.TICKER_STOPPED_AFTER.fixed
 MAX_LAG_TIMES = 3  # ... and never less than this many ticker_max_lag
 CHECK_EVERY = 10.0  # seconds between a worker's looks (less when ticker_stopped_after is)
 REMEDY = "is `pgferry pgqd.ini ticker` running?"
@@ -71,7 +72,7 @@ def stopped_after(config: Config | None) -> float:
     """The ``ticker_stopped_after`` setting (seconds)."""
     if config is None:
         return STOPPED_AFTER
-    return config.getfloat("ticker_stopped_after", STOPPED_AFTER)
+    return config.get(settings.TICKER_STOPPED_AFTER)
 
 
 def read(conn: psycopg.Connection, queue: str) -> TickerReading | None:

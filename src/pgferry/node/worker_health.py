@@ -30,10 +30,11 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgferry import settings
 from pgferry.config import Config
 
-EXCEPTION_SLEEP = 20.0  # default of exception_sleep
-LOOP_DELAY = 1.0  # default of loop_delay
+EXCEPTION_SLEEP = settings.EXCEPTION_SLEEP.fixed
+LOOP_DELAY = settings.LOOP_DELAY.fixed
 DOWN_MARGIN = 10.0  # seconds a retrying worker takes at most to reconnect and lock again
 # An idle worker's heartbeat is at most this old (idle.HEARTBEAT_EVERY), plus a root's
 # longest idle wait (idle.ROOT_BACKOFF loop_delays) and a margin.
@@ -92,12 +93,12 @@ def down_after(config: Config | None) -> float:
     """Seconds without heartbeat (and lock) after which a worker counts as down."""
     if config is None:
         return EXCEPTION_SLEEP + DOWN_MARGIN
-    return config.getfloat("exception_sleep", EXCEPTION_SLEEP) + DOWN_MARGIN
+    return config.get(settings.EXCEPTION_SLEEP) + DOWN_MARGIN
 
 
 def silent_after(config: Config | None) -> float:
     """Seconds without heartbeat after which a worker holding its lock counts as silent."""
-    delay = LOOP_DELAY if config is None else config.getfloat("loop_delay", LOOP_DELAY)
+    delay = LOOP_DELAY if config is None else config.get(settings.LOOP_DELAY)
     return HEARTBEAT_EVERY + ROOT_BACKOFF * delay + DOWN_MARGIN
 
 

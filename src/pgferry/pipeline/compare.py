@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from pgferry import settings
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.pipeline.buckets import (
@@ -165,9 +166,9 @@ def driver_threads(values: Mapping[str, str]) -> int:
     """Threads that run compare's sums (and mark repair's reads) on the driver in place of
     Spark: in local mode (the default) as many as Spark would use; with a cluster master
     (``spark://``, ...) or Spark Connect 0: Spark runs what is too large for the driver."""
-    if values.get("spark_remote"):
+    if settings.from_values(values, settings.SPARK_REMOTE):
         return 0
-    master = values.get("spark_master") or "local[*]"
+    master = settings.from_values(values, settings.SPARK_MASTER)
     found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
     if found is None:
         return 0

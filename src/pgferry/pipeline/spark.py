@@ -32,17 +32,18 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pgferry import settings
 from pgferry.errors import PgferryError, SparkUnavailable
 from pgferry.pipeline import spark_cluster, spark_connect
 from pgferry.pipeline.spark_errors import start_error
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MASTER = "local[*]"
+DEFAULT_MASTER = settings.SPARK_MASTER.fixed
 # Seconds a job waits for its first executor on a cluster before it fails (spark_wait):
 # long enough for a worker's idle session to go (spark_idle_timeout, 60 s) and a
 # cluster's executor to start.
-DEFAULT_WAIT = 120.0
+DEFAULT_WAIT = settings.SPARK_WAIT.fixed
 # Small defaults that suit batches of a few thousand rows; any spark.* key overrides them.
 DEFAULT_SETTINGS = {
     "spark.ui.enabled": "false",
@@ -80,18 +81,17 @@ class SparkOptions:
         """From config values.  With ``remote_ok`` (the node's compare and repair, diff)
         ``spark_remote`` wins over ``spark_master``, as in PySpark; the worker's copy and
         replay need a SparkContext and always use ``spark_master``."""
-        wait = values.get("spark_wait") or str(DEFAULT_WAIT)
         try:
-            seconds = float(wait)
-        except ValueError:
-            raise PgferryError(f"setting 'spark_wait' must be a number, not {wait!r}") from None
-        remote = values.get("spark_remote") if remote_ok else None
+            seconds = settings.from_values(values, settings.SPARK_WAIT)
+        except settings.BadValue as exc:
+            raise PgferryError(f"setting 'spark_wait' {exc}") from None
+        remote = settings.from_values(values, settings.SPARK_REMOTE) if remote_ok else None
         return cls(
-            master=remote or values.get("spark_master") or DEFAULT_MASTER,
+            master=remote or settings.from_values(values, settings.SPARK_MASTER),
             app_name=app_name,
             settings={k: v for k, v in values.items() if k.startswith("spark.")},
             wait=seconds,
-            master_ui=values.get("spark_master_ui") or None,
+            master_ui=settings.from_values(values, settings.SPARK_MASTER_UI) or None,
             verbose=verbose,
             remote_ok=remote_ok,
         )

@@ -21,6 +21,7 @@ from pgferry import expressions
 from pgferry.errors import TableError
 from pgferry.handlers import Handler, HandlerError, Target
 from pgferry.handlers import registry as handler_registry
+from pgferry.handlers.api import HandlerContext
 from pgferry.registry.capture_spec import CaptureSpec
 from pgferry.registry.entries import TableEntry, list_tables
 
@@ -43,7 +44,9 @@ class Route:
     skip_truncate: bool
     dest_fq: str  # the destination as format('%I.%I') writes it
     builtin_types: bool = False  # every column type is a pg_catalog one (binary COPY safe)
-    handler: Handler = field(default_factory=handler_registry.build_default)
+    handler: Handler = field(
+        default_factory=lambda: handler_registry.build_default(HandlerContext())
+    )
     # The handler's row filter, when it names key columns only: events failing it skip.
     key_filter: str | None = None
     # The handler's row filter otherwise: an image failing it becomes a delete.
@@ -182,15 +185,18 @@ def route_key(
     return spec.key, False, spec.key == pk or unique_on(conn, oid, spec.key)
 
 
-def load_routes(conn: psycopg.Connection, queue_name: str) -> dict[str, Route]:
-    """Every local table of the queue on this node, keyed by its queue-visible name."""
-    return {e.table_name: route_of(conn, e) for e in list_tables(conn, queue_name)}
+def load_routes(
+    conn: psycopg.Connection, queue_name: str, handlers: HandlerContext
+) -> dict[str, Route]:
+    """Every local table of the queue on this node, keyed by its queue-visible name, its
+    handler built with ``handlers`` (the worker's or command's context)."""
+    return {e.table_name: route_of(conn, e, handlers) for e in list_tables(conn, queue_name)}
 
 
-def route_of(conn: psycopg.Connection, entry: TableEntry) -> Route:
+def route_of(conn: psycopg.Connection, entry: TableEntry, handlers: HandlerContext) -> Route:
     """The route of one registry entry, its destination looked up in the local catalog."""
     try:
-        handler = handler_registry.from_attrs(entry.table_attrs or {})
+        handler = handler_registry.from_attrs(entry.table_attrs or {}, handlers)
     except HandlerError as exc:
         raise TableError(f"table {entry.table_name}: {exc}") from None
     dest = entry.dest_name
