@@ -6,21 +6,26 @@ folder under the lake; Spark reads them, and the Parquet files of the lake versi
 tick (:mod:`pgferry.lake.snapshots`) cast to the source's types.  No row passes through
 the driver.  The scratch folder is removed when the ``with`` ends, so whatever the caller
 needs of the rows is computed (or collected) inside it.
+
+A lake on an object store keeps its scratch folder under the lake's prefix too; Spark's
+own Parquet reader reaches no store without the ``hadoop-aws`` jars, so both sides are
+read by Python tasks through pyarrow's S3 file system (:func:`store_frame`, one task per
+file, the store's options in the task's closure), an Iceberg file's columns by field id.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from pgferry.db import connect
 from pgferry.errors import TableError
 from pgferry.lake import spec as lake_spec
+from pgferry.lake import storage
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.spark_connect import is_connect_session
 from pgferry.pipeline.tables import resolve_table
@@ -53,18 +58,14 @@ def sides(
     from pgferry.pipeline.copy.task import BlockRange
     from pgferry.pipeline.lake_copy import LakeJob, LakePlan, run_groups
 
-    if task.spec.remote:  # Spark here has no jars for s3a:// (none come from Maven)
-        raise TableError(
-            f"{task.source_table}: a lake table this large on object storage is compared"
-            " and repaired only on the driver: its Spark path reads a local lake"
-        )
     if is_connect_session(spark):
         raise TableError(
             f"{task.source_table}: a lake table this large is compared on a classic Spark"
             " session (local[*] or spark://), not a Spark Connect one (sc://)"
         )
-    scratch = os.path.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
-    where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "")
+    remote = task.spec.remote
+    scratch = storage.join(task.spec.root, f".pgferry-compare-{uuid.uuid4().hex}")
+    where = lake_spec.LakeSpec("delta", scratch, "source", "rows", "", task.spec.storage)
     try:
         with connect(src_connstr, autocommit=True) as conn:
             src = resolve_table(conn, task.source_table)
@@ -75,8 +76,19 @@ def sides(
         plan = LakePlan(task.dest_table, task.src_schema, task.src_name, task.columns,
                         task.condition, not src.partitioned, where)  # fmt: skip
         job = LakeJob(src_connstr, snapshot, (plan,))
-        run_groups(spark, job, task_groups(ranges, slots, None), None)
+        written = run_groups(spark, job, task_groups(ranges, slots, None), None)
         names = [c.name for c in task.columns]
+        if remote:
+            # Spark's Parquet reader reaches no store without jars: Python tasks read the
+            # files through pyarrow's S3 file system, as the load's tasks wrote them.
+            arrow = lake_types.arrow_schema(task.columns)
+            paths = [storage.join(where.location, entry[1]) for entry in written]
+            source = store_frame(spark, paths, task.spec.storage, arrow, arrow)
+            files = snapshots.data_files(task.spec, tick)
+            lake = store_frame(spark, files, task.spec.storage,
+                               snapshots.table_schema(task.spec), arrow)  # fmt: skip
+            yield source, lake
+            return
         source = spark.read.parquet(where.location).select(*names)
         files = snapshots.data_files(task.spec, tick)
         types = {f.name: f.dataType for f in source.schema.fields}
@@ -87,4 +99,46 @@ def sides(
             lake = spark.createDataFrame([], source.schema)
         yield source, lake
     finally:
+        _remove(scratch, task.spec.storage)
+
+
+def store_frame(spark, files: list[str], opts: storage.Options, table_schema, arrow):
+    """A DataFrame of the Parquet ``files`` of a store, read by one Python task per file
+    (:func:`pgferry.lake.snapshots.read_file`) as ``arrow``'s columns and types.  The
+    store's options travel in the task's closure, never in a conf or a log line."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    # Every column nullable, as Spark reads Parquet: the two sides' types then agree.
+    schema = from_arrow_schema(_nullable(arrow))
+    if not files:
+        return spark.createDataFrame([], schema)
+    columns = list(arrow.names)
+    # Spark's TimestampType wants a zone in Arrow: the values are instants, kept as UTC.
+    wanted = to_arrow_schema(schema, timezone="UTC")
+
+    def read(batches):
+        from pgferry.lake import snapshots
+
+        for batch in batches:
+            for number in batch.column(0).to_pylist():
+                yield from snapshots.read_file(files[number], opts, table_schema,
+                                               columns, wanted)  # fmt: skip
+
+    return spark.range(len(files), numPartitions=len(files)).mapInArrow(read, schema)
+
+
+def _nullable(schema):
+    """``schema`` with every field nullable."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def _remove(scratch: str, opts: storage.Options) -> None:
+    """The scratch folder (or the store's prefix) and its files, whatever is left of it."""
+    if not storage.is_remote(scratch):
         shutil.rmtree(scratch, ignore_errors=True)
+        return
+    store, inner = storage.filesystem(scratch, opts)
+    with suppress(OSError):  # the store gone away: the prefix stays, named by its uuid
+        store.delete_dir(inner)

@@ -8,8 +8,16 @@
 
 The path is a lake table pgferry writes (``DIR/<schema>/<table>``): a Delta table read
 through delta-rs's log, an Iceberg table through pgferry's SQL catalog of that lake
-(``DIR/pgferry_catalog.db``); no jar is needed.  ``tick`` picks the newest version whose
-commit carries ``pgferry.tick`` at most that tick (as ``compare`` reads the lake).
+(``DIR/pgferry_catalog.db``, or the ``catalog`` option); no jar is needed.  ``tick``
+picks the newest version whose commit carries ``pgferry.tick`` at most that tick (as
+``compare`` reads the lake).  A table on an object store (``s3://bucket/prefix/...``) is
+reached with the options :data:`STORE_OPTIONS` names, each taken from the standard
+``AWS_*`` environment when not given (:func:`pgferry.lake.storage.options`, as delta-rs
+does: the environment of the Python process Spark plans the read in, which its JVM starts
+with the session's environment); the plan resolves them once and the executors' tasks
+carry them.
+Spark redacts options named like secrets in the plans it prints; the source's own
+messages mask them.
 
 On the driver the reader lists the version's Parquet files and makes one input partition
 per file; the executors read their file with pyarrow and hand Arrow batches to Spark.
@@ -28,13 +36,15 @@ delete files): a table with delete files is refused in one line.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pgferry.lake.spec import LakeError
+from pgferry.lake import storage
+from pgferry.lake.spec import LakeError, LakeSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,26 +61,80 @@ def register(spark: SparkSession) -> None:
     register_source(spark, LakeSource)
 
 
+# option -> the node's ini setting of the same meaning (storage.options reads both)
+STORE_OPTIONS = {
+    "endpoint": "lake_s3_endpoint", "region": "lake_s3_region",
+    "access_key_id": "lake_s3_access_key_id", "secret_access_key": "lake_s3_secret_access_key",
+    "session_token": "lake_s3_session_token", "allow_http": "lake_s3_allow_http",
+    "timeout": "lake_timeout",
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class _Table:
-    """Which lake table a path is and the files of its version of a tick."""
+    """Which lake table a path is, the store's options when it is on one, and the files
+    of its version of a tick.  Pickled into the reader: the executors read the files with
+    the options (credentials included) the driver resolved."""
 
     path: str
     format: str  # delta or iceberg
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    catalog: str = ""  # Iceberg: the SQLite file of the lake's catalog
 
     @classmethod
-    def at(cls, path: str) -> _Table:
-        path = os.path.abspath(path.removeprefix("file://"))
-        if os.path.isdir(os.path.join(path, "_delta_log")):
-            return cls(path, "delta")
-        if os.path.isdir(os.path.join(path, "metadata")):
-            return cls(path, "iceberg")
-        raise LakeError(f"{NAME}: no Delta or Iceberg table at {path}")
+    def at(cls, path: str, options: Mapping[str, str]) -> _Table:
+        try:
+            storage.check_scheme(path)
+        except LakeError as exc:
+            raise LakeError(f"{NAME}: {exc}") from None
+        if not storage.is_remote(path):
+            path = os.path.abspath(path.removeprefix("file://"))
+            if os.path.isdir(os.path.join(path, "_delta_log")):
+                return cls(path, "delta")
+            if os.path.isdir(os.path.join(path, "metadata")):
+                return cls(path, "iceberg", catalog=options.get("catalog", ""))
+            raise LakeError(f"{NAME}: no Delta or Iceberg table at {path}")
+        path = storage.root_of(path)
+        given = {setting: options.get(option, "") for option, setting in STORE_OPTIONS.items()}
+        opts = storage.options(given)  # the AWS_* environment for what is not given
+        try:
+            delta = storage.is_dir(storage.join(path, "_delta_log"), opts)
+            found = delta or storage.is_dir(storage.join(path, "metadata"), opts)
+        except LakeError as exc:  # a missing bucket, refused keys, a store that is away
+            raise LakeError(f"{NAME}: {exc}") from None
+        if delta:
+            return cls(path, "delta", opts)
+        if found:
+            catalog = options.get("catalog", "")
+            if not catalog:
+                raise LakeError(
+                    f"{NAME}: {storage.mask(path, opts)} is an Iceberg table on a store:"
+                    " give its catalog's SQLite file (option catalog: the leaf's"
+                    " lake_catalog, by default CONFIG_DIR/<job_name>_iceberg_catalog.db)"
+                )
+            return cls(path, "iceberg", opts, catalog)
+        raise LakeError(f"{NAME}: no Delta or Iceberg table at {storage.mask(path, opts)}")
+
+    @property
+    def shown(self) -> str:
+        """The path as messages name it (secrets masked)."""
+        return storage.mask(self.path, self.storage)
+
+    def _spec(self) -> LakeSpec:
+        parent, table = self.path.rstrip("/").rsplit("/", 1)
+        root, schema = parent.rsplit("/", 1)
+        return LakeSpec(self.format, root, schema, table, "", self.storage, self.catalog)
 
     def _delta(self, tick: int | None):
         from deltalake import DeltaTable
 
-        table = DeltaTable(self.path)
+        remote = storage.delta_options(self.storage) if storage.is_remote(self.path) else None
+        try:
+            table = DeltaTable(self.path, storage_options=remote)
+        except OSError as exc:
+            raise LakeError(
+                f"{NAME}: {self.shown} cannot be read: {storage.reason(exc, self.storage)}"
+            ) from None
         if tick is not None:
             for entry in table.history():  # newest first
                 at = entry.get("pgferry.tick")
@@ -79,15 +143,22 @@ class _Table:
                         table.load_as_version(int(entry["version"]))
                     break
             else:
-                raise LakeError(f"{NAME}: {self.path} holds no version of tick {tick} or before")
+                raise LakeError(f"{NAME}: {self.shown} holds no version of tick {tick} or before")
         return table
 
     def _iceberg(self, tick: int | None):
+        from pyiceberg.exceptions import NoSuchTableError
+
         from pgferry.lake import iceberg
 
-        root = os.path.dirname(os.path.dirname(self.path))
-        ident = (os.path.basename(os.path.dirname(self.path)), os.path.basename(self.path))
-        table = iceberg.catalog(root).load_table(ident)
+        spec = self._spec()
+        try:
+            table = iceberg.catalog(spec).load_table((spec.schema, spec.table))
+        except NoSuchTableError:
+            raise LakeError(
+                f"{NAME}: the catalog {iceberg.catalog_file(spec)} has no table"
+                f" {spec.schema}.{spec.table} (the catalog of another lake?)"
+            ) from None
         snapshot = table.current_snapshot()
         if tick is not None:
             snapshot = next(
@@ -97,7 +168,7 @@ class _Table:
                 None,
             )  # fmt: skip
             if snapshot is None:
-                raise LakeError(f"{NAME}: {self.path} holds no version of tick {tick} or before")
+                raise LakeError(f"{NAME}: {self.shown} holds no version of tick {tick} or before")
         return table, snapshot
 
     def arrow_schema(self, tick: int | None):
@@ -110,11 +181,14 @@ class _Table:
         return (schema or table.schema()).as_arrow()
 
     def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[str]:
-        """The version's data files whose statistics do not exclude ``filters``."""
+        """The version's data files whose statistics do not exclude ``filters`` (local
+        paths, or the store's URLs)."""
         if self.format == "delta":
             table = self._delta(tick)
             uris = table.file_uris(file_pruning_predicate=list(filters) or None)
-            return [uri.removeprefix("file://") for uri in uris]
+            if storage.is_remote(self.path):
+                return list(uris)
+            return [unquote(uri.removeprefix("file://")) for uri in uris]
         table, snapshot = self._iceberg(tick)
         if snapshot is None:
             return []
@@ -123,7 +197,7 @@ class _Table:
         for task in scan.plan_files():
             if task.delete_files:
                 raise LakeError(
-                    f"{NAME}: {self.path} has delete files, which this source does not read"
+                    f"{NAME}: {self.shown} has delete files, which this source does not read"
                 )
             found.append(task.file.file_path.removeprefix("file://"))
         return found
@@ -166,7 +240,7 @@ class LakeSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise LakeError(f"{NAME}: give the lake table's path: .load(PATH)")
-        return _Table.at(path)
+        return _Table.at(path, self.options)
 
     def schema(self) -> StructType:
         import pyarrow as pa
@@ -179,7 +253,7 @@ class LakeSource(DataSource):
             names = [name.strip() for name in wanted.split(",") if name.strip()]
             missing = [name for name in names if name not in schema.names]
             if missing:
-                raise LakeError(f"{NAME}: no column {missing[0]!r} in {self._table().path}")
+                raise LakeError(f"{NAME}: no column {missing[0]!r} in {self._table().shown}")
             schema = pa.schema([schema.field(name) for name in names])
         return from_arrow_schema(schema)
 
@@ -202,60 +276,14 @@ class LakeReader(DataSourceReader):
         return [InputPartition(path) for path in files]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.dataset as ds
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        # What Spark expects: pyiceberg's large strings and field ids cast away.
-        schema = to_arrow_schema(self.spark_schema)
-        if self.table.format == "iceberg":
-            yield from _read_iceberg_file(partition.value, self.arrow, self.columns, schema)
-            return
-        # The table's schema: columns added after a file was written read as NULL.
-        data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
-        scanner = data.scanner(columns=self.columns)
-        for batch in scanner.to_batches():
-            if batch.num_rows:
-                yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0]
+        from pgferry.lake import snapshots
 
-
-_FIELD_ID = b"PARQUET:field_id"
-
-
-def _field_id(field) -> bytes | None:
-    return (field.metadata or {}).get(_FIELD_ID)
-
-
-def _iceberg_columns(file_schema, table_schema) -> dict[str, str]:
-    """Each table column the file holds -> its name in the file.  By Iceberg field id when
-    the file has them: pyiceberg writes them, under names it sanitises (``Mixed Col`` is
-    ``Mixed_x20Col``).  Else by name: the initial load's files, added to the table as
-    written, carry no field ids and the columns' own names."""
-    ids = {_field_id(f): f.name for f in file_schema if _field_id(f) is not None}
-    if not ids:
-        return {name: name for name in table_schema.names if name in file_schema.names}
-    return {f.name: ids[_field_id(f)] for f in table_schema if _field_id(f) in ids}
-
-
-def _read_iceberg_file(path: str, table_schema, columns: Sequence[str], schema) -> Iterator[Any]:
-    """One Iceberg data file's rows as batches of ``schema``; a column added after the
-    file was written reads as NULL."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    file = pq.ParquetFile(path)
-    found = _iceberg_columns(file.schema_arrow, table_schema)
-    wanted = [found[name] for name in columns if name in found]
-    if wanted:
-        batches = file.iter_batches(columns=wanted)
-    else:  # none of the columns asked for is in the file: only its row count
-        batches = iter([pa.record_batch([pa.nulls(file.metadata.num_rows)], names=["_"])])
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        arrays = [
-            batch.column(found[name]) if name in found
-            else pa.nulls(batch.num_rows, schema.field(name).type)
-            for name in columns
-        ]  # fmt: skip
-        yield pa.Table.from_arrays(arrays, names=list(columns)).cast(schema).to_batches()[0]
+        # What Spark expects: pyiceberg's large strings and field ids cast away, a
+        # timestamp with a zone as its UTC instant (Spark 4.3 wants a zone named).  The
+        # table's schema: columns added after a file was written read as NULL.
+        schema = to_arrow_schema(self.spark_schema, timezone="UTC")
+        yield from snapshots.read_file(
+            partition.value, self.table.storage, self.arrow, self.columns, schema
+        )
