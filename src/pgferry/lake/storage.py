@@ -77,22 +77,30 @@ def join(root: str, *parts: str) -> str:
 
 
 def options(config) -> Options:
-    """The store's options from the ini (``lake_s3_*``, ``lake_timeout``) or, for each one
-    not set there, the ``AWS_*`` environment: delta-rs's keys, as a hashable tuple."""
+    """The store's options from the ini (``lake_s3_*``, ``lake_timeout``: a Config, or a
+    mapping of those keys to their text, as the Spark reader's options give them) or, for
+    each one not set there, the ``AWS_*`` environment: delta-rs's keys, as a hashable
+    tuple."""
+
+    def read(setting):
+        if config is None:
+            return setting.fixed
+        if isinstance(config, Mapping):
+            return settings.from_values(config, setting)
+        return config.get(setting)
+
     found: dict[str, str] = {}
     for setting, key, env in _S3_SETTINGS:
-        value = config.get(setting) if config is not None else ""
+        value = read(setting)
         if not value:
             value = next((os.environ[e] for e in env if os.environ.get(e)), "")
         if value:
             found[key] = value
     endpoint = found.get("AWS_ENDPOINT_URL", "")
-    allow = config.get(settings.LAKE_S3_ALLOW_HTTP) if config is not None else ""
-    allow = allow or os.environ.get("AWS_ALLOW_HTTP", "")
+    allow = read(settings.LAKE_S3_ALLOW_HTTP) or os.environ.get("AWS_ALLOW_HTTP", "")
     if allow.lower() in ("1", "true", "yes", "on") or endpoint.startswith("http://"):
         found["AWS_ALLOW_HTTP"] = "true"
-    seconds = config.get(settings.LAKE_TIMEOUT) if config is not None else DEFAULT_TIMEOUT
-    found["timeout"] = f"{max(1, seconds)}s"
+    found["timeout"] = f"{max(1, read(settings.LAKE_TIMEOUT))}s"
     return tuple(sorted(found.items()))
 
 

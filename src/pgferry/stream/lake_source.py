@@ -43,6 +43,7 @@ from urllib.parse import unquote
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from pgferry import settings
 from pgferry.lake import storage
 from pgferry.lake.spec import LakeError, LakeSpec
 
@@ -95,8 +96,14 @@ class _Table:
                 return cls(path, "iceberg", catalog=options.get("catalog", ""))
             raise LakeError(f"{NAME}: no Delta or Iceberg table at {path}")
         path = storage.root_of(path)
-        given = {setting: options.get(option, "") for option, setting in STORE_OPTIONS.items()}
-        opts = storage.options(given)  # the AWS_* environment for what is not given
+        given = {
+            setting: options[option] for option, setting in STORE_OPTIONS.items()
+            if options.get(option)
+        }  # fmt: skip
+        try:
+            opts = storage.options(given)  # the AWS_* environment for what is not given
+        except settings.BadValue as exc:
+            raise LakeError(f"{NAME}: option timeout {exc}") from None
         try:
             delta = storage.is_dir(storage.join(path, "_delta_log"), opts)
             found = delta or storage.is_dir(storage.join(path, "metadata"), opts)
