@@ -254,6 +254,25 @@ def _lake_specs(
         )  # fmt: skip
 
 
+def owned_specs(conn, queue: str, config=None) -> dict[str, lake_spec.LakeSpec]:
+    """Every lake table of the node that is its own (the lake table records this node as
+    its owner), by replicated table name; ``config`` the node's (an object store's)."""
+    found = {}
+    for name, spec in _lake_specs(conn, queue, config=config):
+        if formats.module(spec.format).owner_of(spec) == spec.owner:
+            found[name] = spec
+    return found
+
+
+def held_tick(spec: lake_spec.LakeSpec) -> tuple[int, datetime | None]:
+    """The tick of the lake table's newest replay commit (0 after a load or none) and the
+    provider's time of it that the commit records (None: not recorded)."""
+    module = formats.module(spec.format)
+    done = module.applied_version(spec)
+    held = done // lake_spec.PARTS if done is not None else 0
+    return held, (module.tick_time_of(spec, held) if held else None)
+
+
 def held_ahead(conn, queue: str, position: int | None, config=None) -> int | None:
     """The lowest tick past the node's ``position`` that one of its lake tables holds
     (None: none is ahead).  A lake table is ahead of the position when its worker stopped
