@@ -125,14 +125,16 @@ def test_lake_leaf_below_a_branch_that_reconciles(
     cascade.stop("leaf")
     standby.wait_caught_up()
     standby.cut_off()
-    for i in range(11, 21):  # ticks the standby never gets; the branch applies them
-        cascade.sql("root", f"insert into {KEYED} values (%s, 'lost')", (i,))
-        cascade.sql("root", f"insert into {KEYLESS} values (%s, 'lost')", (i,))
-        cascade.tick()
+    # A tick the standby never gets, the first after the leaf's position: the branch
+    # applies it, and the leaf's next batch holds it.
+    lost = "insert into {} select g, 'lost' from generate_series(11, 20) g"
+    cascade.sql("root", lost.format(KEYED))
+    cascade.sql("root", lost.format(KEYLESS))
     cascade.catch_up("branch")
 
-    # The leaf's worker takes its next batch (it spans the last tick the standby holds) and
-    # is held inside its lake write while the root fails over and the branch reconciles.
+    # The leaf's worker takes its next batch (from the last tick the standby holds to one
+    # past it) and is held inside its lake write while the root fails over and the branch
+    # reconciles.
     module = formats.module(fmt)
     real_merge = module.merge
     inside, release = threading.Event(), threading.Event()
@@ -148,7 +150,10 @@ def test_lake_leaf_below_a_branch_that_reconciles(
 
     def step() -> None:
         try:
-            worker.work()
+            for _ in range(100):  # its loops until it has taken that batch and applied it
+                worker.work()
+                if inside.is_set():
+                    break
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             failed.append(exc)
 
@@ -177,12 +182,12 @@ def test_lake_leaf_below_a_branch_that_reconciles(
     assert _lake_rows(lake_dir, fmt, "Lost é") == sorted_rows(keyed)
     keyless = cascade.sql("root", f"select id, v from {KEYLESS}")
     assert _lake_rows(lake_dir, fmt, "k") == sorted_rows(keyless)
-    lost = cascade.sql(
+    listed = cascade.sql(
         "leaf",
         "select table_name, row_key, held_here ->> 'Val', on_provider ->> 'Val'"
         " from ferry_node.lost_after_failover order by (held_here ->> 'id')::int",
     )
     # Row 3, changed on the new root after the failover, shows with its new value beside.
-    assert lost == [(KEYED, "(3)", "before", "after")] + [
+    assert listed == [(KEYED, "(3)", "before", "after")] + [
         (KEYED, f"({i})", "lost", None) for i in range(11, 21)
     ]

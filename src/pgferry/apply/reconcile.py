@@ -113,7 +113,11 @@ def reconcile(
         tick, tick_time, touched = found
         registered = {t.table_name: t for t in entries.list_tables(local, queue)}
         lakes = lake.owned_specs(local, queue, config)
-        touched |= _lakes_past(lakes, marks, tick)
+        past = _lakes_past(lakes, marks, tick)
+        touched |= set(past)
+        # The newest time of a tick applied here from the old provider, in the database
+        # or in a lake: the events the new provider's application wrote come after it.
+        since = max((t for t in (node.last_tick_time, *past.values()) if t), default=None)
         tables = sorted(t for t in touched if t in registered)
         _provider_settled(provider, queue, tables)
         lost = 0
@@ -124,7 +128,7 @@ def reconcile(
             key = list(route.pk) if route is not None and not route.keyless else []
             if not key:
                 continue  # no key to match rows by: the copy repairs it, nothing is listed
-            changed = _changed_after(provider, queue, table, key, tick, node.last_tick_time)
+            changed = _changed_after(provider, queue, table, key, tick, since)
             where = Lost(queue, node.provider_node, table, tick, lost_tick)
             if table in lakes:
                 lost += _save_lost_lake(local, provider, where, dest, key, lakes[table], changed)
@@ -186,17 +190,17 @@ def _cut_queue(local: psycopg.Connection, queue: str, tick: int) -> None:
 
 def _lakes_past(
     lakes: dict[str, lake_spec.LakeSpec], marks: dict[int, tuple[datetime, int]], common: int
-) -> set[str]:
+) -> dict[str, datetime | None]:
     """The lake tables whose newest commit is of a tick past ``common`` (a worker stopped
     between a batch's lake commit and its own: the batch is not in applied_tick), or of a
     tick the provider made at another time than the commit records: they hold changes the
-    provider may lack."""
-    past = set()
+    provider may lack.  With the time of that tick the commit records (None: none)."""
+    past = {}
     for table, spec in lakes.items():
         held, held_time = lake.held_tick(spec)
         mark = marks.get(held)
         if held > common or (held_time is not None and mark is not None and mark[0] != held_time):
-            past.add(table)
+            past[table] = held_time
     return past
 
 
@@ -209,7 +213,7 @@ def _changed_after(
     since: datetime | None,
 ) -> set[str]:
     """The keys (as row literals) of ``table``'s rows that the provider's events after the
-    common tick changed, written after ``since`` (the time of the last tick applied here
+    common tick changed, written after ``since`` (the time of the newest tick applied here
     from the old provider): the application wrote them on the new provider after the
     failover.  Such a row may hold by chance what this node held (the lost change made
     again, a counter raised from the same value in the same second): it is listed too.
