@@ -44,16 +44,19 @@ def _lake_rows(lake_dir, fmt: str) -> list[tuple]:
     return sorted_rows(tuple(r.values()) for r in rows)
 
 
-def _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt: str = "delta") -> Tree:
+def _lake_cascade(
+    make_tree, new_db_a, new_db_b, lake_dir, fmt: str = "delta", **settings: str
+) -> Tree:
     """root, branch under it, and a lake leaf under the root, all holding the keyless
-    ``public.k`` (the leaf in a Delta table) and the keyed test table."""
+    ``public.k`` (the leaf in a Delta table) and the keyed test table; ``settings``: more
+    of the lake leaf's ini."""
     tree = make_tree()
     tree.add_node("root", new_db_a(None), "root", None)
     tree.add_node("branch", new_db_b(None), "branch", "root")
     lake = new_db_a(None)
     tree.dsns["lake"] = lake
     tree.node("lake", lake, "leaf", "root", job_name=f"{tree.queue}_lake_job",
-              lake_path=str(lake_dir), lake_format=fmt)  # fmt: skip
+              lake_path=str(lake_dir), lake_format=fmt, **settings)  # fmt: skip
     for node in ("root", "branch", "lake"):
         tree.sql(node, sql.SQL("create table {} (id int, v text)").format(KEYLESS))
     tree.sql("root", sql.SQL("alter table {} replica identity full").format(KEYLESS))
@@ -205,16 +208,19 @@ def test_takeover_all_under_writes_keeps_the_lake_leaf_equal(
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+@pytest.mark.parametrize("reconcile", ["auto", "stop"])
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
-    make_tree, new_db_a, new_db_b, lake_dir, fmt
+    make_tree, new_db_a, new_db_b, lake_dir, fmt, reconcile
 ) -> None:
     """The worker is SIGKILLed between the lake commit and PostgreSQL's, then the provider
     fails over to a standby that lacked that tick and makes one of the same id at another
-    time (its tick_time changed here): the lake's tick is not the provider's, the worker
-    stops in one line naming the table to resync (nothing skipped, nothing written), and
-    the resync brings the lake back equal to the provider."""
-    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt)
+    time (its tick_time changed here): the lake's tick is not the provider's.  The worker
+    reconciles (nothing skipped, nothing written): the node stays where it is, the lake
+    table is copied again and ends equal to the provider.  With failover_reconcile = stop
+    it stops in one line naming the table to resync, and the resync does the same."""
+    tree = _lake_cascade(make_tree, new_db_a, new_db_b, lake_dir, fmt,
+                         failover_reconcile=reconcile)  # fmt: skip
     rows = sql.SQL("insert into {} select g, %s from generate_series(1, 5) g").format(KEYLESS)
     before, written = _killed_after_a_lake_commit(tree, rows, fmt)
     held = _lake_rows(lake_dir, fmt)
@@ -226,16 +232,23 @@ def test_a_lake_tick_the_provider_lost_in_a_failover_is_not_taken_as_applied(
         (written,),
     )
 
-    with pytest.raises(Exception) as failed:
-        tree.worker("lake").work()
-    message = str(failed.value)
-    assert f"Diverged provider: lake table public.k holds tick {written} made at" in message
-    assert "resync public.k" in message and len(message.splitlines()) == 1, message
+    state = "select merge_state from ferry.table_info where table_name = 'public.k' and local"
+    if reconcile == "stop":
+        with pytest.raises(Exception) as failed:
+            tree.worker("lake").work()
+        message = str(failed.value)
+        assert f"Diverged provider: lake table public.k holds tick {written} made at" in message
+        assert "resync public.k" in message and len(message.splitlines()) == 1, message
+        assert tree.sql("lake", state) == [("ok",)]
+    else:
+        assert tree.worker("lake").work()  # reconciled: the lake table is copied again
+        assert tree.sql("lake", state) != [("ok",)]
     assert tree.last_tick("lake") == before  # not recorded as applied
     assert _lake_rows(lake_dir, fmt) == held
 
-    res = tree.cli("lake", "resync", "public.k")
-    assert res.code == 0, res.err
+    if reconcile == "stop":
+        res = tree.cli("lake", "resync", "public.k")
+        assert res.code == 0, res.err
     tree.sql("root", rows, ("c",))
     type(tree).__mro__[1].catch_up(tree, "branch", "lake")
     expected = sorted_rows(tree.sql("root", sql.SQL("select * from {}").format(KEYLESS)))

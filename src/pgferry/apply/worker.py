@@ -283,7 +283,12 @@ class Worker(Service):
         plain = not one_tick and not self.settings.keep_lag and not self.settings.collect_interval
         read_next = self.settings.batch_min_events if plain else None
         batch_id, ahead, waiting, batch = None, None, 0, None
-        upto = self._lake_bound.upto(local, provider, queue, node.last_tick_id)
+        try:
+            upto = self._lake_bound.upto(local, provider, queue, node.last_tick_id)
+        except DivergedProvider as exc:
+            # A lake table holds a tick past the node's that the provider made at another
+            # time: reconciled like the node's own (the lake table is copied again).
+            return self._reconcile(local, provider, node, exc)
         if upto == LakeBound.WAIT:
             self._heartbeat(local, queue, consumer)
             return False
@@ -341,12 +346,8 @@ class Worker(Service):
                 provider, queue, consumer, node.last_tick_id, batch,
                 recorded_time=node.last_tick_time, already_applied=mirror,
             )  # fmt: skip
-        except DivergedProvider:
-            self.replay.ahead.drop()
-            if not self.settings.failover_reconcile:
-                raise  # failover_reconcile = stop: the DBA looks first
-            reconcile.reconcile(local, provider, node)  # its tables' copies change the routes
-            return True
+        except DivergedProvider as exc:
+            return self._reconcile(local, provider, node, exc)
         if not follows:
             self.replay.ahead.drop_reads()
             return True
@@ -372,6 +373,23 @@ class Worker(Service):
             local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
         )
         return waiting != 1
+
+    def _reconcile(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        node: model.NodeInfo,
+        diverged: DivergedProvider,
+    ) -> bool:
+        """The provider lost ticks applied here (docs/failover.md): reconcile, or stop on
+        ``diverged`` (failover_reconcile = stop: the DBA looks first)."""
+        self.replay.ahead.drop()
+        if not self.settings.failover_reconcile:
+            raise diverged
+        reconcile.reconcile(local, provider, node, self.config)
+        # Its tables' copies change the routes; the lake tables' ticks are looked at again.
+        self._lake_bound.failed()
+        return True
 
     def count_applied(self, batch: Batch, stats: ApplyStats, started: float, what: str) -> None:
         """Count a batch applied (main stream or a copied group's) for metrics and tests,

@@ -259,6 +259,28 @@ def _lake_specs(tables: Iterable[tuple[str, Mapping[str, Any]]], config=None):
         )  # fmt: skip
 
 
+def owned_specs(
+    tables: Iterable[tuple[str, Mapping[str, Any]]], config=None
+) -> dict[str, lake_spec.LakeSpec]:
+    """Every lake table among ``tables`` ((name, table_attrs) of registry entries) that is
+    the node's own (the lake table records this node as its owner), by replicated table
+    name; ``config`` the node's (an object store's)."""
+    found = {}
+    for name, spec in _lake_specs(tables, config=config):
+        if formats.module(spec.format).owner_of(spec) == spec.owner:
+            found[name] = spec
+    return found
+
+
+def held_tick(spec: lake_spec.LakeSpec) -> tuple[int, datetime | None]:
+    """The tick of the lake table's newest replay commit (0 after a load or none) and the
+    provider's time of it that the commit records (None: not recorded)."""
+    module = formats.module(spec.format)
+    done = module.applied_version(spec)
+    held = done // lake_spec.PARTS if done is not None else 0
+    return held, (module.tick_time_of(spec, held) if held else None)
+
+
 def held_ahead(
     tables: Iterable[tuple[str, Mapping[str, Any]]], position: int | None, config=None
 ) -> int | None:

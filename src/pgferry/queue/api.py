@@ -120,6 +120,23 @@ def consumer_info(
         return cur.fetchall()
 
 
+def consumers_past(conn: psycopg.Connection, queue: str, tick: int) -> list[str]:
+    """The consumers of ``queue`` that stand past ``tick`` or hold a batch open that ends
+    past it, their rows locked (caller's transaction): a batch opened meanwhile is seen.
+    Read from the subscriptions themselves: a consumer whose tick is gone counts too."""
+    rows = conn.execute(
+        """
+        select s.sub_consumer from ferry_queue.subscription s
+          join ferry_queue.queue q on q.queue_id = s.sub_queue
+         where q.queue_name = %s and (s.sub_last_tick > %s or s.sub_next_tick > %s)
+         order by s.sub_consumer
+           for update of s
+        """,
+        (queue, tick, tick),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def consumer_last_tick(
     conn: psycopg.Connection, queue: str, consumer: str
 ) -> tuple[int | None, datetime | None]:

@@ -128,6 +128,31 @@ def _span_query(
     ).format(parts, sql.Literal(xmax_prev), sql.Literal(xmax_cur), sql.Literal(cur), late)
 
 
+def events_after(conn: psycopg.Connection, queue: str, tick: int) -> sql.Composed:
+    """A SELECT of the event columns of every committed event of ``queue`` after tick
+    ``tick`` (ticked since or not yet), first deliveries only: the events a transaction
+    invisible in the tick's snapshot queued.  QueueError when the queue lacks the tick."""
+    row = conn.execute(
+        """
+        select q.queue_id, q.queue_ntables, t.tick_snapshot::text
+          from ferry_queue.queue q
+          join ferry_queue.tick t on t.tick_queue = q.queue_id and t.tick_id = %s
+         where q.queue_name = %s
+        """,
+        (tick, queue),
+    ).fetchone()
+    if row is None:
+        raise QueueError(_gone(conn, queue, tick))
+    queue_id, ntables, snapshot = row
+    parts = sql.SQL(", ").join(sql.Literal(queue_id * 10 + n) for n in range(ntables))
+    return sql.SQL(
+        "select ev_id, ev_time, ev_txid::text::bigint as ev_txid, ev_retry, ev_type, ev_data,"
+        " ev_extra1, ev_extra2, ev_extra3, ev_extra4"
+        " from ferry_queue.event where ev_part in ({}) and ev_owner is null"
+        " and not pg_visible_in_snapshot(ev_txid, {}::pg_snapshot)"
+    ).format(parts, sql.Literal(snapshot))
+
+
 def move_consumer(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> bool:
     """Move ``consumer`` on to ``tick`` (never back): the queue may let go of what lies
     before it.  False when it already stood there or later."""
