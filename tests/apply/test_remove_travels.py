@@ -14,6 +14,7 @@ import threading
 import psycopg
 import pytest
 
+from pgferry import settings
 from pgferry.apply.worker import Worker
 from pgferry.config import Config
 from pgferry.node import seqops, tableops
@@ -32,7 +33,7 @@ _sql = sql_rows
 
 
 def _remove(cfg: Config, *names: str, all_: bool = False) -> list[str]:
-    with psycopg.connect(cfg.get("db")) as conn:
+    with psycopg.connect(cfg.get(settings.DB)) as conn:
         return tableops.remove_tables(cfg, conn, list(names), all_, False)
 
 
