@@ -101,6 +101,12 @@ NODE_SETTINGS: list[Setting] = [
     ("lake_format", "delta", "lake handler: delta or iceberg (handler arg format= per table)"),
     ("lake_compact_interval", "0", "lake handler: commits between compactions (0: never)"),
     ("lake_keep_hours", "168", "lake handler: hours of history a vacuum keeps"),
+    (
+        "lake_iceberg_deletes",
+        "copy-on-write",
+        "Iceberg: a batch's changed rows rewritten with their files (copy-on-write) or"
+        " deleted by position delete files (merge-on-read)",
+    ),
     ("spark_warm", "true", "start Spark once caught up after batches too large for the driver"),
     ("spark_idle_timeout", "60", "seconds an unused worker Spark session stays up (0: always)"),
     ("spark_master", "local[*]", "Spark master for copy / replay / compare jobs"),

@@ -66,6 +66,7 @@ class Lake(Handler):
             self.args["owner"],
             storage.options(self.config),
             self.args.get("catalog") or "",
+            iceberg_deletes(self.config),
         )
 
     def _setting(self, arg: str, key: str, default: str) -> str:
@@ -108,6 +109,7 @@ class Lake(Handler):
             f"{table.queue}:{node}:{table.table_name}",
             storage.options(self.config),
             _catalog(self.config, fmt, root),
+            iceberg_deletes(self.config),
         )
         _check_not_shared(table, spec)
         try:
@@ -250,7 +252,7 @@ def _lake_specs(
         fmt, location, owner = args["lake_format"], args["location"], args["owner"]
         yield name, lake_spec.LakeSpec(
             fmt, location, schema, table, owner, storage.options(config),
-            args.get("catalog") or "",
+            args.get("catalog") or "", iceberg_deletes(config),
         )  # fmt: skip
 
 
@@ -436,6 +438,20 @@ def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
         made = _KEYS[spec.location] = module.key_of(spec)  # read again before refusing
     if made is not None and list(made) != list(key):
         raise _key_changed(name, spec, key, made)
+
+
+def iceberg_deletes(config) -> str:
+    """``lake_iceberg_deletes``: how an Iceberg table's batches replace and delete rows."""
+    given = (
+        config.get("lake_iceberg_deletes", lake_spec.COPY_ON_WRITE) if config is not None else ""
+    )
+    given = (given or lake_spec.COPY_ON_WRITE).strip()
+    if given not in lake_spec.ICEBERG_DELETES:
+        raise HandlerError(
+            f"handler lake: lake_iceberg_deletes must be {' or '.join(lake_spec.ICEBERG_DELETES)},"
+            f" not {given!r}"
+        )
+    return given
 
 
 def _catalog(config, fmt: str, root: str) -> str:

@@ -81,10 +81,33 @@ def sides(
         files = snapshots.data_files(task.spec, tick)
         types = {f.name: f.dataType for f in source.schema.fields}
         if files:
-            lake = spark.read.parquet(*files)
+            lake = _without_deleted(spark, spark.read.parquet(*files),
+                                    snapshots.delete_files(task.spec, tick))  # fmt: skip
             lake = lake.select(*[F.col(n).cast(types[n]).alias(n) for n in names])
         else:  # an emptied table: Spark reads no list of no files
             lake = spark.createDataFrame([], source.schema)
         yield source, lake
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _without_deleted(spark, lake, deletes: list[str]):
+    """The rows of ``lake`` (its data files read as Parquet) less those the position
+    delete files ``deletes`` name.  A row is known by its file's name and its index in
+    the file: file names are unique in a table (pyiceberg's and the load's carry a
+    UUID), and a name needs none of the path's spelling (Spark's URI against Iceberg's)."""
+    from pyspark.sql import functions as F
+
+    if not deletes:
+        return lake
+    name = r"([^/]+)$"
+    rows = lake.select("*", F.regexp_extract(F.col("_metadata.file_path"), name, 1).alias(_FILE),
+                       F.col("_metadata.row_index").alias(_POS))  # fmt: skip
+    gone = spark.read.parquet(*deletes).select(
+        F.regexp_extract(F.col("file_path"), name, 1).alias(_FILE), F.col("pos").alias(_POS)
+    )
+    return rows.join(gone, [_FILE, _POS], "left_anti").drop(_FILE, _POS)
+
+
+_FILE = "__pgferry_file"
+_POS = "__pgferry_pos"

@@ -20,9 +20,10 @@ the ones to read (default: all).  The source takes no filters: Spark evaluates t
 the scan.  Spark 4.3 hands a later query of the same DataFrame, whose filters it cannot
 push, the reader an earlier query gave its filters to, so a source that kept them would
 return that query's rows (seen here: ``now.where("id > 10050")`` and then
-``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  Both formats as
-pgferry writes them keep a version's rows in plain Parquet files (no deletion vectors, no
-delete files): a table with delete files is refused in one line.
+``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  An Iceberg table
+written merge-on-read has position delete files: each partition carries the delete files
+that apply to its data file (as pyiceberg's scan plans them), and the executor leaves out
+the rows at the positions they name for that file.
 """
 
 from __future__ import annotations
@@ -109,24 +110,31 @@ class _Table:
         schema = table.schemas().get(snapshot.schema_id) if snapshot is not None else None
         return (schema or table.schema()).as_arrow()
 
-    def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[str]:
+    def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[_File]:
         """The version's data files whose statistics do not exclude ``filters``."""
         if self.format == "delta":
             table = self._delta(tick)
             uris = table.file_uris(file_pruning_predicate=list(filters) or None)
-            return [uri.removeprefix("file://") for uri in uris]
+            return [_File(uri.removeprefix("file://")) for uri in uris]
         table, snapshot = self._iceberg(tick)
         if snapshot is None:
             return []
         scan = table.scan(row_filter=_iceberg_filter(filters), snapshot_id=snapshot.snapshot_id)
-        found = []
-        for task in scan.plan_files():
-            if task.delete_files:
-                raise LakeError(
-                    f"{NAME}: {self.path} has delete files, which this source does not read"
-                )
-            found.append(task.file.file_path.removeprefix("file://"))
-        return found
+        return [
+            _File(task.file.file_path.removeprefix("file://"), task.file.file_path,
+                  tuple(sorted(d.file_path for d in task.delete_files)))
+            for task in scan.plan_files()
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _File:
+    """One input partition: a data file, and the position delete files that apply to it
+    (Iceberg merge-on-read), which name it as ``name`` (the path as the metadata has it)."""
+
+    path: str
+    name: str = ""
+    deletes: tuple[str, ...] = ()
 
 
 def _iceberg_filter(filters: Sequence[tuple[str, str, Any]]):
@@ -199,7 +207,7 @@ class LakeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         files = self.table.files(self.tick, [])
-        return [InputPartition(path) for path in files]
+        return [InputPartition(file) for file in files]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
@@ -208,11 +216,12 @@ class LakeReader(DataSourceReader):
 
         # What Spark expects: pyiceberg's large strings and field ids cast away.
         schema = to_arrow_schema(self.spark_schema)
+        file: _File = partition.value
         if self.table.format == "iceberg":
-            yield from _read_iceberg_file(partition.value, self.arrow, self.columns, schema)
+            yield from _read_iceberg_file(file, self.arrow, self.columns, schema)
             return
         # The table's schema: columns added after a file was written read as NULL.
-        data = ds.dataset([partition.value], schema=self.arrow, format="parquet")
+        data = ds.dataset([file.path], schema=self.arrow, format="parquet")
         scanner = data.scanner(columns=self.columns)
         for batch in scanner.to_batches():
             if batch.num_rows:
@@ -237,20 +246,43 @@ def _iceberg_columns(file_schema, table_schema) -> dict[str, str]:
     return {f.name: ids[_field_id(f)] for f in table_schema if _field_id(f) in ids}
 
 
-def _read_iceberg_file(path: str, table_schema, columns: Sequence[str], schema) -> Iterator[Any]:
-    """One Iceberg data file's rows as batches of ``schema``; a column added after the
-    file was written reads as NULL."""
+def _deleted(data: _File):
+    """The positions of ``data``'s rows its delete files remove (an Arrow array)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    file = pq.ParquetFile(path)
+    found = [
+        rows.filter(pc.equal(rows["file_path"], data.name))["pos"]
+        for rows in (pq.read_table(path.removeprefix("file://"), columns=["file_path", "pos"])
+                     for path in data.deletes)
+    ]  # fmt: skip
+    chunks = [c for arr in found for c in arr.chunks]
+    return pa.chunked_array(chunks, pa.int64()).combine_chunks() if chunks else None
+
+
+def _read_iceberg_file(data: _File, table_schema, columns: Sequence[str],
+                       schema) -> Iterator[Any]:  # fmt: skip
+    """One Iceberg data file's rows as batches of ``schema``, less the rows its position
+    delete files remove; a column added after the file was written reads as NULL."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(data.path)
+    gone = _deleted(data) if data.deletes else None
     found = _iceberg_columns(file.schema_arrow, table_schema)
     wanted = [found[name] for name in columns if name in found]
     if wanted:
         batches = file.iter_batches(columns=wanted)
     else:  # none of the columns asked for is in the file: only its row count
         batches = iter([pa.record_batch([pa.nulls(file.metadata.num_rows)], names=["_"])])
+    start = 0
     for batch in batches:
+        first, start = start, start + batch.num_rows
+        if gone is not None and len(gone):
+            at = pa.array(range(first, start), pa.int64())
+            batch = batch.filter(pc.invert(pc.is_in(at, value_set=gone)))
         if not batch.num_rows:
             continue
         arrays = [
