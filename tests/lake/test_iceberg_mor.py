@@ -56,10 +56,19 @@ def _apply(rows: dict[int, str], ops) -> None:
             rows[key] = value
 
 
-def test_merge_on_read_batches(tmp_path) -> None:
+def test_merge_on_read_batches(tmp_path, monkeypatch) -> None:
     """Updates, deletes, re-inserts, key updates and several batches on one row: the
     table read by pyiceberg's scan is the expected one, each batch is one snapshot with
-    one delete file, and no data file of the load is rewritten."""
+    one delete file, no data file of the load is rewritten, and the key index is read
+    from the table once, then kept up to date by the commits themselves."""
+    rebuilt = []
+    real = key_index.KeyIndex.rebuild
+
+    def rebuild(self, *args, **kwargs):
+        rebuilt.append(args[0])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(key_index.KeyIndex, "rebuild", rebuild)
     spec = _spec(tmp_path)
     want = _load(spec, 1000)
     loaded = _files(spec)[0]
@@ -84,6 +93,7 @@ def test_merge_on_read_batches(tmp_path) -> None:
     assert data == loaded + len(batches)  # each batch added one data file, rewrote none
     assert deletes == len(batches)
     assert iceberg.applied_version(spec) == 5000
+    assert len(rebuilt) == 1
 
 
 def test_positions_are_found_after_restart(tmp_path) -> None:
@@ -168,3 +178,25 @@ def test_table_format_has_delete_manifests(tmp_path) -> None:
     schema = pq.read_schema(delete.file_path.removeprefix("file://"))
     ids = {f.name: f.metadata[b"PARQUET:field_id"] for f in schema}
     assert ids == {"file_path": b"2147483546", "pos": b"2147483545"}
+
+
+def test_pgferry_lake_source_applies_position_deletes(tmp_path) -> None:
+    """The ``pgferry-lake`` Spark source's executor side, without Spark: each data file
+    read less the rows its delete files remove, the same rows as pyiceberg's scan."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from pgferry.stream import lake_source
+
+    spec = _spec(tmp_path)
+    want = _load(spec, 300)
+    for n in range(2, 5):
+        ops = [("U", n, "u"), ("D", 100 + n, None), ("I", 500 + n, "i"), ("U", 2, f"x{n}")]
+        iceberg.merge(spec, _batch(ops), ["id"], 1000 * n, n)
+        _apply(want, ops)
+    source = lake_source.LakeSource({"path": str(tmp_path / "public" / "t")})
+    reader = source.reader(from_arrow_schema(SCHEMA))
+    parts = reader.partitions()
+    assert any(p.value.deletes for p in parts)
+    got = [row for p in parts for batch in reader.read(p) for row in batch.to_pylist()]
+    assert sorted((r["id"], r["v"]) for r in got) == sorted(want.items())
