@@ -200,3 +200,33 @@ def test_pgferry_lake_source_applies_position_deletes(tmp_path) -> None:
     assert any(p.value.deletes for p in parts)
     got = [row for p in parts for batch in reader.read(p) for row in batch.to_pylist()]
     assert sorted((r["id"], r["v"]) for r in got) == sorted(want.items())
+
+
+def test_a_commit_planned_on_a_replaced_snapshot_is_refused(tmp_path) -> None:
+    """A row delta or a rewrite planned on a snapshot another writer has since replaced
+    is refused in one line, nothing committed (pyiceberg would retry it on top of the new
+    snapshot, with positions or rows read from the old one)."""
+    from pgferry.lake import iceberg_commit
+    from pgferry.lake.spec import LakeError
+
+    spec = _spec(tmp_path)
+    want = _load(spec, 20)
+    stale = iceberg.catalog(spec.root).load_table(("public", "t"))
+    also = iceberg.catalog(spec.root).load_table(("public", "t"))  # a failed try refreshes
+    old_rows = also.scan().to_arrow()
+    ops = [("U", 1, "meanwhile")]
+    iceberg.merge(spec, _batch(ops), ["id"], 2000, 2)
+    _apply(want, ops)
+    path = next(iter(stale.scan().plan_files())).file.file_path
+    rows = pa.table({"id": [1], "v": ["stale"]}).cast(stale.schema().as_arrow())
+    with pytest.raises(LakeError, match="another writer committed"):
+        iceberg_commit.row_delta(stale, rows, {path: [0]}, {})
+    with pytest.raises(LakeError, match="another writer committed"):
+        iceberg_commit.rewrite(also, old_rows, {})
+    assert _rows(spec) == sorted(want.items())
+    table = iceberg.catalog(spec.root).load_table(("public", "t"))
+    named = {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
+    named |= {d.file_path.removeprefix("file://") for t in table.scan().plan_files()
+              for d in t.delete_files}  # fmt: skip
+    on_disk = {str(p) for p in (tmp_path / "public" / "t" / "data").glob("*.parquet")}
+    assert on_disk == named  # the refused commits' files are gone

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pyiceberg.manifest import (
@@ -41,6 +42,8 @@ from pyiceberg.manifest import (
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
+
+from pgferry.lake.spec import LakeError
 
 # The Iceberg spec's reserved field ids of a position delete file's columns.
 FILE_PATH_ID = 2147483546
@@ -70,8 +73,15 @@ class _Files(_SnapshotProducer["_Files"]):
         self.replace = replace
 
     def _validate_concurrency(self) -> None:
-        """Nothing to validate: one writer per lake table (pgferry's rule, checked at
-        add-table and by the node's lock)."""
+        """Refuse a retry on top of another writer's snapshot (pyiceberg retries a commit
+        the catalog refused): the positions of a row delta and the rows of a rewrite were
+        read from the snapshot this began on, which another commit (a compaction, a
+        repair, a batch) may have replaced.  The caller plans again instead (the worker
+        retries its batch, exactly once)."""
+        from pyiceberg.exceptions import ValidationException
+
+        if self._commit_window is not None and not self._commit_window.is_empty():
+            raise ValidationException("another writer committed to the table meanwhile")
 
     def _existing_manifests(self) -> list[ManifestFile]:
         return []
@@ -187,6 +197,21 @@ def write_position_deletes(table, positions: Mapping[str, Any]) -> DataFile | No
     )
 
 
+@contextmanager
+def _one_line(table, written: Sequence[str]):
+    """A commit refused because another writer got there first, as one line; the files
+    ``written`` for it, which no snapshot names, removed."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    try:
+        yield
+    except (CommitFailedException, ValidationException) as exc:
+        for path in written:
+            table.io.delete(path)
+        name = ".".join(table.name())
+        raise LakeError(f"Iceberg table {name}: {exc}; not committed, to be done again") from None
+
+
 def row_delta(table, rows, positions: Mapping[str, Any], properties: Mapping[str, str]
               ) -> tuple[str | None, list[DataFile], DataFile | None]:  # fmt: skip
     """ONE snapshot: ``rows`` appended as data files and the rows at ``positions`` deleted
@@ -198,7 +223,8 @@ def row_delta(table, rows, positions: Mapping[str, Any], properties: Mapping[str
     deletes = write_position_deletes(table, positions)
     operation = Operation.OVERWRITE if deletes is not None and data else (
         Operation.DELETE if deletes is not None else Operation.APPEND)  # fmt: skip
-    with table.transaction() as tx:
+    written = [f.file_path for f in data] + ([deletes.file_path] if deletes else [])
+    with _one_line(table, written), table.transaction() as tx:
         producer = _Files(tx, properties, operation, replace=False)
         producer.commit_uuid = write_uuid
         with producer:
@@ -216,7 +242,7 @@ def rewrite(table, rows, properties: Mapping[str, str]) -> list[DataFile]:
     write_uuid = uuid.uuid4()
     data = write_data_files(table, rows, write_uuid)
     operation = Operation.OVERWRITE if table.current_snapshot() is not None else Operation.APPEND
-    with table.transaction() as tx:
+    with _one_line(table, [f.file_path for f in data]), table.transaction() as tx:
         producer = _Files(tx, properties, operation, replace=True)
         producer.commit_uuid = write_uuid
         with producer:
