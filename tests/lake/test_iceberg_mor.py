@@ -230,3 +230,21 @@ def test_a_commit_planned_on_a_replaced_snapshot_is_refused(tmp_path) -> None:
               for d in t.delete_files}  # fmt: skip
     on_disk = {str(p) for p in (tmp_path / "public" / "t" / "data").glob("*.parquet")}
     assert on_disk == named  # the refused commits' files are gone
+
+
+def test_a_batch_written_as_several_files(tmp_path) -> None:
+    """pyiceberg splits a large batch into several data files (here: files of 1 kB); the
+    index reads their keys back and the next batches find the rows in them."""
+    spec = _spec(tmp_path)
+    want = _load(spec, 10)
+    table = iceberg.catalog(spec.root).load_table(("public", "t"))
+    with table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": "1024"})
+    ops = [("I", n, f"many{n}") for n in range(100, 2100)]
+    iceberg.merge(spec, _batch(ops), ["id"], 2000, 2)
+    _apply(want, ops)
+    assert _files(spec)[0] > 2
+    ops = [("U", n, "changed") for n in range(100, 2100, 7)] + [("D", 2000, None)]
+    iceberg.merge(spec, _batch(ops), ["id"], 3000, 3)
+    _apply(want, ops)
+    assert _rows(spec) == sorted(want.items())

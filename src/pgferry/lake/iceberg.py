@@ -232,8 +232,11 @@ def _merge_on_read(spec: LakeSpec, source, key: Sequence[str],
         positions = index.find(key_index.key_values(keys, key))
         snapshot, written, _ = iceberg_commit.row_delta(table, rows, positions, props)
         index.deleted(positions)
-        index.added([(f.file_path, f.record_count) for f in written],
-                    key_index.key_values(rows, key))  # fmt: skip
+        if len(written) == 1:  # the batch's rows in their order: their keys are known
+            index.added([(written[0].file_path, rows.num_rows)], key_index.key_values(rows, key))
+        for f in written if len(written) > 1 else ():  # split by pyiceberg's bin packing
+            index.added([(f.file_path, f.record_count)],
+                        key_index.key_values(_read_columns(table, f, key), key))  # fmt: skip
         index.snapshot = snapshot
     return rows.num_rows, source.num_rows - rows.num_rows
 
@@ -266,6 +269,8 @@ def _read_columns(table, data_file, names: Sequence[str]):
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
 
+    if not hasattr(data_file, "_spec_id"):  # one just written: set when read from a manifest
+        data_file.spec_id = table.metadata.default_spec_id
     scan = ArrowScan(table.metadata, table.io, table.schema().select(*names), AlwaysTrue())
     return scan.to_table([FileScanTask(data_file)])
 
