@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -93,7 +94,7 @@ def run(size: int, mode: str, batches: int, batch: int, work: Path) -> dict:
     return {
         "size": size, "mode": mode, "first_merge_s": round(times[0], 3),
         "merge_s_median": round(statistics.median(rest), 3),
-        "merge_s_max": round(rest[-1], 3),
+        "merge_s_max": round(rest[-1], 3), "batches": batches,
         "bytes_per_changed_row": round(added_bytes / changed),
         "stored_row_bytes": round(before / size, 1),
     }  # fmt: skip
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="200000,2000000")
     parser.add_argument("--modes", default=f"{MERGE_ON_READ},{COPY_ON_WRITE}")
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--cow-batches", type=int, help="copy-on-write's (default: --batches)")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -113,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pgferry-lake-commit-") as work:
         for size in (int(s) for s in args.sizes.split(",")):
             for mode in args.modes.split(","):
-                found = run(size, mode, args.batches, args.batch, Path(work))
+                count = args.batches
+                if mode == COPY_ON_WRITE and args.cow_batches:
+                    count = args.cow_batches  # each rewrites the table: fewer at large sizes
+                found = run(size, mode, count, args.batch, Path(work))
+                shutil.rmtree(Path(work) / f"{mode}-{size}")
                 doc["runs"].append(found)
                 print(found, flush=True)
     doc["loadavg_end"] = os.getloadavg()
