@@ -3,8 +3,8 @@ leaf of the same root.
 
 On a throw-away cluster, ``t (id bigint primary key, i int, n numeric(12,2), s text)``
 (``s`` 40 characters) of ROWS rows is loaded into the leaves: Delta, Iceberg written
-copy-on-write, Iceberg written merge-on-read (``iceberg_mor``: ``lake_iceberg_deletes =
-merge-on-read``), each a lake leaf with ``lake_compact_interval = 0`` so that every byte
+copy-on-write, Iceberg written merge-on-read (``iceberg_mor``: handler argument
+``deletes=merge-on-read``), each a lake leaf with ``lake_compact_interval = 0`` so that every byte
 written is replay's, and PostgreSQL (handler bulk).  Their workers loop in threads, the
 root ticks every TICK seconds, and a writer changes RATE rows a second for SECONDS, keys
 drawn over the whole table: 90 % updates, 5 % inserts (new keys), 5 % deletes, in commits
@@ -43,11 +43,12 @@ from pgferry.testing.cluster import make_cluster
 DDL = "create table public.t (id bigint primary key, i int, n numeric(12,2), s text)"
 FILL = ("insert into public.t select g, g %% 1000, g / 7.0, md5(g::text) || lpad(g::text, 8, '0')"
         " from generate_series(1, %s) g")  # fmt: skip
-# leaf name -> (lake format, settings of its ini)
+# leaf name -> (lake format, the table's handler arguments; per table, not in the ini:
+# the workers of one process share one handler config)
 LAKES = {
-    "delta": ("delta", {}),
-    "iceberg": ("iceberg", {"lake_iceberg_deletes": "copy-on-write"}),
-    "iceberg_mor": ("iceberg", {"lake_iceberg_deletes": "merge-on-read"}),
+    "delta": ("delta", []),
+    "iceberg": ("iceberg", ["deletes=copy-on-write"]),
+    "iceberg_mor": ("iceberg", ["deletes=merge-on-read"]),
 }
 
 
@@ -154,16 +155,16 @@ def main(argv: list[str] | None = None) -> int:
             cascade.dsns[name] = cluster.createdb(f"scat_{name}")
         cascade.node("root", cascade.dsns["root"], "root")
         for name in names:
-            fmt, settings = LAKES[name]
             cascade.node(name, cascade.dsns[name], "leaf", "root", lake_path=str(lakes[name]),
-                         lake_format=fmt, lake_compact_interval="0", **settings)  # fmt: skip
+                         lake_format=LAKES[name][0], lake_compact_interval="0")  # fmt: skip
         cascade.node("pg", cascade.dsns["pg"], "leaf", "root")
         cascade.sql("root", DDL)
         cascade.sql("root", FILL, (args.rows,))
         cascade.sql("root", "vacuum analyze public.t")
         cascade.add("root", "public.t")
         for name in names:
-            cascade.add(name, "public.t", handler="lake", create=True)
+            cascade.add(name, "public.t", handler="lake", create=True,
+                        handler_args=LAKES[name][1])  # fmt: skip
         cascade.add("pg", "public.t", create=True)
         t0 = time.monotonic()
         cascade.catch_up(*names, "pg", timeout=7200)

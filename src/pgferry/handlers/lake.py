@@ -48,6 +48,8 @@ class Lake(Handler):
         Param("format", "delta or iceberg (default: the ini's lake_format)",
               choices=lake_spec.FORMATS),
         Param("path", "the lake's directory or s3://bucket/prefix (default: lake_path)"),
+        Param("deletes", "Iceberg: copy-on-write or merge-on-read (default: the ini's"
+              " lake_iceberg_deletes)", choices=lake_spec.ICEBERG_DELETES),
         Param("lake_format", "the format the table was added with", computed=True),
         Param("location", "the lake's directory, absolute", computed=True),
         Param("owner", "queue:node:table, recorded in the lake table", computed=True),
@@ -66,7 +68,7 @@ class Lake(Handler):
             self.args["owner"],
             storage.options(self.config),
             self.args.get("catalog") or "",
-            iceberg_deletes(self.config),
+            self.args.get("deletes") or iceberg_deletes(self.config),
         )
 
     def _setting(self, arg: str, key: str, default: str) -> str:
@@ -109,7 +111,7 @@ class Lake(Handler):
             f"{table.queue}:{node}:{table.table_name}",
             storage.options(self.config),
             _catalog(self.config, fmt, root),
-            iceberg_deletes(self.config),
+            self.args.get("deletes") or iceberg_deletes(self.config),
         )
         _check_not_shared(table, spec)
         try:
@@ -252,7 +254,7 @@ def _lake_specs(
         fmt, location, owner = args["lake_format"], args["location"], args["owner"]
         yield name, lake_spec.LakeSpec(
             fmt, location, schema, table, owner, storage.options(config),
-            args.get("catalog") or "", iceberg_deletes(config),
+            args.get("catalog") or "", args.get("deletes") or iceberg_deletes(config),
         )  # fmt: skip
 
 
