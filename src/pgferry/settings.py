@@ -103,7 +103,7 @@ NODE_SETTINGS: list[Setting] = [
     ("lake_keep_hours", "168", "lake handler: hours of history a vacuum keeps"),
     (
         "lake_iceberg_deletes",
-        "copy-on-write",
+        "merge-on-read",
         "Iceberg: a batch's changed rows rewritten with their files (copy-on-write) or"
         " deleted by position delete files (merge-on-read)",
     ),

@@ -445,9 +445,9 @@ def _check_replay_key(module, spec: lake_spec.LakeSpec, name: str, key) -> None:
 def iceberg_deletes(config) -> str:
     """``lake_iceberg_deletes``: how an Iceberg table's batches replace and delete rows."""
     given = (
-        config.get("lake_iceberg_deletes", lake_spec.COPY_ON_WRITE) if config is not None else ""
+        config.get("lake_iceberg_deletes", lake_spec.MERGE_ON_READ) if config is not None else ""
     )
-    given = (given or lake_spec.COPY_ON_WRITE).strip()
+    given = (given or lake_spec.MERGE_ON_READ).strip()
     if given not in lake_spec.ICEBERG_DELETES:
         raise HandlerError(
             f"handler lake: lake_iceberg_deletes must be {' or '.join(lake_spec.ICEBERG_DELETES)},"

@@ -46,7 +46,7 @@ class LakeSpec:
     catalog: str = ""
     # Iceberg: how a batch replaces and deletes rows (COPY_ON_WRITE or MERGE_ON_READ); a
     # setting of the writer, not of the table: both ways read the other's files.
-    deletes: str = field(default=COPY_ON_WRITE, compare=False)
+    deletes: str = field(default=MERGE_ON_READ, compare=False)
 
     @property
     def remote(self) -> bool:
