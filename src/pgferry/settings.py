@@ -456,6 +456,11 @@ LAKE_COMPACT_INTERVAL = Setting(
 LAKE_KEEP_HOURS = Setting(
     "lake_keep_hours", INT, 168, "lake handler: hours of history a vacuum keeps"
 )
+LAKE_ICEBERG_DELETES = Setting(
+    "lake_iceberg_deletes", choice("merge-on-read", "copy-on-write"), "merge-on-read",
+    "Iceberg: a batch's changed rows rewritten with their files (copy-on-write) or"
+    " deleted by position delete files (merge-on-read)",
+)  # fmt: skip
 SPARK_WARM = Setting(
     "spark_warm", BOOL, True, "start Spark once caught up after batches too large for the driver"
 )
@@ -500,8 +505,9 @@ NODE_SETTINGS: tuple[Setting[Any], ...] = (
     REPLAY_SECOND_EVENTS, METRICS_PORT, METRICS_ADDRESS, HANDLER_MODULES, OBFUSCATOR_MAP,
     OBFUSCATOR_KEY, LAKE_PATH, LAKE_S3_ENDPOINT, LAKE_S3_REGION, LAKE_S3_ACCESS_KEY_ID,
     LAKE_S3_SECRET_ACCESS_KEY, LAKE_S3_SESSION_TOKEN, LAKE_S3_ALLOW_HTTP, LAKE_TIMEOUT,
-    LAKE_CATALOG, LAKE_FORMAT, LAKE_COMPACT_INTERVAL, LAKE_KEEP_HOURS, SPARK_WARM,
-    SPARK_IDLE_TIMEOUT, SPARK_MASTER, SPARK_WAIT, SPARK_MASTER_UI, SPARK_REMOTE, SPARK_ANY,
+    LAKE_CATALOG, LAKE_FORMAT, LAKE_COMPACT_INTERVAL, LAKE_KEEP_HOURS, LAKE_ICEBERG_DELETES,
+    SPARK_WARM, SPARK_IDLE_TIMEOUT, SPARK_MASTER, SPARK_WAIT, SPARK_MASTER_UI, SPARK_REMOTE,
+    SPARK_ANY,
 )  # fmt: skip
 
 # The ticker's settings ([pgqd]); those of the same key as a node's are the same object

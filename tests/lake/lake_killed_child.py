@@ -27,3 +27,18 @@ def killed_after_the_lake_commit(ini: str, fmt: str) -> None:
     module.multiset = killed
     Worker(load_config(ini)).work()
     os._exit(3)  # not killed: the batch never reached the lake
+
+
+def killed_after_the_iceberg_merge(ini: str) -> None:
+    """The same for a keyed Iceberg table's batch (its merge, merge-on-read or not)."""
+    from pgferry.lake import iceberg
+
+    real = iceberg.merge
+
+    def killed(*args, **kwargs):
+        real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    iceberg.merge = killed
+    Worker(load_config(ini)).work()
+    os._exit(3)  # not killed: the batch never reached the lake

@@ -194,3 +194,9 @@ def test_key_recorded_on_an_older_table(lake_pair, lake_dir) -> None:
     assert pair.cascade.cli("leafnode", "remove-table", "public.t").code == 0
     pair.cascade.add("leafnode", "public.t", handler="lake")
     assert json.loads(DeltaTable(path).metadata().description)["key"] == ["id"]
+
+
+def test_unknown_iceberg_deletes(lake_pair) -> None:
+    pair = _pair(lake_pair, lake_format="iceberg", lake_iceberg_deletes="sometimes")
+    line = _refused(pair)
+    assert "lake_iceberg_deletes must be copy-on-write or merge-on-read" in line

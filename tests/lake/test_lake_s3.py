@@ -90,5 +90,7 @@ def test_iceberg_on_s3(make_pair, s3_lake) -> None:
     pair.root("delete from t where id > 190")
     pair.catch_up(worker)
     assert rows() == sorted_rows(pair.root("select id, v from t"))
+    # merge-on-read (the default) on the store: a position delete file beside the rows
+    assert any(k.endswith("-deletes.parquet") for k in server.keys(bucket, "lake/public/t/"))
     with pair.cascade.running("leafnode"):
         assert pair.cascade.cli("leafnode", "compare").code == 0

@@ -1,6 +1,6 @@
-"""``spark.read.format("pgferry-lake")``: a lake leaf's Delta and Iceberg tables read by
-Spark without jars, at their newest version and as of a tick, filtered, and only the
-columns asked for."""
+"""``spark.read.format("pgferry-lake")``: a lake leaf's Delta and Iceberg tables (one
+written merge-on-read) read by Spark without jars, at their newest version and as of a
+tick, filtered, and only the columns asked for."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ def _newest_tick(lake_dir, fmt: str) -> int:
 
 
 # "Mixed Col": pyiceberg writes it as Mixed_x20Col in its Parquet files (read by field id).
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+# iceberg-merge-on-read: its batches leave position delete files, which the source applies.
+@pytest.mark.parametrize("fmt", ["delta", "iceberg-copy-on-write", "iceberg-merge-on-read"])
 def test_read_newest_and_at_tick(lake_pair, lake_dir, spark, fmt) -> None:
     from pgferry.stream import lake_source
 
-    pair = lake_pair(lake_format=fmt)
+    fmt, _, deletes = fmt.partition("-")
+    pair = lake_pair(lake_format=fmt, **({"lake_iceberg_deletes": deletes} if deletes else {}))
     for side in (pair.root, pair.leaf):
         side('create table public.t (id bigint primary key, v text, n numeric(10,2),'
              ' "Mixed Col" int)')  # fmt: skip
@@ -41,6 +43,12 @@ def test_read_newest_and_at_tick(lake_pair, lake_dir, spark, fmt) -> None:
     pair.root("insert into t select g, 'w', 0, 1 from generate_series(10001, 10100) g")
     pair.catch_up()
     assert _newest_tick(lake_dir, fmt) > first_tick
+    if deletes:
+        from pgferry.lake import snapshots
+
+        spec = LakeSpec(fmt, str(lake_dir), "public", "t", "")
+        held = snapshots.delete_files(spec, _newest_tick(lake_dir, fmt))
+        assert bool(held) == (deletes == "merge-on-read")
 
     lake_source.register(spark)
     path = str(lake_dir / "public" / "t")

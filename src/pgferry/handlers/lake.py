@@ -63,6 +63,8 @@ class Lake(Handler):
         Param("format", "delta or iceberg (default: the ini's lake_format)",
               choices=lake_spec.FORMATS),
         Param("path", "the lake's directory or s3://bucket/prefix (default: lake_path)"),
+        Param("deletes", "Iceberg: copy-on-write or merge-on-read (default: the ini's"
+              " lake_iceberg_deletes)", choices=lake_spec.ICEBERG_DELETES),
         Param("lake_format", "the format the table was added with", computed=True),
         Param("location", "the lake's directory, absolute", computed=True),
         Param("owner", "queue:node:table, recorded in the lake table", computed=True),
@@ -81,6 +83,7 @@ class Lake(Handler):
             self.args["owner"],
             storage.options(self.config),
             self.args.get("catalog") or "",
+            self.args.get("deletes") or iceberg_deletes(self.config),
         )
 
     def _setting(self, arg: str, setting: settings.Setting[str]) -> str:
@@ -120,6 +123,7 @@ class Lake(Handler):
             f"{table.queue}:{node}:{table.table_name}",
             storage.options(self.config),
             _catalog(self.config, fmt, root),
+            self.args.get("deletes") or iceberg_deletes(self.config),
         )
         _check_not_shared(table, spec)
         try:
@@ -255,7 +259,7 @@ def _lake_specs(tables: Iterable[tuple[str, Mapping[str, Any]]], config=None):
         fmt, location, owner = args["lake_format"], args["location"], args["owner"]
         yield name, lake_spec.LakeSpec(
             fmt, location, schema, table, owner, storage.options(config),
-            args.get("catalog") or "",
+            args.get("catalog") or "", args.get("deletes") or iceberg_deletes(config),
         )  # fmt: skip
 
 
@@ -454,6 +458,13 @@ def _check_replay_key(memory: LakeMemory, module, spec: lake_spec.LakeSpec, name
         made = known[spec.location] = module.key_of(spec)  # read again before refusing
     if made is not None and list(made) != list(key):
         raise _key_changed(name, spec, key, made)
+
+
+def iceberg_deletes(config) -> str:
+    """``lake_iceberg_deletes``: how an Iceberg table's batches replace and delete rows."""
+    if config is None:
+        return lake_spec.MERGE_ON_READ
+    return config.get(settings.LAKE_ICEBERG_DELETES)
 
 
 def _catalog(config, fmt: str, root: str) -> str:

@@ -12,8 +12,19 @@ batch's keys and an append of its new rows, in one metadata commit) whose snapsh
 the replay version, the tick and the provider's time of it in their summary
 (``pgferry.version``, ``pgferry.tick``, ``pgferry.tick_time``); :func:`applied_version`
 reads the current snapshot's.  The table properties ``pgferry.owner`` and ``pgferry.key``
-mark the tables pgferry made and the key each was made for.  pyiceberg writes
-copy-on-write (no delete files), so readers need no support for equality deletes.
+mark the tables pgferry made and the key each was made for.
+
+A batch of a keyed table is written one of two ways (``lake_iceberg_deletes``):
+
+- copy-on-write: pyiceberg's delete of the batch's keys rewrites every data file holding
+  one of them, then the new rows are appended;
+- merge-on-read: the batch's new rows become one data file and the rows they replace or
+  delete one position delete file, in one snapshot (:mod:`.iceberg_commit`, which
+  pyiceberg lacks); the positions come from :mod:`.key_index`, so a batch reads no data
+  file.  Readers must apply position deletes (pyiceberg's scans do); compaction folds
+  them into the data.
+
+Neither writes equality deletes, which pyiceberg cannot read.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from pgferry.lake.spec import OP, LakeError, LakeSpec, rows_kept_after_deletes
+from pgferry.lake.spec import MERGE_ON_READ, OP, LakeError, LakeSpec, rows_kept_after_deletes
 
 OWNER = "pgferry.owner"
 KEY = "pgferry.key"  # the key the table was made for, JSON
@@ -185,6 +196,8 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if spec.deletes == MERGE_ON_READ:
+        return _merge_on_read(spec, source, key, _props(version, tick, tick_time))
     table = _table(spec)
     props = _props(version, tick, tick_time)
     upserts = source.filter(pc.invert(pc.is_in(source[OP], value_set=pa.array(["D", "d"]))))
@@ -197,6 +210,85 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
             tx.append(rows, snapshot_properties=props)
     deletes = source.num_rows - upserts.num_rows
     return upserts.num_rows, deletes
+
+
+def _merge_on_read(spec: LakeSpec, source, key: Sequence[str],
+                   props: dict[str, str]) -> tuple[int, int]:  # fmt: skip
+    """Merge-on-read: the live rows holding a key of the batch deleted by position and
+    the batch's new rows appended, in ONE snapshot."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pgferry.lake import iceberg_commit, key_index
+
+    table = _table(spec)
+    schema = table.schema().as_arrow()
+    gone = pc.is_in(source[OP], value_set=pa.array(["D", "d"]))
+    rows = source.filter(pc.invert(gone)).drop([OP]).cast(schema)
+    keys = source.select(list(key)).cast(pa.schema([schema.field(k) for k in key]))
+    index = key_index.of_table(spec.location, key)
+    with index.lock:
+        _sync_index(table, index)
+        positions = index.find(key_index.key_values(keys, key))
+        snapshot, written, _ = iceberg_commit.row_delta(table, rows, positions, props)
+        index.deleted(positions)
+        if len(written) == 1:  # the batch's rows in their order: their keys are known
+            index.added([(written[0].file_path, rows.num_rows)], key_index.key_values(rows, key))
+        for f in written if len(written) > 1 else ():  # split by pyiceberg's bin packing
+            index.added([(f.file_path, f.record_count)],
+                        key_index.key_values(_read_columns(table, f, key), key))  # fmt: skip
+        index.snapshot = snapshot
+    return rows.num_rows, source.num_rows - rows.num_rows
+
+
+def _sync_index(table, index) -> None:
+    """Bring ``index`` to the table's current snapshot when it reflects another."""
+    snap = table.current_snapshot()
+    current = str(snap.snapshot_id) if snap is not None else None
+    if index.snapshot == current and index.snapshot is not None:
+        return
+    from pgferry.lake import key_index
+
+    tasks = list(table.scan().plan_files()) if snap is not None else []
+    data = {t.file.file_path: t.file for t in tasks}
+    deletes: dict[str, list[int]] = {}
+    for found in position_deletes(table, {d for t in tasks for d in t.delete_files}):
+        for path, at in found.items():
+            deletes.setdefault(path, []).extend(at)
+    key = list(index.key)
+
+    def read_keys(data_file):
+        return key_index.key_values(_read_columns(table, data_file, key), key)
+
+    index.rebuild(current, data, read_keys, deletes)
+
+
+def _read_columns(table, data_file, names: Sequence[str]):
+    """``names`` of one data file's rows, every row in the file's order (no deletes)."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    if not hasattr(data_file, "_spec_id"):  # one just written: set when read from a manifest
+        data_file.spec_id = table.metadata.default_spec_id
+    scan = ArrowScan(table.metadata, table.io, table.schema().select(*names), AlwaysTrue())
+    return scan.to_table([FileScanTask(data_file)])
+
+
+def position_deletes(table, delete_files) -> list[dict[str, list[int]]]:
+    """Each position delete file's positions, by the data file path they delete from."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for delete_file in delete_files:
+        with table.io.new_input(delete_file.file_path).open() as stream:
+            rows = pq.read_table(stream, columns=["file_path", "pos"])
+        found: dict[str, list[int]] = {}
+        for path, pos in zip(rows["file_path"].to_pylist(), rows["pos"].to_pylist(),
+                             strict=True):  # fmt: skip
+            found.setdefault(path, []).append(pos)
+        out.append(found)
+    return out
 
 
 def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
@@ -286,14 +378,22 @@ def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:
 
 
 def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
-    """Rewrite the current rows as one overwrite (pyiceberg has no rewrite of data files
-    yet), keeping the replay version; then expire old snapshots."""
+    """Rewrite the current rows (position deletes applied) as the table's only data files,
+    sorted by the key, in one snapshot that removes every data and delete file before it
+    (pyiceberg has no rewrite of data files yet), keeping the replay version; then expire
+    old snapshots."""
+    from pgferry.lake import iceberg_commit
+
     table = _table(spec)
     current = table.current_snapshot()
     props = dict(current.summary.additional_properties) if current and current.summary else {}
     keep = {k: v for k, v in props.items() if k in (VERSION, TICK, TICK_TIME)}
     rows = table.scan().to_arrow()
-    table.overwrite(rows, snapshot_properties=keep)
+    key = table.properties.get(KEY)
+    if key and json.loads(key) and rows.num_rows:
+        # Files clustered by key: a reader filtering on it prunes files by their bounds.
+        rows = rows.sort_by([(k, "ascending") for k in json.loads(key)])
+    iceberg_commit.rewrite(table, rows.cast(table.schema().as_arrow()), keep)
     if keep_hours is not None:
         table = _table(spec)
         older = datetime.now(UTC) - timedelta(hours=keep_hours)

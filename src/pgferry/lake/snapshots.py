@@ -1,14 +1,16 @@
 """The Parquet files that hold a lake table's rows as of one tick, and their rows read by
 pyarrow, for Spark to read.
 
-Both formats as pgferry writes them keep every row of a version in plain Parquet files:
-Delta through delta-rs writes no deletion vectors, Iceberg through pyiceberg writes
-copy-on-write (no delete files).  So the files of the version of a tick, read as Parquet,
-are exactly its rows.  :func:`read_file` reads one of them, from a folder or an object
-store (pyarrow's file system of :mod:`.storage`, whose options a Spark task carries), as
-Arrow batches of the columns asked for: the Python tasks of ``compare``, ``repair`` and
-the ``pgferry-lake`` data source read a table on a store this way, where Spark's own
-Parquet reader would need the ``hadoop-aws`` jars.
+Delta through delta-rs writes no deletion vectors: the files of a version, read as
+Parquet, are exactly its rows.  An Iceberg table written merge-on-read
+(``lake_iceberg_deletes``) also has position delete files: a version's rows are its data
+files' rows less the positions its delete files name (:func:`delete_files`), which a
+reader must take away (``pipeline/lake_spark.py`` does, by file name and row index).
+:func:`read_file` reads one data file, from a folder or an object store (pyarrow's file
+system of :mod:`.storage`, whose options a Spark task carries), as Arrow batches of the
+columns asked for, less the rows its delete files remove: the Python tasks of
+``compare``, ``repair`` and the ``pgferry-lake`` data source read a table on a store this
+way, where Spark's own Parquet reader would need the ``hadoop-aws`` jars.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ from pgferry.lake.spec import LakeError, LakeSpec
 _FIELD_ID = b"PARQUET:field_id"
 
 
+def _iceberg_tasks(spec: LakeSpec, tick: int) -> list:
+    table = iceberg._table(spec)
+    for snap in iceberg._ancestry(table):
+        at = snap.summary.additional_properties.get(iceberg.TICK) if snap.summary else None
+        if at is None or int(at) <= tick:
+            return list(table.scan(snapshot_id=snap.snapshot_id).plan_files())
+    return []
+
+
 def data_files(spec: LakeSpec, tick: int) -> list[str]:
     """Paths of the files of the newest version whose commit is of a tick at most ``tick``
     (local paths, or the store's URLs)."""
@@ -31,13 +42,7 @@ def data_files(spec: LakeSpec, tick: int) -> list[str]:
 
         return delta.data_files(spec, tick)
     if spec.format == "iceberg":
-        table = iceberg._table(spec)
-        for snap in iceberg._ancestry(table):
-            at = snap.summary.additional_properties.get(iceberg.TICK) if snap.summary else None
-            if at is None or int(at) <= tick:
-                scan = table.scan(snapshot_id=snap.snapshot_id)
-                return [t.file.file_path.removeprefix("file://") for t in scan.plan_files()]
-        return []
+        return [t.file.file_path.removeprefix("file://") for t in _iceberg_tasks(spec, tick)]
     raise LakeError(f"unknown lake format {spec.format!r}")
 
 
@@ -81,21 +86,36 @@ def file_columns(file_schema, table_schema) -> dict[str, str]:
 
 
 def read_file(
-    path: str, opts: storage.Options, table_schema, columns: Sequence[str], schema
+    path: str,
+    opts: storage.Options,
+    table_schema,
+    columns: Sequence[str],
+    schema,
+    name: str = "",
+    deletes: Sequence[str] = (),
 ) -> Iterator[Any]:
     """One data file's rows as record batches of ``schema`` (``columns``, in that order,
-    cast to its types); a column of ``table_schema`` the file lacks (added after it was
-    written) reads as NULL.  Empty batches are skipped."""
+    cast to its types), less the rows its position ``deletes`` files remove (Iceberg
+    merge-on-read; they name the data file ``name``, its path as the metadata has it); a
+    column of ``table_schema`` the file lacks (added after it was written) reads as NULL.
+    Empty batches are skipped."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     file = open_file(path, opts)
+    gone = _deleted(name or path, deletes, opts) if deletes else None
     found = file_columns(file.schema_arrow, table_schema)
     wanted = [found[name] for name in columns if name in found]
     if wanted:
         batches = file.iter_batches(columns=wanted)
     else:  # none of the columns asked for is in the file: only its row count
         batches = iter([pa.record_batch([pa.nulls(file.metadata.num_rows)], names=["_"])])
+    start = 0
     for batch in batches:
+        first, start = start, start + batch.num_rows
+        if gone is not None and len(gone):
+            at = pa.array(range(first, start), pa.int64())
+            batch = batch.filter(pc.invert(pc.is_in(at, value_set=gone)))
         if not batch.num_rows:
             continue
         arrays = [
@@ -106,5 +126,28 @@ def read_file(
         yield pa.Table.from_arrays(arrays, names=list(columns)).cast(schema).to_batches()[0]
 
 
+def _deleted(name: str, deletes: Sequence[str], opts: storage.Options):
+    """The positions of data file ``name``'s rows its position delete files remove (an
+    Arrow array; None when they name none of them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = []
+    for path in deletes:
+        rows = open_file(path.removeprefix("file://"), opts).read(columns=["file_path", "pos"])
+        found.append(rows.filter(pc.equal(rows["file_path"], name))["pos"])
+    chunks = [c for arr in found for c in arr.chunks]
+    return pa.chunked_array(chunks, pa.int64()).combine_chunks() if chunks else None
+
+
 def _field_id(field) -> bytes | None:
     return (field.metadata or {}).get(_FIELD_ID)
+
+
+def delete_files(spec: LakeSpec, tick: int) -> list[str]:
+    """Paths of the position delete files of that version (Parquet: ``file_path``, the
+    data file's path as the table's metadata writes it, and ``pos``, its row index)."""
+    if spec.format != "iceberg":
+        return []
+    found = {d.file_path for t in _iceberg_tasks(spec, tick) for d in t.delete_files}
+    return sorted(path.removeprefix("file://") for path in found)

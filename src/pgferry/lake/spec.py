@@ -21,6 +21,10 @@ from pgferry.errors import TableError
 FORMATS = ("delta", "iceberg")
 OP = "__pgferry_op"  # the stage's op, beside the row's columns in a merge's source
 PARTS = 1000  # commits one table may take in one batch (TRUNCATE barriers, ev_id ranges)
+# How an Iceberg table's batch replaces and deletes rows (lake_iceberg_deletes).
+COPY_ON_WRITE = "copy-on-write"
+MERGE_ON_READ = "merge-on-read"
+ICEBERG_DELETES = (COPY_ON_WRITE, MERGE_ON_READ)
 
 
 class LakeError(TableError):
@@ -40,6 +44,9 @@ class LakeSpec:
     # Iceberg: the SQLite file of the catalog (default: DIR/pgferry_catalog.db; a lake on
     # object storage keeps it on this machine, lake_catalog)
     catalog: str = ""
+    # Iceberg: how a batch replaces and deletes rows (COPY_ON_WRITE or MERGE_ON_READ); a
+    # setting of the writer, not of the table: both ways read the other's files.
+    deletes: str = field(default=MERGE_ON_READ, compare=False)
 
     @property
     def remote(self) -> bool:

@@ -3,7 +3,8 @@
 The load's tasks (:func:`~.lake_copy.run_groups`) write the source's rows in the sync
 point's exported snapshot, with the table's row filters, as Parquet files into a scratch
 folder under the lake; Spark reads them, and the Parquet files of the lake version of the
-tick (:mod:`pgferry.lake.snapshots`) cast to the source's types.  No row passes through
+tick (:mod:`pgferry.lake.snapshots`) less the rows its position delete files name (an
+Iceberg table written merge-on-read), cast to the source's types.  No row passes through
 the driver.  The scratch folder is removed when the ``with`` ends, so whatever the caller
 needs of the rows is computed (or collected) inside it.
 
@@ -86,14 +87,16 @@ def sides(
             source = store_frame(spark, paths, task.spec.storage, arrow, arrow)
             files = snapshots.data_files(task.spec, tick)
             lake = store_frame(spark, files, task.spec.storage,
-                               snapshots.table_schema(task.spec), arrow)  # fmt: skip
+                               snapshots.table_schema(task.spec), arrow,
+                               snapshots.delete_files(task.spec, tick))  # fmt: skip
             yield source, lake
             return
         source = spark.read.parquet(where.location).select(*names)
         files = snapshots.data_files(task.spec, tick)
         types = {f.name: f.dataType for f in source.schema.fields}
         if files:
-            lake = spark.read.parquet(*files)
+            lake = _without_deleted(spark, spark.read.parquet(*files),
+                                    snapshots.delete_files(task.spec, tick))  # fmt: skip
             lake = lake.select(*[F.col(n).cast(types[n]).alias(n) for n in names])
         else:  # an emptied table: Spark reads no list of no files
             lake = spark.createDataFrame([], source.schema)
@@ -102,10 +105,15 @@ def sides(
         _remove(scratch, task.spec.storage)
 
 
-def store_frame(spark, files: list[str], opts: storage.Options, table_schema, arrow):
+def store_frame(
+    spark, files: list[str], opts: storage.Options, table_schema, arrow,
+    deletes: list[str] | None = None,
+):  # fmt: skip
     """A DataFrame of the Parquet ``files`` of a store, read by one Python task per file
-    (:func:`pgferry.lake.snapshots.read_file`) as ``arrow``'s columns and types.  The
-    store's options travel in the task's closure, never in a conf or a log line."""
+    (:func:`pgferry.lake.snapshots.read_file`) as ``arrow``'s columns and types, less the
+    rows the position delete files ``deletes`` name (Iceberg merge-on-read: each names a
+    data file by its URL, as ``files`` does).  The store's options travel in the task's
+    closure, never in a conf or a log line."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     # Every column nullable, as Spark reads Parquet: the two sides' types then agree.
@@ -122,7 +130,8 @@ def store_frame(spark, files: list[str], opts: storage.Options, table_schema, ar
         for batch in batches:
             for number in batch.column(0).to_pylist():
                 yield from snapshots.read_file(files[number], opts, table_schema,
-                                               columns, wanted)  # fmt: skip
+                                               columns, wanted, name=files[number],
+                                               deletes=deletes or ())  # fmt: skip
 
     return spark.range(len(files), numPartitions=len(files)).mapInArrow(read, schema)
 
@@ -142,3 +151,25 @@ def _remove(scratch: str, opts: storage.Options) -> None:
     store, inner = storage.filesystem(scratch, opts)
     with suppress(OSError):  # the store gone away: the prefix stays, named by its uuid
         store.delete_dir(inner)
+
+
+def _without_deleted(spark, lake, deletes: list[str]):
+    """The rows of ``lake`` (its data files read as Parquet) less those the position
+    delete files ``deletes`` name.  A row is known by its file's name and its index in
+    the file: file names are unique in a table (pyiceberg's and the load's carry a
+    UUID), and a name needs none of the path's spelling (Spark's URI against Iceberg's)."""
+    from pyspark.sql import functions as F
+
+    if not deletes:
+        return lake
+    name = r"([^/]+)$"
+    rows = lake.select("*", F.regexp_extract(F.col("_metadata.file_path"), name, 1).alias(_FILE),
+                       F.col("_metadata.row_index").alias(_POS))  # fmt: skip
+    gone = spark.read.parquet(*deletes).select(
+        F.regexp_extract(F.col("file_path"), name, 1).alias(_FILE), F.col("pos").alias(_POS)
+    )
+    return rows.join(gone, [_FILE, _POS], "left_anti").drop(_FILE, _POS)
+
+
+_FILE = "__pgferry_file"
+_POS = "__pgferry_pos"

@@ -28,9 +28,10 @@ the ones to read (default: all).  The source takes no filters: Spark evaluates t
 the scan.  Spark 4.3 hands a later query of the same DataFrame, whose filters it cannot
 push, the reader an earlier query gave its filters to, so a source that kept them would
 return that query's rows (seen here: ``now.where("id > 10050")`` and then
-``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  Both formats as
-pgferry writes them keep a version's rows in plain Parquet files (no deletion vectors, no
-delete files): a table with delete files is refused in one line.
+``now.where("n > 400 or v = 'new'")`` read only keys above 10050).  An Iceberg table
+written merge-on-read has position delete files: each partition carries the delete files
+that apply to its data file (as pyiceberg's scan plans them), and the executor leaves out
+the rows at the positions they name for that file.
 """
 
 from __future__ import annotations
@@ -187,27 +188,34 @@ class _Table:
         schema = table.schemas().get(snapshot.schema_id) if snapshot is not None else None
         return (schema or table.schema()).as_arrow()
 
-    def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[str]:
+    def files(self, tick: int | None, filters: Sequence[tuple[str, str, Any]]) -> list[_File]:
         """The version's data files whose statistics do not exclude ``filters`` (local
         paths, or the store's URLs)."""
         if self.format == "delta":
             table = self._delta(tick)
             uris = table.file_uris(file_pruning_predicate=list(filters) or None)
             if storage.is_remote(self.path):
-                return list(uris)
-            return [unquote(uri.removeprefix("file://")) for uri in uris]
+                return [_File(uri) for uri in uris]
+            return [_File(unquote(uri.removeprefix("file://"))) for uri in uris]
         table, snapshot = self._iceberg(tick)
         if snapshot is None:
             return []
         scan = table.scan(row_filter=_iceberg_filter(filters), snapshot_id=snapshot.snapshot_id)
-        found = []
-        for task in scan.plan_files():
-            if task.delete_files:
-                raise LakeError(
-                    f"{NAME}: {self.shown} has delete files, which this source does not read"
-                )
-            found.append(task.file.file_path.removeprefix("file://"))
-        return found
+        return [
+            _File(task.file.file_path.removeprefix("file://"), task.file.file_path,
+                  tuple(sorted(d.file_path for d in task.delete_files)))
+            for task in scan.plan_files()
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _File:
+    """One input partition: a data file, and the position delete files that apply to it
+    (Iceberg merge-on-read), which name it as ``name`` (the path as the metadata has it)."""
+
+    path: str
+    name: str = ""
+    deletes: tuple[str, ...] = ()
 
 
 def _iceberg_filter(filters: Sequence[tuple[str, str, Any]]):
@@ -280,7 +288,7 @@ class LakeReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         files = self.table.files(self.tick, [])
-        return [InputPartition(path) for path in files]
+        return [InputPartition(file) for file in files]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -289,8 +297,11 @@ class LakeReader(DataSourceReader):
 
         # What Spark expects: pyiceberg's large strings and field ids cast away, a
         # timestamp with a zone as its UTC instant (Spark 4.3 wants a zone named).  The
-        # table's schema: columns added after a file was written read as NULL.
+        # table's schema: columns added after a file was written read as NULL; an Iceberg
+        # file's rows less those its position delete files remove.
         schema = to_arrow_schema(self.spark_schema, timezone="UTC")
+        file: _File = partition.value
         yield from snapshots.read_file(
-            partition.value, self.table.storage, self.arrow, self.columns, schema
-        )
+            file.path, self.table.storage, self.arrow, self.columns, schema,
+            name=file.name, deletes=file.deletes,
+        )  # fmt: skip
