@@ -176,9 +176,13 @@ def test_killed_between_the_lake_commit_and_postgresql_s(lake_pair, lake_dir) ->
 def iceberg_spec(pair):
     from pgferry.db import connect
     from pgferry.handlers.lake import _lake_specs
+    from pgferry.registry import entries
 
     with connect(pair.leaf_dsn) as conn:
-        ((_, spec),) = list(_lake_specs(conn, pair.queue))
+        tables = [
+            (e.table_name, e.table_attrs or {}) for e in entries.list_tables(conn, pair.queue)
+        ]
+    ((_, spec),) = list(_lake_specs(tables))
     return spec
 
 

@@ -199,4 +199,4 @@ def test_key_recorded_on_an_older_table(lake_pair, lake_dir) -> None:
 def test_unknown_iceberg_deletes(lake_pair) -> None:
     pair = _pair(lake_pair, lake_format="iceberg", lake_iceberg_deletes="sometimes")
     line = _refused(pair)
-    assert "lake_iceberg_deletes must be copy-on-write or merge-on-read" in line
+    assert "setting 'lake_iceberg_deletes' must be merge-on-read or copy-on-write" in line

@@ -213,9 +213,9 @@ def test_source_store_from_the_environment(s3_lake, monkeypatch) -> None:
     assert server.secret not in repr(table)
     schema = table.arrow_schema(None)
     files = table.files(None, [])
-    assert files and all(f.startswith(location + "/") for f in files)
+    assert files and all(f.path.startswith(location + "/") for f in files)
     wanted = pa.schema([schema.field("v"), schema.field("id")])
-    read = [b for f in files for b in snapshots.read_file(f, table.storage, schema,
+    read = [b for f in files for b in snapshots.read_file(f.path, table.storage, schema,
                                                           ["v", "id"], wanted)]  # fmt: skip
     got = pa.Table.from_batches(read)
     assert sorted(zip(got["id"].to_pylist(), got["v"].to_pylist(), strict=True)) == [
