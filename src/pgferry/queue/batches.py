@@ -1,10 +1,12 @@
 """A consumer's batches on the queue: taking, describing, reading and finishing them.
 
 Named functions over the batch part of ``ferry_queue``'s SQL API: taking the next batch
-(plain, sized to what waits, custom, up to a tick), describing it (:class:`Batch`, the one
-description of an open batch, with its event query), reading its events (a cursor, the
-queued scripts, rare event types), retrying an event and finishing the batch, with or
-without waking the ticker.  Queues, consumers, events and capture are in
+(plain, custom, up to a tick, or by a :class:`BatchRule`: every one ends at the tick
+``ferry_queue.batch_tick`` chooses, the one rule of a batch's size, which
+:func:`batch_tick` also answers before a batch is opened), describing it (:class:`Batch`,
+the one description of an open batch, with its event query), reading its events (a
+cursor, the queued scripts, rare event types), retrying an event and finishing the batch,
+with or without waking the ticker.  Queues, consumers, events and capture are in
 :mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
 """
 
@@ -23,7 +25,7 @@ from pgferry.events import EXECUTE_EVENT
 TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
 
 
-# Sent first in a message whose commit need not wait for the WAL flush (see next_batch_sized).
+# Sent first in a message whose commit need not wait for the WAL flush (see take_batch).
 _NO_FLUSH = sql.SQL("select set_config('synchronous_commit', 'off', true)")
 
 
@@ -54,6 +56,31 @@ class Batch:
     event_sql: str | None = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class BatchRule:
+    """How far a consumer's next batch reaches (``ferry_queue.batch_tick``).
+
+    ``most``: when several ticks wait (the consumer is behind), one batch spanning them up
+    to that many events.  ``min_lag``: only ticks at least that old (``pgq_keep_lag``).
+    ``min_interval``: each batch spans at least that long (``pgq_batch_collect_interval``).
+    ``one_tick``: the batch ends at the next tick (whoever waits for the consumer at a
+    given tick), whatever else is set but ``min_lag``.
+    """
+
+    most: int | None = None
+    min_lag: timedelta | None = None
+    min_interval: timedelta | None = None
+    one_tick: bool = False
+
+    def args(self) -> tuple[timedelta | None, int | None, timedelta | None, bool]:
+        """batch_tick's (i_min_lag, i_min_count, i_min_interval, i_sized)."""
+        if self.one_tick:
+            return self.min_lag, None, None, False
+        if self.min_interval:
+            return self.min_lag, None, self.min_interval, False
+        return self.min_lag, self.most, None, self.most is not None
+
+
 def next_batch(
     conn: psycopg.Connection,
     queue: str,
@@ -77,19 +104,16 @@ def next_batch(
     return None if row is None else row[0]
 
 
-def next_batch_sized(
+def take_batch(
     conn: psycopg.Connection,
     queue: str,
     consumer: str,
-    last_tick: int | None,
-    most: int,
+    rule: BatchRule,
     *,
     flush: bool = True,
 ) -> tuple[Batch | None, int]:
-    """(next batch with its event query, ticks made after ``last_tick``), the batch chosen
-    as :func:`next_batch` with ``min_count`` would be after a look at what waits: when more
-    than one tick waits (the consumer is behind), one batch spanning them up to ``most``
-    events; else the next tick's batch.
+    """(the consumer's next batch, ending where ``rule`` says, with its event query; the
+    ticks waiting after the consumer's position), or the batch it has open.
 
     One message of two statements (one round trip): the second describes the batch the
     first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
@@ -101,25 +125,18 @@ def next_batch_sized(
     durable commit flushes the WAL up to itself); the consumer then finds its position
     where it was and its own record says what was applied (docs/replication.md).
     """
-    params = {
-        "q": sql.Literal(queue),
-        "c": sql.Literal(consumer),
-        "last": sql.Literal(last_tick),
-        "most": sql.Literal(most),
-    }
+    min_lag, min_count, min_interval, sized = rule.args()
+    params = {"q": sql.Literal(queue), "c": sql.Literal(consumer)}
     take = sql.SQL(
-        """
-        select coalesce(
-                 case when p.ticks > 1 then ferry_queue.next_batch_custom(
-                     {q}, {c}, null, greatest(1, least(p.events, {most}))::integer, null)
-                 end,
-                 ferry_queue.next_batch({q}, {c})), p.ticks
-          from (select count(*) - 1 as ticks,
-                       coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0) as events
-                  from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-                 where q.queue_name = {q} and t.tick_id >= {last}::bigint) p
-        """
-    ).format(**params)
+        "select c.batch_id, c.waiting from ferry_queue.next_batch_chosen("
+        "{q}, {c}, {lag}::interval, {count}::integer, {interval}::interval, null, {sized}) c"
+    ).format(
+        lag=sql.Literal(min_lag),
+        count=sql.Literal(min_count),
+        interval=sql.Literal(min_interval),
+        sized=sql.Literal(sized),
+        **params,
+    )
     describe = sql.SQL(
         """
         select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false)
@@ -136,10 +153,33 @@ def next_batch_sized(
         taken = cur.fetchone()
         cur.nextset()
         info = cur.fetchone()
+    waiting = taken[1] if taken else 0
     if taken is None or taken[0] is None:
-        return None, max(taken[1], 0) if taken else 0
+        return None, waiting
     assert info is not None and info[0] == taken[0]
-    return Batch(*info), max(taken[1], 0)
+    return _batch(info), waiting
+
+
+def _batch(row: Sequence) -> Batch:
+    """A Batch from a row of batch id, :data:`_INFO_COLUMNS` and the event query."""
+    return Batch(*row[:12], event_sql=row[12])
+
+
+def batch_tick(
+    conn: psycopg.Connection, queue: str, after: int, rule: BatchRule
+) -> tuple[int, int] | None:
+    """(closing tick, events) of the batch after tick ``after`` as ``rule`` cuts it, the
+    tick a batch opened now would end at; None when there is no such tick (yet)."""
+    min_lag, min_count, min_interval, sized = rule.args()
+    row = conn.execute(
+        "select b.tick_id, b.events from ferry_queue.queue q"
+        " cross join lateral ferry_queue.batch_tick(q.queue_id, %s, %s, %s, %s, null, %s) b"
+        " where q.queue_name = %s",
+        (after, min_lag, min_count, min_interval, sized, queue),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return row[0], row[1]
 
 
 def next_batch_custom(
@@ -218,7 +258,7 @@ def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: in
 
 def finish_batch(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
     """Close the batch: its consumer's next batch starts at its closing tick.  ``flush``:
-    as in :func:`next_batch_sized`."""
+    as in :func:`take_batch`."""
     _send(conn, [_finish(batch_id)], flush)
 
 
