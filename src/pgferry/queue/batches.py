@@ -4,14 +4,16 @@ Named functions over the batch part of ``ferry_queue``'s SQL API: taking the nex
 (plain, custom, up to a tick, or by a :class:`BatchRule`: every one ends at the tick
 ``ferry_queue.batch_tick`` chooses, the one rule of a batch's size, which
 :func:`batch_tick` also answers before a batch is opened), describing it (:class:`Batch`,
-the one description of an open batch, with its event query), reading its events (a
-cursor, the queued scripts, rare event types), retrying an event and finishing the batch,
-with or without waking the ticker.  Queues, consumers, events and capture are in
-:mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
+the one description of an open batch, with its event query in both forms: every value
+inlined, and :func:`generic_event_sql` with the :class:`EventRange` as parameters),
+reading its events (a cursor, the queued scripts, rare event types), retrying an event
+and finishing the batch, with or without waking the ticker.  Queues, consumers, events
+and capture are in :mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -34,6 +36,59 @@ _INFO_COLUMNS = sql.SQL(
     "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
     " i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot, i.lag"
 )
+# batch_range_args's columns (as ``a``), as text: EventRange's fields.
+_RANGE_COLUMNS = sql.SQL(
+    "a.queue_id, a.sub_id, a.prev_xmax::text, a.next_xmax::text, a.next_snapshot::text,"
+    " a.running::text"
+)
+
+# The types of the generic event query's parameters $1 .. $6 (EventRange's fields).
+EVENT_RANGE_TYPES = ("integer", "integer", "xid8", "xid8", "pg_snapshot", "xid8[]")
+
+
+@dataclass(frozen=True)
+class EventRange:
+    """The values that fix which events lie between two ticks for a consumer
+    (``ferry_queue.tick_range_args``): the parameters of :func:`generic_event_sql`, in the
+    order of :data:`EVENT_RANGE_TYPES`.  Values in their text forms."""
+
+    queue_id: int
+    sub_id: int
+    prev_xmax: str  # xmax of the opening tick's snapshot
+    next_xmax: str  # xmax of the closing tick's snapshot
+    next_snapshot: str  # the closing tick's snapshot
+    running: str  # transactions running at the opening tick that the closing one sees
+
+    def args(self) -> tuple[int, int, str, str, str, str]:
+        return (
+            self.queue_id, self.sub_id, self.prev_xmax, self.next_xmax, self.next_snapshot,
+            self.running,
+        )  # fmt: skip
+
+
+def _event_range(row: Sequence) -> EventRange | None:
+    return None if row[0] is None else EventRange(*row)
+
+
+# Per connection, the generic event query its server gives (the text of its installed
+# event_range_sql: read once per session).
+_GENERIC: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()
+
+
+def generic_event_sql(conn: psycopg.Connection) -> str:
+    """The unordered event query of any tick range with the range's values as parameters
+    ``$1 .. $6`` (:class:`EventRange`, :data:`EVENT_RANGE_TYPES`): the same text for every
+    batch, so that a read composed on it is prepared once per session and runs with a
+    generic plan.  :func:`batch_event_sql` is the same query with the values inlined."""
+    text = _GENERIC.get(conn)
+    if text is None:
+        row = conn.execute(
+            "select ferry_queue.event_range_sql(false, '$1', '$2', '$3', '$4', '$5', '$6')",
+            prepare=False,
+        ).fetchone()
+        assert row is not None
+        text = _GENERIC[conn] = row[0]
+    return text
 
 
 @dataclass(frozen=True)
@@ -54,6 +109,8 @@ class Batch:
     lag: timedelta | None  # age of the closing tick when the batch was described
     # Its event query (batch_event_sql, unordered), when read with the description.
     event_sql: str | None = field(default=None, compare=False, repr=False)
+    # The values of its range (generic_event_sql's parameters), read with event_sql.
+    events: EventRange | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -112,8 +169,9 @@ def take_batch(
     *,
     flush: bool = True,
 ) -> tuple[Batch | None, int]:
-    """(the consumer's next batch, ending where ``rule`` says, with its event query; the
-    ticks waiting after the consumer's position), or the batch it has open.
+    """(the consumer's next batch, ending where ``rule`` says, with its event query in
+    both forms; the ticks waiting after the consumer's position), or the batch it has
+    open.
 
     One message of two statements (one round trip): the second describes the batch the
     first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
@@ -139,13 +197,14 @@ def take_batch(
     )
     describe = sql.SQL(
         """
-        select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false)
+        select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false), {range}
           from ferry_queue.subscription s
           join ferry_queue.queue q on q.queue_id = s.sub_queue
          cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
+         cross join lateral ferry_queue.batch_range_args(s.sub_batch) a
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
-    ).format(info=_INFO_COLUMNS, **params)
+    ).format(info=_INFO_COLUMNS, range=_RANGE_COLUMNS, **params)
     with conn.cursor() as cur:
         cur.execute(_message([take, describe], flush), prepare=False)
         if not flush:
@@ -161,8 +220,9 @@ def take_batch(
 
 
 def _batch(row: Sequence) -> Batch:
-    """A Batch from a row of batch id, :data:`_INFO_COLUMNS` and the event query."""
-    return Batch(*row[:12], event_sql=row[12])
+    """A Batch from a row of batch id, :data:`_INFO_COLUMNS`, the event query and
+    :data:`_RANGE_COLUMNS`."""
+    return Batch(*row[:12], event_sql=row[12], events=_event_range(row[13:]))
 
 
 def batch_tick(
@@ -212,15 +272,21 @@ def next_batch_upto(
 
 
 def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = False) -> Batch:
-    """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
-    (:func:`batch_event_sql`, in the same round trip)."""
+    """Describe open batch ``batch_id``; with ``event_sql`` its event query too, in both
+    forms (:func:`batch_event_sql` unordered and its :class:`EventRange`), in the same
+    round trip."""
+    if not event_sql:
+        query = sql.SQL("select {info} from ferry_queue.get_batch_info(%s) as i")
+        row = conn.execute(query.format(info=_INFO_COLUMNS), (batch_id,)).fetchone()
+        assert row is not None
+        return Batch(batch_id, *row)
     query = sql.SQL(
-        "select {info}, case when %s then ferry_queue.batch_event_sql(%s, false) end"
-        " from ferry_queue.get_batch_info(%s) as i"
-    ).format(info=_INFO_COLUMNS)
-    row = conn.execute(query, (event_sql, batch_id, batch_id)).fetchone()
+        "select %s::bigint, {info}, ferry_queue.batch_event_sql(%s, false), {range}"
+        " from ferry_queue.get_batch_info(%s) as i, ferry_queue.batch_range_args(%s) as a"
+    ).format(info=_INFO_COLUMNS, range=_RANGE_COLUMNS)
+    row = conn.execute(query, (batch_id, batch_id, batch_id, batch_id)).fetchone()
     assert row is not None
-    return Batch(batch_id, *row)
+    return _batch(row)
 
 
 def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:
