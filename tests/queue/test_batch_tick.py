@@ -140,7 +140,7 @@ def test_an_open_batch_is_handed_out_again(qconn: psycopg.Connection) -> None:
 def test_a_position_whose_tick_is_gone_raises(qconn: psycopg.Connection, scalar: Scalar) -> None:
     _queue(qconn, [(3, 5)])
     assert queue_batches.batch_tick(qconn, "q", 7, BatchRule(most=10)) is None
-    scalar("delete from ferry_queue.tick where tick_id = %s", START)
+    qconn.execute("delete from ferry_queue.tick where tick_id = %s", (START,))
     with pytest.raises(psycopg.errors.RaiseException, match=f"Last tick {START} .* is gone"):
         queue_batches.take_batch(qconn, "q", "c", BatchRule(most=10))
 
