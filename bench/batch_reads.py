@@ -56,7 +56,7 @@ def _times(rows: list[tuple]) -> tuple[float, float]:
 def _queue_events(conn: psycopg.Connection, n: int) -> None:
     conn.execute(
         "select ferry_queue.insert_event('q', 'U:id', json_build_object('id', g, 'v', g)::text,"
-        " 'public.t' || (g % 3), null, null, null) from generate_series(1, %s) g",
+        " 'public.t' || (g %% 3), null, null, null) from generate_series(1, %s) g",
         (n,),
     )
 
