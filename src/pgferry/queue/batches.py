@@ -36,7 +36,8 @@ _INFO_COLUMNS = sql.SQL(
     "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
     " i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot, i.lag"
 )
-# batch_range_args's columns (as ``a``), as text: EventRange's fields.
+# batch_range_args's range columns (as ``a``), as text: EventRange's fields.  Its
+# event_sql, read beside them, is batch_event_sql's text from the same look-ups.
 _RANGE_COLUMNS = sql.SQL(
     "a.queue_id, a.sub_id, a.prev_xmax::text, a.next_xmax::text, a.next_snapshot::text,"
     " a.running::text"
@@ -197,7 +198,7 @@ def take_batch(
     )
     describe = sql.SQL(
         """
-        select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false), {range}
+        select s.sub_batch, {info}, a.event_sql, {range}
           from ferry_queue.subscription s
           join ferry_queue.queue q on q.queue_id = s.sub_queue
          cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
@@ -281,10 +282,10 @@ def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = Fal
         assert row is not None
         return Batch(batch_id, *row)
     query = sql.SQL(
-        "select %s::bigint, {info}, ferry_queue.batch_event_sql(%s, false), {range}"
+        "select %s::bigint, {info}, a.event_sql, {range}"
         " from ferry_queue.get_batch_info(%s) as i, ferry_queue.batch_range_args(%s) as a"
     ).format(info=_INFO_COLUMNS, range=_RANGE_COLUMNS)
-    row = conn.execute(query, (batch_id, batch_id, batch_id, batch_id)).fetchone()
+    row = conn.execute(query, (batch_id, batch_id, batch_id)).fetchone()
     assert row is not None
     return _batch(row)
 

@@ -24,8 +24,10 @@
 create or replace function ferry_queue.event_range_sql(
     i_ordered boolean, e_queue_id text, e_sub_id text, e_prev_xmax text, e_next_xmax text,
     e_snapshot text, e_running text) returns text
-language sql immutable set search_path = pg_catalog, pg_temp as $$
-    select pg_catalog.format(
+language plpgsql immutable set search_path = pg_catalog, pg_temp as $$
+begin
+    -- PL/pgSQL, not SQL: a SQL function's body would be planned again at every call.
+    return pg_catalog.format(
         'select ev_id, ev_time, ev_txid::text::bigint as ev_txid, ev_retry, ev_type, ev_data,'
         ' ev_extra1, ev_extra2, ev_extra3, ev_extra4'
         ' from ferry_queue.event'
@@ -36,5 +38,6 @@ language sql immutable set search_path = pg_catalog, pg_temp as $$
         e_queue_id, e_sub_id, e_prev_xmax, e_next_xmax, e_snapshot,
         case when e_running is null then ''
              else pg_catalog.format(' or ev_txid = any (%s)', e_running) end,
-        case when i_ordered then ' order by ev_id' else '' end)
+        case when i_ordered then ' order by ev_id' else '' end);
+end;
 $$;
