@@ -5,7 +5,8 @@ the events the literal one (``batch_event_sql``) reads, batch after batch, with
 transactions running across the ticks (read at the batch where they commit, never twice,
 never missed) and one rolled back.  The reads composed on it are the same text for two
 batches, so the session prepares each once and runs it with a generic plan; a worker's
-small batches show it on the worker's own provider session.  A batch read in parts
+small batches show it on the worker's own provider session, with the batch's description
+(a constant text per consumer).  A batch read in parts
 (larger than ``replay_read_ahead_events``) keeps the literal text.
 """
 
@@ -153,6 +154,9 @@ def test_a_workers_small_batches_run_statements_prepared_once(pair) -> None:
     plans = _prepared(worker)
     assert all(custom == 0 for _, _, custom in plans)
     assert max(generic for _, generic, _ in plans) >= 6
+    # The batch's description too: one text per consumer, planned once.
+    described = [generic for name, generic, _ in plans if name.startswith("pgferry_batch_")]
+    assert len(described) == 1 and described[0] >= 6
 
 
 def test_a_batch_read_in_parts_keeps_the_literal_text(pair) -> None:

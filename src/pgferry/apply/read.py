@@ -154,7 +154,7 @@ PREPARED_MAX = 256
 _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection, collections.OrderedDict[str, None]] = (
     weakref.WeakKeyDictionary()
 )
-_NAME_PREFIX = "pgferry_"
+_NAME_PREFIX = "pgferry_read_"  # the batch's description is pgferry_batch_ (queue)
 
 
 @functools.lru_cache(maxsize=1024)

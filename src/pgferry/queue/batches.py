@@ -13,6 +13,8 @@ and capture are in :mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from pgferry.events import EXECUTE_EVENT
 
@@ -186,6 +189,7 @@ def take_batch(
     """
     min_lag, min_count, min_interval, sized = rule.args()
     params = {"q": sql.Literal(queue), "c": sql.Literal(consumer)}
+    # The description is prepared once per session (in the message that first runs it).
     take = sql.SQL(
         "select c.batch_id, c.waiting from ferry_queue.next_batch_chosen("
         "{q}, {c}, {lag}::interval, {count}::integer, {interval}::interval, null, {sized}) c"
@@ -196,6 +200,43 @@ def take_batch(
         sized=sql.Literal(sized),
         **params,
     )
+    name, describe = _description(queue, consumer)
+    known = _DESCRIBED.setdefault(conn, set())
+    statements = [take]
+    if name not in known:
+        statements.append(sql.SQL("prepare {} as ").format(sql.Identifier(name)) + describe)
+    statements.append(sql.SQL("execute {}").format(sql.Identifier(name)))
+    rows: list[tuple | None] = []
+    try:
+        with conn.cursor() as cur:
+            cur.execute(_message(statements, flush), prepare=False)
+            while True:  # the set_config's (without flush), the opening's, the description's
+                if cur.pgresult is not None and cur.pgresult.status == ExecStatus.TUPLES_OK:
+                    rows.append(cur.fetchone())
+                if not cur.nextset():
+                    break
+    except BaseException:
+        _described_again(conn, name)
+        raise
+    known.add(name)
+    taken, info = rows[-2], rows[-1]
+    waiting = taken[1] if taken else 0
+    if taken is None or taken[0] is None:
+        return None, waiting
+    assert info is not None and info[0] == taken[0]
+    return _batch(info), waiting
+
+
+# Per connection, the consumers' descriptions prepared on its session: a constant text
+# per consumer, planned once instead of at every batch.
+_DESCRIBED: weakref.WeakKeyDictionary[psycopg.Connection, set[str]] = weakref.WeakKeyDictionary()
+
+
+@functools.lru_cache(maxsize=64)
+def _description(queue: str, consumer: str) -> tuple[str, sql.Composable]:
+    """(statement name, SELECT) of the description of ``consumer``'s open batch: the
+    batch id, :data:`_INFO_COLUMNS`, its event query and :data:`_RANGE_COLUMNS`, found by
+    the consumer's subscription."""
     describe = sql.SQL(
         """
         select s.sub_batch, {info}, a.event_sql, {range}
@@ -205,19 +246,25 @@ def take_batch(
          cross join lateral ferry_queue.batch_range_args(s.sub_batch) a
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
-    ).format(info=_INFO_COLUMNS, range=_RANGE_COLUMNS, **params)
-    with conn.cursor() as cur:
-        cur.execute(_message([take, describe], flush), prepare=False)
-        if not flush:
-            cur.nextset()
-        taken = cur.fetchone()
-        cur.nextset()
-        info = cur.fetchone()
-    waiting = taken[1] if taken else 0
-    if taken is None or taken[0] is None:
-        return None, waiting
-    assert info is not None and info[0] == taken[0]
-    return _batch(info), waiting
+    ).format(
+        info=_INFO_COLUMNS, range=_RANGE_COLUMNS, q=sql.Literal(queue), c=sql.Literal(consumer)
+    )
+    text = describe.as_string(None)
+    return "pgferry_batch_" + hashlib.sha1(text.encode()).hexdigest()[:24], sql.SQL(text)
+
+
+def _described_again(conn: psycopg.Connection, name: str) -> None:
+    """After a failed opening: whether the session holds the description is read again
+    (its PREPARE may or may not have run)."""
+    known = _DESCRIBED.pop(conn, None)
+    if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        return
+    row = conn.execute("select 1 from pg_prepared_statements where name = %s", (name,)).fetchone()
+    known = known or set()
+    known.discard(name)
+    if row is not None:
+        known.add(name)
+    _DESCRIBED[conn] = known
 
 
 def _batch(row: Sequence) -> Batch:
