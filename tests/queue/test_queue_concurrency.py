@@ -4,6 +4,8 @@ lagging consumer, ticks and rotation all at the same time.
 Checked: every committed row reaches every consumer exactly once, nothing rolled back ever
 appears, batches follow each other in tick order, each event sits in the batch whose closing
 tick first sees its transaction committed, and rotation ran meanwhile without losing events.
+Each batch is also read as replay reads a small one, with its range as parameters
+(``batch_range_args`` into a statement prepared once per session): the same events.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+
+from pgferry.apply.read import read_only_results
+from pgferry.db import connect
+from pgferry.queue import batches as queue_batches
+from pgferry.queue.batches import EventRange
 
 WRITERS = 6
 RUN_SECONDS = 4.0
@@ -33,7 +40,27 @@ def _loop(stop: Stop, errors: list[BaseException], body: Callable[[], None]) -> 
         errors.append(exc)
 
 
-def _drain(conn: psycopg.Connection, consumer: str, out: list[dict], custom: bool) -> None:
+def _generic(reader: psycopg.Connection, conn: psycopg.Connection, batch: int) -> list[tuple]:
+    """The batch's (ev_id, ev_txid, ev_data) read on ``reader`` as replay reads a small
+    batch: the generic event query, prepared once, with the batch's range."""
+    args = conn.execute(
+        "select queue_id, sub_id, prev_xmax::text, next_xmax::text, next_snapshot::text,"
+        " running::text from ferry_queue.batch_range_args(%s)",
+        (batch,),
+    ).fetchone()
+    assert args is not None
+    generic = queue_batches.generic_event_sql(reader)
+    (rows,) = read_only_results(reader, [generic], events=EventRange(*args))
+    return sorted((r[0], r[2], r[5]) for r in rows)
+
+
+def _drain(
+    conn: psycopg.Connection,
+    consumer: str,
+    out: list[dict],
+    custom: bool,
+    reader: psycopg.Connection,
+) -> None:
     """Take every ready batch, remembering its ticks, snapshots and events."""
     while True:
         with conn.transaction():
@@ -52,6 +79,9 @@ def _drain(conn: psycopg.Connection, consumer: str, out: list[dict], custom: boo
             events = conn.execute(
                 "select ev_id, ev_txid, ev_data from ferry_queue.get_batch_events(%s)", (batch,)
             ).fetchall()
+            # Read apart, with the same events (the batch is open in this transaction:
+            # its range's values come from here, the events are committed).
+            assert _generic(reader, conn, batch) == sorted(events)
             conn.execute("select ferry_queue.finish_batch(%s)", (batch,))
         assert info is not None
         out.append({"prev": info[0], "tick": info[1], "s1": info[2], "s2": info[3], "ev": events})
@@ -121,9 +151,10 @@ def test_exactly_once_under_concurrency(qdb: str) -> None:
 
     def consumer(name: str, pause: float, custom: bool = False) -> Callable[[], None]:
         conn = psycopg.connect(qdb, autocommit=True)
+        reader = connect(qdb, autocommit=True)
 
         def body() -> None:
-            _drain(conn, name, batches[name], custom)
+            _drain(conn, name, batches[name], custom, reader)
             time.sleep(pause)
 
         return body
@@ -155,8 +186,9 @@ def test_exactly_once_under_concurrency(qdb: str) -> None:
         assert not errors, errors
         main.execute("select ferry_queue.force_tick('q')")
         final = main.execute("select ferry_queue.ticker('q')").fetchone()[0]  # type: ignore[index]
-        for name in batches:
-            _drain(main, name, batches[name], custom=False)
+        with connect(qdb, autocommit=True) as reader:
+            for name in batches:
+                _drain(main, name, batches[name], False, reader)
     long_conn.close()
     aborted_conn.close()
 

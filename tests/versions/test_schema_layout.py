@@ -210,7 +210,10 @@ EDITED_SINCE_THE_CHAIN = {
         "drop_queue(text, boolean)",
         "event_retry(bigint, bigint, timestamp with time zone)",
         "batch_event_sql(bigint, boolean)",
-        # next_batch_custom and next_batch_upto: one function opens the batch
+        # the event query's one text, with the range inlined or as parameters
+        "tick_range_sql(integer, integer, bigint, bigint, boolean)",
+        # next_batch_custom and next_batch_upto: one function opens the batch (and one
+        # chooses its tick: batch_tick)
         "open_next_batch(text, text, interval, integer, interval, bigint)",
         "next_batch_custom(text, text, interval, integer, interval)",
         "next_batch_upto(text, text, bigint, integer)",

@@ -30,7 +30,14 @@ from pgferry.apply import removals as removals_
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.plan import PlanInputs, count_removals, count_scripts
 from pgferry.apply.prefetch import Ahead, NextBatch, Prefetcher
-from pgferry.apply.read import ReplayError, TableShapes, read_removals, read_scripts, summarize
+from pgferry.apply.read import (
+    PreparedBatch,
+    ReplayError,
+    TableShapes,
+    read_removals,
+    read_scripts,
+    summarize,
+)
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.routes import RouteCache
 from pgferry.apply.script_shapes import LaterChanges, later_changes
@@ -129,6 +136,15 @@ class Replayer:
             self._readers = ReaderPool(self.provider_dsn, self.settings.read_ahead)
         return self._readers
 
+    def _prepared(
+        self, provider: psycopg.Connection, batch: Batch, estimate: int | None
+    ) -> PreparedBatch | None:
+        """The batch's reads with its range as parameters, when it is read inline (see
+        :mod:`.read`); None: with the range inlined."""
+        if batch.events is None or estimate is None or estimate > self.settings.read_ahead_events:
+            return None
+        return PreparedBatch(queue_batches.generic_event_sql(provider), batch.events)
+
     # --- one batch -----------------------------------------------------------------------
     def apply(
         self,
@@ -197,6 +213,7 @@ class Replayer:
         small = small_batch.may_qualify(
             main, estimate, self.settings.read_ahead_events, node, routes
         )
+        prepared = self._prepared(provider, batch, estimate)
         arrays: small_batch.Arrays = {}
         inputs: PlanInputs | None = None
         if ahead is not None:
@@ -205,13 +222,13 @@ class Replayer:
         elif small:  # the tables' reads in the summary's message
             inputs = self._plan_inputs(provider, local, routes)
             summary, arrays = small_batch.summarize_with_reads(
-                provider, batch_sql, routes, seqs, inputs, estimate, self._recent
+                provider, batch_sql, routes, seqs, inputs, estimate, self._recent, prepared
             )
         else:
             # Nothing of this batch runs beside its summary: its reads wait for it.
             summary = summarize(
                 provider, batch_sql, routes, seqs, Segment(),
-                scripts=main, removals=main, alone_events=estimate,
+                scripts=main, removals=main, alone_events=estimate, prepared=prepared,
             )  # fmt: skip
         summary_seconds = time.monotonic() - summary_at
         scripts = read_scripts(provider, batch_sql) if main and count_scripts(summary) else []
@@ -242,7 +259,7 @@ class Replayer:
             )
             done_small = small_batch.apply_or_none(
                 local, provider, self.stages, plan, batch_sql, batch=batch, node=node,
-                arrays=arrays,
+                arrays=arrays, prepared=prepared,
             )  # fmt: skip
             if done_small is not None:  # else applied table by table below
                 done_small.summary_seconds = summary_seconds

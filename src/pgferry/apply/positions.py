@@ -6,16 +6,16 @@ id: a provider that failed over to a standby lacking its last ticks makes new ti
 the same ids at other times, and :func:`same_tick` tells them apart (docs/failover.md).
 :func:`follows` checks that a batch handed out by the provider starts there, and puts the
 provider's position back in step when it does not; it serves the main stream and the
-copied groups' own consumers alike.  :func:`take_batch` chooses how large a batch the main
-stream asks for (multi-tick when behind, ``pgq_keep_lag``, ``pgq_batch_collect_interval``),
-and :func:`reposition` is ``worker --rewind`` / ``--reset``.
+copied groups' own consumers alike (how large a batch the main stream asks for is the
+queue's rule, :class:`pgferry.queue.batches.BatchRule`), and :func:`reposition` is
+``worker --rewind`` / ``--reset``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import psycopg
 
@@ -30,40 +30,6 @@ from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.batches import Batch
 
 log = logging.getLogger(__name__)
-
-
-def take_batch(
-    provider: psycopg.Connection,
-    queue: str,
-    consumer: str,
-    *,
-    min_count: int | None,
-    one_tick: bool,
-    keep_lag: timedelta | None,
-    collect_interval: timedelta | None,
-) -> int | None:
-    """The main stream's next batch id (None: none is due).
-
-    ``min_count``: one batch spanning ticks up to that many events (the node is behind).
-    ``one_tick``: a batch must end at the next tick (compare, or a copied group, waits
-    for the node at a given tick).
-    """
-    if collect_interval and not one_tick:
-        # pgq_batch_collect_interval: each batch spans at least that much time.
-        return queue_batches.next_batch_custom(
-            provider, queue, consumer, min_lag=keep_lag, min_interval=collect_interval
-        )
-    if keep_lag:
-        # pgq_keep_lag: a delayed replica takes only batches at least that old.
-        batch_id = None
-        if min_count:  # behind: one large batch, when that many events wait
-            batch_id = queue_batches.next_batch_custom(
-                provider, queue, consumer, min_lag=keep_lag, min_count=min_count
-            )
-        if batch_id is None:
-            batch_id = queue_batches.next_batch_custom(provider, queue, consumer, min_lag=keep_lag)
-        return batch_id
-    return queue_batches.next_batch(provider, queue, consumer, min_count=min_count)
 
 
 def follows(

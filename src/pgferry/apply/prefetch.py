@@ -4,10 +4,11 @@ During a catch-up the provider's part of a batch (its summary, the reads of its 
 and the subscriber's apply would run one after the other, each leaving a core idle.  The
 next batch's events are fixed by two ticks that exist already, though: this batch's last
 and the one the worker will choose next.  So while batch N is applied, a thread
-(:class:`Prefetch`) chooses that tick as :func:`.positions.take_batch` would when behind
-(the first tick closing ``batch_min_events`` events, else the last one), builds the event
-query of the tick range (``ferry_queue.tick_range_sql``, whose text
-``ferry_queue.batch_event_sql`` gives the batch once open),
+(:class:`Prefetch`) asks the queue for that tick by the rule the worker's batches are
+taken with (:func:`pgferry.queue.batches.batch_tick`: the first tick closing
+``batch_min_events`` events, else the last one), builds the event query of the tick range
+(``ferry_queue.tick_range_sql``, whose text ``ferry_queue.batch_event_sql`` gives the
+batch once open),
 summarises it, and once no read of batch N is left running starts reading its tables on a
 reader pool of its own.
 
@@ -40,16 +41,7 @@ from pgferry.registry.routes import Route
 log = logging.getLogger(__name__)
 
 READS_WAIT = 60.0  # seconds the next batch's reads wait for the current one's at most
-
-# The later ticks of the queue after tick %(prev)s: id and events closed since it.
-_LATER_TICKS = """
-select t.tick_id, t.tick_event_seq - p.tick_event_seq
-  from ferry_queue.queue q
-  join ferry_queue.tick p on p.tick_queue = q.queue_id and p.tick_id = %(prev)s
-  join ferry_queue.tick t on t.tick_queue = q.queue_id and t.tick_id > p.tick_id
- where q.queue_name = %(queue)s
- order by t.tick_id
-"""
+_ANY = 2**31 - 1  # next_batch_upto's count that no tick closes: the batch ends at its tick
 
 # The event query of the consumer's batch (prev, next]: the text batch_event_sql gives the
 # batch once it is open (both are ferry_queue.tick_range_sql; the apply compares them).
@@ -63,17 +55,10 @@ select ferry_queue.tick_range_sql(q.queue_id, s.sub_id, %(prev)s, %(next)s, fals
 
 def choose_tick(
     conn: psycopg.Connection, queue: str, prev: int, min_events: int
-) -> tuple[int, int, int] | None:
-    """The tick the worker's next batch after tick ``prev`` ends at, as
-    :func:`.positions.take_batch` chooses it: several ticks behind, the first closing
-    ``min_events`` events (or all there are), else the next one.  (tick, its events,
-    the ``min_count`` that makes ``next_batch_upto`` end there); None: no later tick."""
-    later = conn.execute(_LATER_TICKS, {"prev": prev, "queue": queue}).fetchall()
-    if not later:
-        return None
-    min_count = max(1, min(later[-1][1], min_events)) if len(later) > 1 else 1
-    tick, count = next((t, n) for t, n in later if n >= min_count or t == later[-1][0])
-    return tick, count, min_count
+) -> tuple[int, int] | None:
+    """(tick, its events) the worker's next batch after tick ``prev`` ends at, by the
+    queue's rule the worker takes its batches with; None: no later tick."""
+    return queue_batches.batch_tick(conn, queue, prev, queue_batches.BatchRule(most=min_events))
 
 
 @dataclass(frozen=True)
@@ -99,7 +84,6 @@ class Ahead:
     consumer: str
     prev_tick: int
     tick: int
-    min_count: int
     batch_sql: str
     summary: list[SummaryRow]
     routes: dict[str, Route]
@@ -133,7 +117,7 @@ class Prefetch:
         chosen = choose_tick(conn, queue, prev, want.min_events)
         if chosen is None:
             return None
-        tick, count, min_count = chosen
+        tick, count = chosen
         row = conn.execute(
             _EVENT_SQL, {"prev": prev, "next": tick, "queue": queue, "consumer": consumer}
         ).fetchone()
@@ -150,9 +134,7 @@ class Prefetch:
                            for w in plan.tables]  # fmt: skip
                 self._pool.start_ahead(queries)
                 reads = True
-        return Ahead(
-            queue, consumer, prev, tick, min_count, batch_sql, summary, routes, seqs, reads
-        )
+        return Ahead(queue, consumer, prev, tick, batch_sql, summary, routes, seqs, reads)
 
     def _wait_reads_done(self) -> bool:
         """Until the current batch's reads are all done (they have the provider's CPU
@@ -184,9 +166,8 @@ class Prefetch:
         if chosen is None or chosen[0] != ahead.tick:
             self.cancel()
             return None, None
-        batch_id = queue_batches.next_batch_upto(
-            provider, queue, consumer, ahead.tick, ahead.min_count
-        )
+        # Exactly that tick: no tick before it closes this many events.
+        batch_id = queue_batches.next_batch_upto(provider, queue, consumer, ahead.tick, _ANY)
         if batch_id is None:
             self.cancel()
             return None, None

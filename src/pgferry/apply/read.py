@@ -12,10 +12,23 @@
 
 Every provider read runs in a read-only transaction: an operator's copy condition runs
 there.  So flow is one way: read, plan, then read the parts while applying them.
+
+A batch read inline (at most ``replay_read_ahead_events``: the latency path) is read with
+its tick range as parameters (:class:`PreparedBatch`): its summary and its tables' reads
+are then the same texts from batch to batch, each prepared once per provider session and
+run with a generic plan (the event lookups are index probes on ``ev_txid``, whatever the
+range).  Planned anew, as the texts with the range inlined are, their planning was two
+thirds of the provider's time on the reads (BENCHMARKS.md).  A larger batch keeps the
+inlined text: COPY, which its tables are read with, takes no parameters, and its plan
+depends on the range's size.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
+import hashlib
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +50,7 @@ from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
 from pgferry.events import REMOVAL_EVENTS
 from pgferry.queue import batches as queue_batches
+from pgferry.queue.batches import EVENT_RANGE_TYPES, EventRange
 from pgferry.registry.routes import Route
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
@@ -115,16 +129,96 @@ def summary_settings(alone_events: int | None = None) -> tuple[str, ...]:
     return settings
 
 
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A batch's event query with its tick range as parameters
+    (:func:`pgferry.queue.batches.generic_event_sql`) and the range's values: the reads
+    composed on ``sql`` are the same text for every batch, prepared once per session."""
+
+    sql: str
+    events: EventRange
+
+
+# Generic plans: a custom plan would be planned at every batch, which is what preparing
+# saves.  The lookups are index probes on ev_txid whatever the range, and must stay so: a
+# generic plan is kept while the event partition grows (the event tables have no
+# statistics), and one that scanned it whole because it was small when planned would
+# read every event of the partition at every batch.
+GENERIC_PLAN = (
+    "set local plan_cache_mode = force_generic_plan",
+    "set local enable_seqscan = off",
+)
+# Statements prepared per session at most (a summary, a read per table shape): the least
+# recently run goes first.
+PREPARED_MAX = 256
+# Per connection, the statements prepared on its session, least recently run first.
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection, collections.OrderedDict[str, None]] = (
+    weakref.WeakKeyDictionary()
+)
+_NAME_PREFIX = "pgferry_read_"  # the batch's description is pgferry_batch_ (queue)
+
+
+@functools.lru_cache(maxsize=1024)
+def _statement_name(query: str) -> str:
+    return _NAME_PREFIX + hashlib.sha1(query.encode()).hexdigest()[:32]
+
+
+def _prepared_message(
+    conn: psycopg.Connection, queries: list[str], events: EventRange
+) -> tuple[list[str], list[str], list[str]]:
+    """(statements to send before, EXECUTEs of ``queries`` with ``events``' values, names
+    prepared by them): a query not prepared on this session yet is PREPAREd in the same
+    message, the least recently run ones past :data:`PREPARED_MAX` deallocated."""
+    known = _PREPARED.setdefault(conn, collections.OrderedDict())
+    values = ", ".join(sql.Literal(v).as_string(conn) for v in events.args())
+    types = ", ".join(EVENT_RANGE_TYPES)
+    before: list[str] = []
+    executes: list[str] = []
+    new: list[str] = []
+    for query in queries:
+        name = _statement_name(query)
+        if name in known:
+            known.move_to_end(name)
+        elif name not in new:
+            before.append(f"prepare {name} ({types}) as {query}")
+            new.append(name)
+        executes.append(f"execute {name} ({values})")
+    while len(known) + len(new) > PREPARED_MAX and known:
+        before.insert(0, f"deallocate {known.popitem(last=False)[0]}")
+    return before, executes, new
+
+
+def _forget_prepared(conn: psycopg.Connection) -> None:
+    """After a failed message: what the session holds is read again."""
+    known = _PREPARED.setdefault(conn, collections.OrderedDict())
+    known.clear()
+    if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        _PREPARED.pop(conn, None)
+        return
+    rows = conn.execute(
+        "select name from pg_prepared_statements where starts_with(name, %s)", (_NAME_PREFIX,)
+    ).fetchall()
+    known.update((name, None) for (name,) in rows)
+
+
 def read_only_rows(
-    conn: psycopg.Connection, query: str, *, settings: tuple[str, ...] = ()
+    conn: psycopg.Connection,
+    query: str,
+    *,
+    settings: tuple[str, ...] = (),
+    events: EventRange | None = None,
 ) -> list[tuple]:
     """The rows of ``query`` (after ``settings``, SET LOCAL statements) in a read-only
     transaction of their own (:func:`read_only_results`)."""
-    return read_only_results(conn, [query], settings=settings)[0]
+    return read_only_results(conn, [query], settings=settings, events=events)[0]
 
 
 def read_only_results(
-    conn: psycopg.Connection, queries: list[str], *, settings: tuple[str, ...] = ()
+    conn: psycopg.Connection,
+    queries: list[str],
+    *,
+    settings: tuple[str, ...] = (),
+    events: EventRange | None = None,
 ) -> list[list[tuple]]:
     """The rows of each of ``queries`` (after ``settings``, SET LOCAL statements) in one
     read-only transaction of their own.
@@ -132,13 +226,26 @@ def read_only_results(
     On an idle autocommit connection BEGIN, the settings, the queries and COMMIT go as one
     message (the simple query protocol takes several statements): one round trip where
     they were one each.  Otherwise as :func:`read_only` runs them.
+
+    ``events``: the queries are composed on the generic event query, whose parameters
+    these are (:class:`PreparedBatch`); each is prepared on the session once, in the
+    message that first runs it, and run with EXECUTE and a generic plan.
     """
+    if events is not None:
+        settings = (*settings, *GENERIC_PLAN)
     if not _idle_autocommit(conn):
         with read_only(conn):
             for setting in settings:
                 conn.execute(setting)  # type: ignore[arg-type]
+            if events is not None:  # $1 .. $6: psycopg prepares what it runs a few times
+                with psycopg.RawCursor(conn) as raw:
+                    return [raw.execute(q.encode(), events.args()).fetchall() for q in queries]
             return [conn.execute(query.encode()).fetchall() for query in queries]
-    text = "; ".join(["begin transaction read only", *settings, *queries, "commit"])
+    before: list[str] = []
+    new: list[str] = []
+    if events is not None:
+        before, queries, new = _prepared_message(conn, queries, events)
+    text = "; ".join(["begin transaction read only", *settings, *before, *queries, "commit"])
     results: list[list[tuple]] = []
     try:
         with conn.cursor() as cur:
@@ -152,7 +259,11 @@ def read_only_results(
         # A failed statement skips the COMMIT: the transaction is left open and aborted.
         if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             conn.execute("rollback")
+        if events is not None:
+            _forget_prepared(conn)
         raise
+    if new:
+        _PREPARED[conn].update((name, None) for name in new)
     return results
 
 
@@ -233,11 +344,13 @@ def summarize(
     scripts: bool = False,
     removals: bool = False,
     alone_events: int | None = None,
+    prepared: PreparedBatch | None = None,
 ) -> list[SummaryRow]:
     """The summary rows of the segment (see :func:`pgferry.apply.batch_sql.summary_query`);
     ``scripts`` and ``removals`` add the row that counts them.  ``alone_events``: the
     segment's events, estimated, when nothing else of the worker runs beside the summary
-    (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`)."""
+    (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`).  ``prepared``:
+    the batch's event query with its range as parameters, read instead of ``batch_sql``."""
     active = [r for r in routes.values() if r.applies]
     seqs = list(sequences)
     if not active and not seqs and not scripts and not removals:
@@ -245,6 +358,9 @@ def summarize(
     # Grouped on the provider's plain columns and folded here, unless a copy hand-over
     # filters some table's events by transaction (only the per-table query can).
     grouped = not any(r.copy_snapshot for r in active)
+    events = None
+    if prepared is not None:
+        batch_sql, events = prepared.sql, prepared.events
     if grouped:
         query = grouped_summary_query(batch_sql, seqs, segment)
     else:
@@ -253,7 +369,9 @@ def summarize(
         # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
         # sort that the planner's row estimate for a batch (a handful) would choose, and
         # spills to disk.
-        rows = read_only_rows(provider, query, settings=summary_settings(alone_events))
+        rows = read_only_rows(
+            provider, query, settings=summary_settings(alone_events), events=events
+        )
     except psycopg.Error as exc:
         raise ReplayError(f"reading the batch: {error_text(exc)}") from None
     if grouped:

@@ -14,6 +14,10 @@ an INSERT of that array into the table's stage and the default handler's stateme
 result is the first read (one round trip).  The handlers' counts are read then, the
 divergence recorded, and ``COMMIT`` is the second.
 
+With the batch's tick range as parameters (:class:`~pgferry.apply.read.PreparedBatch`),
+the summary and the reads are the same texts at every batch: each is prepared once per
+provider session and run with a generic plan instead of being planned at every batch.
+
 Only what the table-by-table path would read inline qualifies (:func:`qualifies`): a
 batch of the node's own stream, estimated at most ``replay_read_ahead_events``, without
 scripts, removals, TRUNCATEs or forwarding, whose every table has the default apply on a
@@ -33,7 +37,13 @@ from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment, SummaryRow, fold_summary, grouped_summary_query
 from pgferry.apply.plan import PlanInputs, SegmentPlan, TableWork
-from pgferry.apply.read import provider_named, read_only_results, summarize, summary_settings
+from pgferry.apply.read import (
+    PreparedBatch,
+    provider_named,
+    read_only_results,
+    summarize,
+    summary_settings,
+)
 from pgferry.apply.stage_apply import (
     ApplyStats,
     applied_stats,
@@ -45,7 +55,7 @@ from pgferry.apply.stage_apply import (
 from pgferry.apply.stages import StageTables
 from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
-from pgferry.queue.batches import Batch
+from pgferry.queue.batches import Batch, EventRange
 from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
@@ -101,13 +111,15 @@ def summarize_with_reads(
     inputs: PlanInputs,
     estimate: int | None,
     recent: frozenset[str] | None = None,
+    prepared: PreparedBatch | None = None,
 ) -> tuple[list[SummaryRow], Arrays]:
     """The batch's summary (scripts and removals counted) and, in the same message, the
     rows of up to :data:`GUESSED_TABLES` tables as :func:`apply_or_none` would read them,
     whether the batch holds them or not: those of ``recent`` (the tables of the last
     batch that had rows), else every table.  One round trip where the summary and the
     reads took two, and a table read for nothing costs a read of the batch's few events.
-    A read that fails takes the summary alone with it."""
+    A read that fails takes the summary alone with it.  ``prepared``: read with the
+    batch's range as parameters (the arrays' keys are then its texts)."""
     active = [r for r in routes.values() if r.applies]
     if recent is not None:
         active = [r for r in active if r.table_name in recent]
@@ -118,12 +130,16 @@ def summarize_with_reads(
         guess = [SummaryRow(r.table_name, row_events=1) for r in active]
         plan = inputs.plan(guess, routes, seqs, ranges=False)
         works = [work for work in plan.tables if _plain(work)]
-    queries = [_array_query(work.query(batch_sql, Segment())) for work in works]
-    summary_query = grouped_summary_query(batch_sql, seqs, Segment())
+    text, events = _read_form(batch_sql, prepared)
+    queries = [_array_query(work.query(text, Segment())) for work in works]
+    summary_query = grouped_summary_query(text, seqs, Segment())
     try:
         with provider_named(provider):
             results = read_only_results(
-                provider, [summary_query, *queries], settings=summary_settings(estimate)
+                provider,
+                [summary_query, *queries],
+                settings=summary_settings(estimate),
+                events=events,
             )
     except psycopg.Error as exc:
         if provider.broken:
@@ -134,6 +150,13 @@ def summarize_with_reads(
         return summary, {}
     summary = fold_summary(results[0], routes.values(), seqs, scripts=True, removals=True)
     return summary, {q: _counted(rows) for q, rows in zip(queries, results[1:], strict=True)}
+
+
+def _read_form(batch_sql: str, prepared: PreparedBatch | None) -> tuple[str, EventRange | None]:
+    """The event query the reads are composed on, and its parameters' values if any."""
+    if prepared is None:
+        return batch_sql, None
+    return prepared.sql, prepared.events
 
 
 def _array_query(query: str) -> str:
@@ -152,13 +175,18 @@ def _counted(rows: list[tuple]) -> tuple[int, str | None]:
 
 
 def read_arrays(
-    provider: psycopg.Connection, works: list[TableWork], batch_sql: str, segment: Segment
+    provider: psycopg.Connection,
+    works: list[TableWork],
+    batch_sql: str,
+    segment: Segment,
+    events: EventRange | None = None,
 ) -> list[tuple[int, str | None]]:
     """Each table's ``(rows, array of the rows' text forms)``, in one read-only
-    transaction: on an idle autocommit connection one message, one round trip."""
+    transaction: on an idle autocommit connection one message, one round trip.
+    ``events``: ``batch_sql`` is the generic event query, these its parameters."""
     queries = [_array_query(work.query(batch_sql, segment)) for work in works]
     with provider_named(provider):
-        results = read_only_results(provider, queries) if queries else []
+        results = read_only_results(provider, queries, events=events) if queries else []
     return [_counted(rows) for rows in results]
 
 
@@ -172,16 +200,21 @@ def apply_or_none(
     batch: Batch,
     node: model.NodeInfo,
     arrays: Arrays | None = None,
+    prepared: PreparedBatch | None = None,
 ) -> ApplyStats | None:
     """Apply ``plan`` (the whole of ``batch``) and record its tick, committed, in two
     round trips on ``local`` after one on ``provider`` (none when ``arrays`` holds the
-    reads).  None, with nothing done, when the plan does not :func:`qualify <qualifies>`,
-    a table's rows are larger than :data:`ARRAY_BYTES`, or after a failure here (rolled
-    back): the caller applies the batch table by table, whose error names the table."""
+    reads; ``prepared`` as :func:`summarize_with_reads` read them).  None, with nothing
+    done, when the plan does not :func:`qualify <qualifies>`, a table's rows are larger
+    than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller applies
+    the batch table by table, whose error names the table."""
     if not qualifies(plan):
         return None
     try:
-        return _apply(local, provider, stages, plan, batch_sql, batch, node, arrays or {})
+        return _apply(
+            local, provider, stages, plan, _read_form(batch_sql, prepared), batch, node,
+            arrays or {},
+        )  # fmt: skip
     except psycopg.Error as exc:
         if local.broken or provider.broken:
             raise
@@ -190,15 +223,17 @@ def apply_or_none(
         return None
 
 
-def _apply(  # apply_or_none's arguments
+def _apply(  # apply_or_none's arguments; form: _read_form's
     local: psycopg.Connection, provider: psycopg.Connection, stages: StageTables,
-    plan: SegmentPlan, batch_sql: str, batch: Batch, node: model.NodeInfo, found: Arrays,
+    plan: SegmentPlan, form: tuple[str, EventRange | None], batch: Batch,
+    node: model.NodeInfo, found: Arrays,
 ) -> ApplyStats | None:  # fmt: skip
     started = time.monotonic()
-    wanted = [_array_query(work.query(batch_sql, Segment())) for work in plan.tables]
+    text, events = form
+    wanted = [_array_query(work.query(text, Segment())) for work in plan.tables]
     missing = [(w, q) for w, q in zip(plan.tables, wanted, strict=True) if q not in found]
     if missing:  # the tables not read with the summary, in one message now
-        late = read_arrays(provider, [w for w, _ in missing], batch_sql, Segment())
+        late = read_arrays(provider, [w for w, _ in missing], text, Segment(), events)
         found = {**found, **{q: got for (_, q), got in zip(missing, late, strict=True)}}
     read = [found[query] for query in wanted]
     read_late = {q for _, q in missing}

@@ -52,7 +52,6 @@ from pgferry.errors import DatabaseError, DivergedProvider
 from pgferry.handlers import registry as handler_registry
 from pgferry.node import model, ticker_health, watermarks
 from pgferry.queue import batches as queue_batches
-from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.batches import Batch
 from pgferry.registry.routes import Route
 from pgferry.scripts import skip
@@ -278,8 +277,7 @@ class Worker(Service):
         # the main stream at its tick: the worker must stop exactly there.
         one_tick = request is not None or hold_at is not None
         # Batches taken by their size alone (no delay, no minimum span): the next one is
-        # read ahead (prefetch.py chooses its tick the same way), and what waits and the
-        # batch it makes are one round trip.
+        # read ahead (prefetch.py asks the queue for its tick by the same rule).
         plain = not one_tick and not self.settings.keep_lag and not self.settings.collect_interval
         read_next = self.settings.batch_min_events if plain else None
         batch_id, ahead, waiting, batch = None, None, 0, None
@@ -305,27 +303,17 @@ class Worker(Service):
             batch_id, ahead = self.replay.ahead.take(provider, queue, consumer, node.last_tick_id)
         else:
             self.replay.ahead.drop()
-        if batch_id is None and plain and upto is None:
-            batch, waiting = queue_batches.next_batch_sized(
-                provider, queue, consumer, node.last_tick_id, self.settings.batch_min_events,
-                flush=False,
-            )  # fmt: skip
-            batch_id = batch.batch_id if batch else None
-        elif batch_id is None and upto is None:
-            min_count = None
-            if not one_tick:
-                ticks, events = queue_ticks.pending(provider, queue, node.last_tick_id)
-                if ticks > 1:
-                    min_count = max(1, min(events, self.settings.batch_min_events))
-            batch_id = positions.take_batch(
-                provider,
-                queue,
-                consumer,
-                min_count=min_count,
+        if batch_id is None and upto is None:
+            rule = queue_batches.BatchRule(
+                most=self.settings.batch_min_events,
+                min_lag=self.settings.keep_lag,
+                min_interval=self.settings.collect_interval,
                 one_tick=one_tick,
-                keep_lag=self.settings.keep_lag,
-                collect_interval=self.settings.collect_interval,
             )
+            batch, waiting = queue_batches.take_batch(provider, queue, consumer, rule, flush=False)
+            batch_id = batch.batch_id if batch else None
+            if not plain:
+                waiting = 0  # the next loop at once: a copy or a compare may wait on it
         if batch_id is None:
             self._heartbeat(local, queue, consumer)
             if self.may_warm_spark and self.settings.warm_spark:

@@ -1,23 +1,29 @@
 """A consumer's batches on the queue: taking, describing, reading and finishing them.
 
 Named functions over the batch part of ``ferry_queue``'s SQL API: taking the next batch
-(plain, sized to what waits, custom, up to a tick), describing it (:class:`Batch`, the one
-description of an open batch, with its event query), reading its events (a cursor, the
-queued scripts, rare event types), retrying an event and finishing the batch, with or
-without waking the ticker.  Queues, consumers, events and capture are in
-:mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
+(plain, custom, up to a tick, or by a :class:`BatchRule`: every one ends at the tick
+``ferry_queue.batch_tick`` chooses, the one rule of a batch's size, which
+:func:`batch_tick` also answers before a batch is opened), describing it (:class:`Batch`,
+the one description of an open batch, with its event query in both forms: every value
+inlined, and :func:`generic_event_sql` with the :class:`EventRange` as parameters),
+reading its events (a cursor, the queued scripts, rare event types), retrying an event
+and finishing the batch, with or without waking the ticker.  Queues, consumers, events
+and capture are in :mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import hashlib
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from pgferry.events import EXECUTE_EVENT
 
@@ -25,15 +31,69 @@ from pgferry.events import EXECUTE_EVENT
 TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
 
 
-# Sent first in a message whose commit need not wait for the WAL flush (see next_batch_sized).
+# Sent first in a message whose commit need not wait for the WAL flush (see take_batch).
 _NO_FLUSH = sql.SQL("select set_config('synchronous_commit', 'off', true)")
 
 
-# get_batch_info's columns (as ``i``), read by name into Batch's fields (_INFO_FIELDS).
+# get_batch_info's columns (as ``i``) in the order of Batch's fields after batch_id.
 _INFO_COLUMNS = sql.SQL(
     "i.prev_tick_id, i.tick_id, i.batch_end, i.seq_start, i.seq_end, i.snapshot,"
     " i.queue_name, i.consumer_name, i.batch_start, i.prev_snapshot, i.lag"
 )
+# batch_range_args's range columns (as ``a``), as text: EventRange's fields.  Its
+# event_sql, read beside them, is batch_event_sql's text from the same look-ups.
+_RANGE_COLUMNS = sql.SQL(
+    "a.queue_id, a.sub_id, a.prev_xmax::text, a.next_xmax::text, a.next_snapshot::text,"
+    " a.running::text"
+)
+
+# The types of the generic event query's parameters $1 .. $6 (EventRange's fields).
+EVENT_RANGE_TYPES = ("integer", "integer", "xid8", "xid8", "pg_snapshot", "xid8[]")
+
+
+@dataclass(frozen=True)
+class EventRange:
+    """The values that fix which events lie between two ticks for a consumer
+    (``ferry_queue.tick_range_args``): the parameters of :func:`generic_event_sql`, in the
+    order of :data:`EVENT_RANGE_TYPES`.  Values in their text forms."""
+
+    queue_id: int
+    sub_id: int
+    prev_xmax: str  # xmax of the opening tick's snapshot
+    next_xmax: str  # xmax of the closing tick's snapshot
+    next_snapshot: str  # the closing tick's snapshot
+    running: str  # transactions running at the opening tick that the closing one sees
+
+    def args(self) -> tuple[int, int, str, str, str, str]:
+        return (
+            self.queue_id, self.sub_id, self.prev_xmax, self.next_xmax, self.next_snapshot,
+            self.running,
+        )  # fmt: skip
+
+
+def _event_range(row: Sequence) -> EventRange | None:
+    return None if row[0] is None else EventRange(*row)
+
+
+# Per connection, the generic event query its server gives (the text of its installed
+# event_range_sql: read once per session).
+_GENERIC: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()
+
+
+def generic_event_sql(conn: psycopg.Connection) -> str:
+    """The unordered event query of any tick range with the range's values as parameters
+    ``$1 .. $6`` (:class:`EventRange`, :data:`EVENT_RANGE_TYPES`): the same text for every
+    batch, so that a read composed on it is prepared once per session and runs with a
+    generic plan.  :func:`batch_event_sql` is the same query with the values inlined."""
+    text = _GENERIC.get(conn)
+    if text is None:
+        row = conn.execute(
+            "select ferry_queue.event_range_sql(false, '$1', '$2', '$3', '$4', '$5', '$6')",
+            prepare=False,
+        ).fetchone()
+        assert row is not None
+        text = _GENERIC[conn] = row[0]
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,31 +114,33 @@ class Batch:
     lag: timedelta | None  # age of the closing tick when the batch was described
     # Its event query (batch_event_sql, unordered), when read with the description.
     event_sql: str | None = field(default=None, compare=False, repr=False)
+    # The values of its range (generic_event_sql's parameters), read with event_sql.
+    events: EventRange | None = field(default=None, compare=False, repr=False)
 
 
-# get_batch_info's columns (PgQ's names) and the Batch field each one fills.
-_INFO_FIELDS = {
-    "prev_tick_id": "prev_tick_id",
-    "tick_id": "tick_id",
-    "batch_end": "tick_time",
-    "seq_start": "prev_event_seq",
-    "seq_end": "event_seq",
-    "snapshot": "tick_snapshot",
-    "queue_name": "queue_name",
-    "consumer_name": "consumer_name",
-    "batch_start": "prev_tick_time",
-    "prev_snapshot": "prev_snapshot",
-    "lag": "lag",
-}
+@dataclass(frozen=True)
+class BatchRule:
+    """How far a consumer's next batch reaches (``ferry_queue.batch_tick``).
 
+    ``most``: when several ticks wait (the consumer is behind), one batch spanning them up
+    to that many events.  ``min_lag``: only ticks at least that old (``pgq_keep_lag``).
+    ``min_interval``: each batch spans at least that long (``pgq_batch_collect_interval``).
+    ``one_tick``: the batch ends at the next tick (whoever waits for the consumer at a
+    given tick), whatever else is set but ``min_lag``.
+    """
 
-def _batch(batch_id: int, info: dict[str, Any], event_sql: str | None) -> Batch:
-    """A Batch from get_batch_info's row read by name (a ``dict_row``)."""
-    return Batch(
-        batch_id=batch_id,
-        event_sql=event_sql,
-        **{name: info[column] for column, name in _INFO_FIELDS.items()},
-    )
+    most: int | None = None
+    min_lag: timedelta | None = None
+    min_interval: timedelta | None = None
+    one_tick: bool = False
+
+    def args(self) -> tuple[timedelta | None, int | None, timedelta | None, bool]:
+        """batch_tick's (i_min_lag, i_min_count, i_min_interval, i_sized)."""
+        if self.one_tick:
+            return self.min_lag, None, None, False
+        if self.min_interval:
+            return self.min_lag, None, self.min_interval, False
+        return self.min_lag, self.most, None, self.most is not None
 
 
 def next_batch(
@@ -104,19 +166,17 @@ def next_batch(
     return None if row is None else row[0]
 
 
-def next_batch_sized(
+def take_batch(
     conn: psycopg.Connection,
     queue: str,
     consumer: str,
-    last_tick: int | None,
-    most: int,
+    rule: BatchRule,
     *,
     flush: bool = True,
 ) -> tuple[Batch | None, int]:
-    """(next batch with its event query, ticks made after ``last_tick``), the batch chosen
-    as :func:`next_batch` with ``min_count`` would be after a look at what waits: when more
-    than one tick waits (the consumer is behind), one batch spanning them up to ``most``
-    events; else the next tick's batch.
+    """(the consumer's next batch, ending where ``rule`` says, with its event query in
+    both forms; the ticks waiting after the consumer's position), or the batch it has
+    open.
 
     One message of two statements (one round trip): the second describes the batch the
     first opened, found by the consumer's subscription (get_batch_info is STABLE: in the
@@ -128,46 +188,144 @@ def next_batch_sized(
     durable commit flushes the WAL up to itself); the consumer then finds its position
     where it was and its own record says what was applied (docs/replication.md).
     """
-    params = {
-        "q": sql.Literal(queue),
-        "c": sql.Literal(consumer),
-        "last": sql.Literal(last_tick),
-        "most": sql.Literal(most),
-    }
+    min_lag, min_count, min_interval, sized = rule.args()
+    params = {"q": sql.Literal(queue), "c": sql.Literal(consumer)}
+    # The description is prepared once per session (in the message that first runs it).
     take = sql.SQL(
-        """
-        select coalesce(
-                 case when p.ticks > 1 then ferry_queue.next_batch_custom(
-                     {q}, {c}, null, greatest(1, least(p.events, {most}))::integer, null)
-                 end,
-                 ferry_queue.next_batch({q}, {c})), p.ticks
-          from (select count(*) - 1 as ticks,
-                       coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0) as events
-                  from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-                 where q.queue_name = {q} and t.tick_id >= {last}::bigint) p
-        """
-    ).format(**params)
+        "select c.batch_id, c.waiting from ferry_queue.next_batch_chosen("
+        "{q}, {c}, {lag}::interval, {count}::integer, {interval}::interval, null, {sized}) c"
+    ).format(
+        lag=sql.Literal(min_lag),
+        count=sql.Literal(min_count),
+        interval=sql.Literal(min_interval),
+        sized=sql.Literal(sized),
+        **params,
+    )
+    name, describe = _description(queue, consumer)
+    known = _DESCRIBED.setdefault(conn, set())
+    statements = [take]
+    if name not in known:
+        statements.append(sql.SQL("prepare {} as ").format(sql.Identifier(name)) + describe)
+    statements.append(sql.SQL("execute {}").format(sql.Identifier(name)))
+    rows: list[tuple | None] = []
+    try:
+        with conn.cursor() as cur:
+            cur.execute(_message(statements, flush), prepare=False)
+            while True:  # the set_config's (without flush), the opening's, the description's
+                if cur.pgresult is not None and cur.pgresult.status == ExecStatus.TUPLES_OK:
+                    rows.append(cur.fetchone())
+                if not cur.nextset():
+                    break
+    except BaseException:
+        _described_again(conn, name)
+        raise
+    known.add(name)
+    taken, info = rows[-2], rows[-1]
+    waiting = taken[1] if taken else 0
+    if taken is None or taken[0] is None:
+        return None, waiting
+    assert info is not None and info[0] == taken[0]
+    return _batch_of_row(info), waiting
+
+
+# Per connection, the consumers' descriptions prepared on its session: a constant text
+# per consumer, planned once instead of at every batch.
+_DESCRIBED: weakref.WeakKeyDictionary[psycopg.Connection, set[str]] = weakref.WeakKeyDictionary()
+
+
+@functools.lru_cache(maxsize=64)
+def _description(queue: str, consumer: str) -> tuple[str, sql.Composable]:
+    """(statement name, SELECT) of the description of ``consumer``'s open batch: the
+    batch id, :data:`_INFO_COLUMNS`, its event query and :data:`_RANGE_COLUMNS`, found by
+    the consumer's subscription."""
     describe = sql.SQL(
         """
-        select s.sub_batch, {info}, ferry_queue.batch_event_sql(s.sub_batch, false)
+        select s.sub_batch, {info}, a.event_sql, {range}
           from ferry_queue.subscription s
           join ferry_queue.queue q on q.queue_id = s.sub_queue
          cross join lateral ferry_queue.get_batch_info(s.sub_batch) i
+         cross join lateral ferry_queue.batch_range_args(s.sub_batch) a
          where q.queue_name = {q} and s.sub_consumer = {c} and s.sub_batch is not null
         """
-    ).format(info=_INFO_COLUMNS, **params)
-    with conn.cursor() as cur:
-        cur.execute(_message([take, describe], flush), prepare=False)
-        if not flush:
-            cur.nextset()
-        taken = cur.fetchone()
-        cur.nextset()
-        cur.row_factory = dict_row
-        info = cur.fetchone()
-    if taken is None or taken[0] is None:
-        return None, max(taken[1], 0) if taken else 0
-    assert info is not None and info["sub_batch"] == taken[0]
-    return _batch(taken[0], info, info["batch_event_sql"]), max(taken[1], 0)
+    ).format(
+        info=_INFO_COLUMNS, range=_RANGE_COLUMNS, q=sql.Literal(queue), c=sql.Literal(consumer)
+    )
+    text = describe.as_string(None)
+    return "pgferry_batch_" + hashlib.sha1(text.encode()).hexdigest()[:24], sql.SQL(text)
+
+
+def _described_again(conn: psycopg.Connection, name: str) -> None:
+    """After a failed opening: whether the session holds the description is read again
+    (its PREPARE may or may not have run)."""
+    known = _DESCRIBED.pop(conn, None)
+    if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        return
+    row = conn.execute("select 1 from pg_prepared_statements where name = %s", (name,)).fetchone()
+    known = known or set()
+    known.discard(name)
+    if row is not None:
+        known.add(name)
+    _DESCRIBED[conn] = known
+
+
+# get_batch_info's columns (as ``i``, in _INFO_COLUMNS's order) -> Batch's fields.
+_INFO_FIELDS = {
+    "prev_tick_id": "prev_tick_id",
+    "tick_id": "tick_id",
+    "batch_end": "tick_time",
+    "seq_start": "prev_event_seq",
+    "seq_end": "event_seq",
+    "snapshot": "tick_snapshot",
+    "queue_name": "queue_name",
+    "consumer_name": "consumer_name",
+    "batch_start": "prev_tick_time",
+    "prev_snapshot": "prev_snapshot",
+    "lag": "lag",
+}
+
+
+def _batch(
+    batch_id: int,
+    info: Mapping[str, Any],
+    event_sql: str | None,
+    events: EventRange | None = None,
+) -> Batch:
+    """A Batch from get_batch_info's row read by name (a ``dict_row``, or the columns of
+    :data:`_INFO_COLUMNS` named)."""
+    return Batch(
+        batch_id=batch_id,
+        event_sql=event_sql,
+        events=events,
+        **{name: info[column] for column, name in _INFO_FIELDS.items()},
+    )
+
+
+def _info(values: Sequence) -> dict[str, Any]:
+    """The values of :data:`_INFO_COLUMNS`, in its order, by column name."""
+    return dict(zip(_INFO_FIELDS, values, strict=True))
+
+
+def _batch_of_row(row: Sequence) -> Batch:
+    """A Batch from a row of batch id, :data:`_INFO_COLUMNS`, the event query and
+    :data:`_RANGE_COLUMNS`."""
+    return _batch(row[0], _info(row[1:12]), row[12], _event_range(row[13:]))
+
+
+def batch_tick(
+    conn: psycopg.Connection, queue: str, after: int, rule: BatchRule
+) -> tuple[int, int] | None:
+    """(closing tick, events) of the batch after tick ``after`` as ``rule`` cuts it, the
+    tick a batch opened now would end at; None when there is no such tick (yet)."""
+    min_lag, min_count, min_interval, sized = rule.args()
+    row = conn.execute(
+        "select b.tick_id, b.events from ferry_queue.queue q"
+        " cross join lateral ferry_queue.batch_tick(q.queue_id, %s, %s, %s, %s, null, %s) b"
+        " where q.queue_name = %s",
+        (after, min_lag, min_count, min_interval, sized, queue),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return row[0], row[1]
 
 
 def next_batch_custom(
@@ -200,16 +358,21 @@ def next_batch_upto(
 
 
 def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = False) -> Batch:
-    """Describe open batch ``batch_id``; with ``event_sql`` its unordered event query too
-    (:func:`batch_event_sql`, in the same round trip)."""
+    """Describe open batch ``batch_id``; with ``event_sql`` its event query too, in both
+    forms (:func:`batch_event_sql` unordered and its :class:`EventRange`), in the same
+    round trip."""
+    if not event_sql:
+        query = sql.SQL("select {info} from ferry_queue.get_batch_info(%s) as i")
+        row = conn.execute(query.format(info=_INFO_COLUMNS), (batch_id,)).fetchone()
+        assert row is not None
+        return _batch(batch_id, _info(row), None)
     query = sql.SQL(
-        "select {info}, case when %s then ferry_queue.batch_event_sql(%s, false) end as event_sql"
-        " from ferry_queue.get_batch_info(%s) as i"
-    ).format(info=_INFO_COLUMNS)
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(query, (event_sql, batch_id, batch_id)).fetchone()
+        "select %s::bigint, {info}, a.event_sql, {range}"
+        " from ferry_queue.get_batch_info(%s) as i, ferry_queue.batch_range_args(%s) as a"
+    ).format(info=_INFO_COLUMNS, range=_RANGE_COLUMNS)
+    row = conn.execute(query, (batch_id, batch_id, batch_id)).fetchone()
     assert row is not None
-    return _batch(batch_id, row, row["event_sql"])
+    return _batch_of_row(row)
 
 
 def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:
@@ -247,7 +410,7 @@ def event_retry(conn: psycopg.Connection, batch_id: int, ev_id: int, seconds: in
 
 def finish_batch(conn: psycopg.Connection, batch_id: int, *, flush: bool = True) -> None:
     """Close the batch: its consumer's next batch starts at its closing tick.  ``flush``:
-    as in :func:`next_batch_sized`."""
+    as in :func:`take_batch`."""
     _send(conn, [_finish(batch_id)], flush)
 
 

@@ -107,21 +107,6 @@ def advance_tick_ids(conn: psycopg.Connection, queue: str, past: int) -> None:
     )
 
 
-def pending(conn: psycopg.Connection, queue: str, last_tick: int | None) -> tuple[int, int]:
-    """(ticks, events) made after ``last_tick`` on the provider."""
-    if last_tick is None:
-        return 0, 0
-    row = conn.execute(
-        """
-        select count(*) - 1, coalesce(max(t.tick_event_seq) - min(t.tick_event_seq), 0)
-          from ferry_queue.tick t join ferry_queue.queue q on q.queue_id = t.tick_queue
-         where q.queue_name = %s and t.tick_id >= %s
-        """,
-        (queue, last_tick),
-    ).fetchone()
-    return (0, 0) if row is None else (max(row[0], 0), row[1])
-
-
 def tick_marks(conn: psycopg.Connection, queue: str) -> dict[int, tuple[datetime, int]]:
     """Every tick of ``queue``: id -> (time, event position).  A branch copies both from
     its provider, so equal marks on two nodes are the same tick."""
