@@ -29,16 +29,22 @@ class RelName:
         return (self.schema, self.name)
 
 
+# A relation as RelName reads it (the WHERE clause follows).
+_RELATION = """
+    select n.nspname as schema, c.relname as name,
+           format('%%I.%%I', n.nspname, c.relname) as fq
+      from pg_catalog.pg_class c
+      join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+"""
+
+
 def list_relations(conn: psycopg.Connection, kinds: str) -> list[RelName]:
     """Tables (``kinds='r'``) or sequences (``'S'``) outside system schemas."""
     relkinds = ["r", "p"] if kinds == "r" else ["S"]
     with conn.cursor(row_factory=class_row(RelName)) as cur:
         cur.execute(
-            """
-            select n.nspname as schema, c.relname as name,
-                   format('%%I.%%I', n.nspname, c.relname) as fq
-              from pg_catalog.pg_class c
-              join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+            _RELATION
+            + """
              where c.relkind = any(%s) and not c.relispartition
                and n.nspname <> all(%s)
                and n.nspname not like 'pg\\_toast%%' and n.nspname not like 'pg\\_temp%%'
@@ -53,13 +59,7 @@ def find_relation(conn: psycopg.Connection, schema: str, name: str, kinds: str) 
     relkinds = ["r", "p"] if kinds == "r" else ["S"]
     with conn.cursor(row_factory=class_row(RelName)) as cur:
         cur.execute(
-            """
-            select n.nspname as schema, c.relname as name,
-                   format('%%I.%%I', n.nspname, c.relname) as fq
-              from pg_catalog.pg_class c
-              join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-             where n.nspname = %s and c.relname = %s and c.relkind = any(%s)
-            """,
+            _RELATION + " where n.nspname = %s and c.relname = %s and c.relkind = any(%s)",
             (schema, name, relkinds),
         )
         return cur.fetchone()
