@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pgferry import settings
 from pgferry.cli.main import main
 from pgferry.config import Config
 from pgferry.testing.cascade import Cascade, sql_rows
@@ -101,21 +102,21 @@ def compare_ok(cfg: Config, capsys) -> None:
 def test_one_major_to_another(new_db, make_cascade, capsys, src: int, dst: int) -> None:
     c, (root, leaf) = build(make_cascade, [new_db(src), new_db(dst)])
     with replicating(c):
-        wait_equal(root.get("db"), [leaf.get("db")])
-        load(root.get("db"), 1000)
-        wait_equal(root.get("db"), [leaf.get("db")])
+        wait_equal(root.get(settings.DB), [leaf.get(settings.DB)])
+        load(root.get(settings.DB), 1000)
+        wait_equal(root.get(settings.DB), [leaf.get(settings.DB)])
         compare_ok(leaf, capsys)
 
 
 def test_cascade_15_16_18(new_db, make_cascade, capsys) -> None:
     c, (root, branch, leaf) = build(make_cascade, [new_db(15), new_db(16), new_db(18)])
     with replicating(c):
-        wait_equal(root.get("db"), [branch.get("db"), leaf.get("db")])
-        load(root.get("db"), 1000)
-        wait_equal(root.get("db"), [branch.get("db"), leaf.get("db")])
+        wait_equal(root.get(settings.DB), [branch.get(settings.DB), leaf.get(settings.DB)])
+        load(root.get(settings.DB), 1000)
+        wait_equal(root.get(settings.DB), [branch.get(settings.DB), leaf.get(settings.DB)])
         compare_ok(branch, capsys)
         compare_ok(leaf, capsys)  # its provider is a branch: compared at the branch's tick
-        sql(leaf.get("db"), f"set session_replication_role = replica;"
+        sql(leaf.get(settings.DB), f"set session_replication_role = replica;"
                             f" update {TABLE} set t = 'changed here' where id = 5")  # fmt: skip
         capsys.readouterr()
         assert main([str(leaf.path), "compare"]) == 1

@@ -19,6 +19,7 @@ from psycopg.rows import class_row
 
 from pgferry.db import mask_connstr
 from pgferry.errors import AlreadyRunning, NodeError
+from pgferry.polling import WaitTimeout, wait_until
 
 
 @dataclass
@@ -547,6 +548,10 @@ def _holder_text(backend_pid: int, client: object, app: str | None) -> str:
     )
 
 
+# Seconds a worker waits for the node's lock before it says another worker holds it.
+LOCK_GRACE = 2.0
+
+
 def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
     """Take the session lock that makes the caller the node's only worker, or fail.
 
@@ -554,10 +559,20 @@ def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
     database (every ini, pidfile and host that names this node meets it) and ends with the
     session, so a killed worker never leaves it behind.
     """
-    row = conn.execute(
-        "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))", (queue_name,)
-    ).fetchone()
-    if not row or not row[0]:
+
+    def taken() -> bool:
+        row = conn.execute(
+            "select pg_try_advisory_lock(hashtext('pgferry-worker'), hashtext(%s))",
+            (queue_name,),
+        ).fetchone()
+        return bool(row and row[0])
+
+    # A worker that has just stopped releases the lock when its server process ends, a
+    # moment after its connection closed: a worker started right after it (a restart)
+    # waits that moment out rather than failing.
+    try:
+        wait_until(taken, timeout=LOCK_GRACE, interval=0.05, what="the node's lock")
+    except WaitTimeout:
         holder = conn.execute(
             """
             select a.pid, a.client_addr, a.application_name from pg_locks l
@@ -573,4 +588,4 @@ def lock_node(conn: psycopg.Connection, queue_name: str) -> None:
         where = f" ({_holder_text(*holder)})" if holder else ""
         raise AlreadyRunning(
             f"Another worker is already running for this node (queue {queue_name}){where}"
-        )
+        ) from None
