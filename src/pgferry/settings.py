@@ -70,7 +70,8 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _bool(raw: str) -> bool:
+def parse_bool(raw: str) -> bool:
+    """True or False of ``raw`` (1/0, true/false, yes/no, on/off; empty: False)."""
     low = raw.strip().lower()
     if low in _TRUE:
         return True
@@ -177,7 +178,7 @@ def choice(*names: str) -> Kind[str]:
 STR: Kind[str] = Kind("str", str, str)
 INT: Kind[int] = Kind("int", _int, str)
 FLOAT: Kind[float] = Kind("float", _float, _number)
-BOOL: Kind[bool] = Kind("bool", _bool, lambda v: "true" if v else "false")
+BOOL: Kind[bool] = Kind("bool", parse_bool, lambda v: "true" if v else "false")
 SIZE: Kind[int] = Kind("size", parse_size, _show_size)
 DURATION: Kind[timedelta | None] = Kind("duration", _duration, _show_duration)  # empty: None
 SPAN: Kind[timedelta] = Kind("span", _span, _show_duration)  # a duration always given

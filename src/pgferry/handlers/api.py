@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
 
+from pgferry import settings
 from pgferry.errors import UsageError
 
 # Columns of an "events" stage, in order, with their types (the event vocabulary's).
@@ -44,10 +45,6 @@ from pgferry.handlers.staged import Target as Target
 
 if TYPE_CHECKING:
     from pgferry.config import Config
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 class HandlerError(UsageError):
@@ -104,11 +101,11 @@ class Param:
         """The typed value of ``text``; HandlerError naming the argument otherwise."""
         what = f"handler {handler}: argument {self.name}"
         if self.kind is bool:
-            low = text.strip().lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
+            if text.strip():  # an empty value is no answer here, unlike an empty ini key
+                try:
+                    return settings.parse_bool(text)
+                except settings.BadValue:
+                    pass
             raise HandlerError(f"{what} must be 0 or 1 (true/false), not {text!r}")
         if self.kind is int:
             try:
