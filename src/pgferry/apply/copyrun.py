@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 
 from pgferry import settings
-from pgferry.apply.handover import CopyGroup, replica_dsn, tick_now
-from pgferry.db import connect
+from pgferry.apply.handover import CopyGroup, tick_now
+from pgferry.db import connect, replica_dsn
 from pgferry.errors import TableError
 from pgferry.handlers.api import HandlerContext
 from pgferry.node import copymode, copynode, merge, model

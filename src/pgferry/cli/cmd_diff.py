@@ -10,7 +10,7 @@ so that no password stands in argv; the fix file is written mode 0600.
 The report names every differing key, in key order, the same on every run: ``-`` only in
 the source, ``+`` only in the destination, ``!`` on both with other values (as reladiff
 marks them), the rows of the first ``--max-rows`` (10) below their keys, and a count
-(:mod:`pgferry.pipeline.keydiff`); ``--json`` prints the same as one object.
+(:mod:`pgferry.sync.keydiff`); ``--json`` prints the same as one object.
 
 Exit status: 0 when the tables match (or the fix was applied), 1 when they differ (or an
 error stopped the run, with its one line on stderr), 2 for bad usage.
@@ -82,7 +82,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
             expressions.check_on_table(conn, dst.schema, dst.name, where, "--where")
     require_same_columns(src, dst)
 
-    from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
+    from pgferry.sync.compare import CompareTask, compare_tables, driver_threads
 
     def spark():
         """Spark, started only for work that needs it: on the default configuration (local
@@ -98,8 +98,8 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
     report = found = None
     if not result.matches:  # the differing ranges refined to keys
-        from pgferry.pipeline.keydiff import key_report
-        from pgferry.pipeline.repair import find_differences
+        from pgferry.sync.keydiff import key_report
+        from pgferry.sync.repair import find_differences
 
         found = find_differences(
             spark, args.src_connstr, args.dst_connstr, [task],
@@ -115,7 +115,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
             _print_json(result, report, None)
         return 0 if result.matches else 1
 
-    from pgferry.pipeline.repair import repair_tables
+    from pgferry.sync.repair import repair_tables
 
     (fixed,) = repair_tables(
         spark,

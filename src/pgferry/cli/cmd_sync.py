@@ -2,7 +2,7 @@
 
 Tables come from this node's registry with their destination names and copy conditions
 (the condition filters the source side only: the subscriber's table holds just the matching
-rows).  Both sides are read at one tick through :mod:`pgferry.apply.sync`; ``compare``
+rows).  Both sides are read at one tick through :mod:`pgferry.sync.point`; ``compare``
 exits 1 when any table differs.
 """
 
@@ -29,9 +29,9 @@ def _tasks(config: Config, names: list[str]):
     from pgferry.handlers import registry as handler_registry
     from pgferry.node import merge
     from pgferry.node.connect import local_connstr, queue_name
-    from pgferry.pipeline.compare import CompareTask
     from pgferry.registry.names import parse_pattern, split_qualified
     from pgferry.registry.routes import load_routes
+    from pgferry.sync.compare import CompareTask
 
     with connection(local_connstr(config)) as conn:
         try:
@@ -112,9 +112,9 @@ def _large(config: Config, tasks, threads: int) -> bool:
     read whole, else the pages) compare's sums narrow the read to the differing ranges."""
     from pgferry.db import connection
     from pgferry.node.connect import local_connstr
-    from pgferry.pipeline.compare import LOCAL_PAGES
-    from pgferry.pipeline.repair_local import LOCAL_MODE_ROWS
     from pgferry.pipeline.tables import resolve_table
+    from pgferry.sync.compare import LOCAL_PAGES
+    from pgferry.sync.repair_local import LOCAL_MODE_ROWS
 
     with connection(local_connstr(config)) as conn:
         tables = [resolve_table(conn, t.dest_table) for t in tasks]
@@ -199,8 +199,8 @@ def cmd_compare(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
-    from pgferry.apply.sync import sync_point
-    from pgferry.pipeline.compare import compare_tables, driver_threads
+    from pgferry.sync.compare import compare_tables, driver_threads
+    from pgferry.sync.point import sync_point
 
     tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
     differ = 0
@@ -246,10 +246,10 @@ def cmd_repair(ctx: Context, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = ctx.config()
     setup_logging(config=config, verbose=ctx.verbose, quiet=ctx.quiet)
-    from pgferry.apply.handover import replica_dsn
-    from pgferry.apply.sync import sync_point
-    from pgferry.pipeline.compare import compare_tables, driver_threads
-    from pgferry.pipeline.repair import repair_tables
+    from pgferry.db import replica_dsn
+    from pgferry.sync.compare import compare_tables, driver_threads
+    from pgferry.sync.point import sync_point
+    from pgferry.sync.repair import repair_tables
 
     tasks, lakes = lake_sync.split(config, _tasks(config, args.tables))
     if lakes and args.repair_where:

@@ -2,8 +2,8 @@
 
 :func:`split` takes them out of the compare's or repair's tasks (their local table is only
 the shape), :func:`compare` compares them at the sync point's tick with
-:mod:`pgferry.pipeline.lake_compare`, :func:`repair` finds their differing rows there and
-(``--apply``) writes each table's fix as one lake commit (:mod:`pgferry.pipeline.lake_repair`);
+:mod:`pgferry.sync.lake_compare`, :func:`repair` finds their differing rows there and
+(``--apply``) writes each table's fix as one lake commit (:mod:`pgferry.sync.lake_repair`);
 both use Spark for tables too large for the driver.
 """
 
@@ -21,9 +21,9 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
     from pgferry.handlers.lake import Lake
     from pgferry.lake import types as lake_types
     from pgferry.node.connect import local_connstr, queue_name
-    from pgferry.pipeline.lake_compare import LakeCompareTask
     from pgferry.registry.names import split_qualified
     from pgferry.registry.routes import load_routes
+    from pgferry.sync.lake_compare import LakeCompareTask
 
     with connection(local_connstr(config)) as conn:
         routes = load_routes(conn, queue_name(config), handler_registry.context(config))
@@ -50,7 +50,7 @@ def split(config: Config, tasks: Sequence) -> tuple[list, list]:
 def compare(point, tasks: Sequence, spark: Callable[[], object] | None = None) -> list:
     """The lake tables compared at the sync point; ``spark`` returns the session, called
     only for tables too large for the driver."""
-    from pgferry.pipeline.lake_compare import compare_lake
+    from pgferry.sync.lake_compare import compare_lake
 
     if not tasks:
         return []
@@ -60,7 +60,7 @@ def compare(point, tasks: Sequence, spark: Callable[[], object] | None = None) -
 def repair(point, tasks: Sequence, apply: bool, spark: Callable[[], object] | None = None) -> list:
     """The lake tables' differences at the sync point; with ``apply`` one commit each.
     ``spark`` returns the session, called only for tables too large for the driver."""
-    from pgferry.pipeline.lake_repair import repair_lake
+    from pgferry.sync.lake_repair import repair_lake
 
     if not tasks:
         return []

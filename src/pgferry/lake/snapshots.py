@@ -5,7 +5,7 @@ Delta through delta-rs writes no deletion vectors: the files of a version, read 
 Parquet, are exactly its rows.  An Iceberg table written merge-on-read
 (``lake_iceberg_deletes``) also has position delete files: a version's rows are its data
 files' rows less the positions its delete files name (:func:`delete_files`), which a
-reader must take away (``pipeline/lake_spark.py`` does, by file name and row index).
+reader must take away (``sync/lake_spark.py`` does, by file name and row index).
 :func:`read_file` reads one data file, from a folder or an object store (pyarrow's file
 system of :mod:`.storage`, whose options a Spark task carries), as Arrow batches of the
 columns asked for, less the rows its delete files remove: the Python tasks of

@@ -38,7 +38,10 @@ from psycopg import sql
 from pgferry import settings
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.buckets import (
+from pgferry.pipeline.keyranges import KeyRange, merge_buckets
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
+from pgferry.sync.buckets import (
     SESSION_SQL,
     BucketGroup,
     CompareTask,
@@ -47,9 +50,6 @@ from pgferry.pipeline.buckets import (
     bucket_groups,
     prepare,
 )
-from pgferry.pipeline.keyranges import KeyRange, merge_buckets
-from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark_errors import job_error
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def _small(prepared) -> bool:
 
 def _on_spark(session, job: _Job, units: list) -> list[tuple]:
     """One Spark task per side and bucket group (runs ``_sum_group`` on the executors)."""
-    from pgferry.pipeline.spark_tasks import describe_job, run_each
+    from pgferry.sync.spark_tasks import describe_job, run_each
 
     try:
         describe_job(session, "pgferry compare")

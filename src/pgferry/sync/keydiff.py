@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgferry.pipeline.buckets import CompareTask
 from pgferry.pipeline.keyranges import KeyRange
-from pgferry.pipeline.repair import find_differences
-from pgferry.pipeline.repair_local import ordered_columns
+from pgferry.sync.buckets import CompareTask
+from pgferry.sync.repair import find_differences
+from pgferry.sync.repair_local import ordered_columns
 
 # repair's kinds as seen from the destination, and the mark and name each is reported with
 MARKS = {"insert": "-", "delete": "+", "update": "!"}

@@ -20,10 +20,10 @@ from psycopg.types.string import TextLoader
 
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
-from pgferry.pipeline import compare
-from pgferry.pipeline.buckets import SESSION_SQL, TablePlan
 from pgferry.pipeline.keyranges import KeyRange
 from pgferry.pipeline.snapshot import open_in_snapshot
+from pgferry.sync import compare
+from pgferry.sync.buckets import SESSION_SQL, TablePlan
 
 # Tables within compare's LOCAL_PAGES are read whole on the driver; larger ones when at
 # most this many rows (estimated, per side) inside the differing key ranges.

@@ -33,8 +33,8 @@ from typing import Any
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
-from pgferry.pipeline import lake_compare
-from pgferry.pipeline.lake_compare import SAMPLE, LakeCompareTask, read_source
+from pgferry.sync import lake_compare
+from pgferry.sync.lake_compare import SAMPLE, LakeCompareTask, read_source
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def _diff_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task: Lake
     rows) to clear only with ``apply`` (else the first few, for the log)."""
     import pyarrow as pa
 
-    from pgferry.pipeline import lake_spark
+    from pgferry.sync import lake_spark
 
     schema = lake_types.arrow_schema(task.columns)
     names = [c.name for c in task.columns]

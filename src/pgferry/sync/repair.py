@@ -29,18 +29,18 @@ from psycopg import sql
 
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.buckets import SESSION_SQL, CompareTask, TablePlan, bucket_groups, prepare
 from pgferry.pipeline.keyranges import KeyRange
-from pgferry.pipeline.repair_local import (
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
+from pgferry.private_files import open_private
+from pgferry.sync.buckets import SESSION_SQL, CompareTask, TablePlan, bucket_groups, prepare
+from pgferry.sync.repair_local import (
     local_differences,
     ordered_columns,
     read_query,
     small_read,
 )
-from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark_errors import job_error
-from pgferry.pipeline.spark_tasks import describe_job, functions, parallelism
-from pgferry.private_files import open_private
+from pgferry.sync.spark_tasks import describe_job, functions, parallelism
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from pgferry import expressions
 from pgferry.db import connect
 from pgferry.lake import formats
 from pgferry.lake import types as lake_types
-from pgferry.pipeline import lake_spark
-from pgferry.pipeline.lake_spark import LakeCompareTask
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation, resolve_table
+from pgferry.sync import lake_spark
+from pgferry.sync.lake_spark import LakeCompareTask
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Both sides of a large lake table as Spark DataFrames, for compare and repair.
 
-The load's tasks (:func:`~.lake_copy.run_groups`) write the source's rows in the sync
-point's exported snapshot, with the table's row filters, as Parquet files into a scratch
-folder under the lake; Spark reads them, and the Parquet files of the lake version of the
-tick (:mod:`pgferry.lake.snapshots`) less the rows its position delete files name (an
-Iceberg table written merge-on-read), cast to the source's types.  No row passes through
+The load's tasks (:func:`pgferry.pipeline.lake_copy.run_groups`) write the source's rows in
+the sync point's exported snapshot, with the table's row filters, as Parquet files into a
+scratch folder under the lake; Spark reads them, and the Parquet files of the lake version
+of the tick (:mod:`pgferry.lake.snapshots`) less the rows its position delete files name
+(an Iceberg table written merge-on-read), cast to the source's types.  No row passes through
 the driver.  The scratch folder is removed when the ``with`` ends, so whatever the caller
 needs of the rows is computed (or collected) inside it.
 
