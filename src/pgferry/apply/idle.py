@@ -136,7 +136,8 @@ class IdleWatch:
 
     def root_wait(self, loop_delay: float) -> float:
         """How long an idle root waits for a tick before its next loop."""
-        return loop_delay * min(2**self.quiet_loops, ROOT_BACKOFF)
+        wait: float = loop_delay * min(2**self.quiet_loops, ROOT_BACKOFF)
+        return wait
 
     def quiet(
         self,

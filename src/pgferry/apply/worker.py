@@ -251,7 +251,8 @@ class Worker(Service):
         if stop is not None:
             return stop
 
-        caught_up, hold_at = False, None
+        caught_up: bool | None = False
+        hold_at: int | None = None
         if self._copies.to_look_at(reads.tables_settled):
             self._copies.start_pending(local, node, self.conns.provider_dsn or "")
             caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
