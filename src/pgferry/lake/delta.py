@@ -174,7 +174,7 @@ def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
     return rows.num_rows
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+def multiset(spec: LakeSpec, inserts, deletes, version: int | None, tick: int,
              tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: each delete image removes one equal row, then the inserts;
     the table is rewritten in one commit (documented: keyless tables are for small

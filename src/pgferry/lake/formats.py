@@ -82,7 +82,7 @@ class LakeFormat(Protocol):
         spec: LakeSpec,
         inserts: pa.Table,
         deletes: pa.Table,
-        version: int,
+        version: int | None,
         tick: int,
         tick_time: datetime | None = None,
     ) -> tuple[int, int]:

@@ -299,7 +299,7 @@ def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
     return rows.num_rows
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+def multiset(spec: LakeSpec, inserts, deletes, version: int | None, tick: int,
              tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: rewritten in one commit (each delete image removes one
     equal row, then the inserts are added)."""

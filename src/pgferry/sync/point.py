@@ -217,7 +217,8 @@ def _wait_ready(conn: psycopg.Connection, queue: str, consumer: str, wait: float
         if req is None:
             break
         if req[0] == "ready":
-            return req[1]
+            snapshot: str = req[1]
+            return snapshot
         if req[0] == "missed":
             return None
         time.sleep(0.05)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -60,7 +61,7 @@ REQUESTS_SQL = """
         """
 
 
-def request_of(rows: list[tuple], consumer: str) -> Request | None:
+def request_of(rows: list[tuple[Any, ...]], consumer: str) -> Request | None:
     """``consumer``'s request among rows of :data:`REQUESTS_SQL`."""
     for name, tick_id, state, pause, overdue in rows:
         if name == consumer:
