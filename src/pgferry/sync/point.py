@@ -186,9 +186,11 @@ def source_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tupl
         conn = connect(provider_dsn, application_name="pgferry-sync")
         try:
             conn.execute("set transaction isolation level repeatable read")
-            snap_id, snap_text = conn.execute(
+            exported = conn.execute(
                 "select pg_export_snapshot(), pg_current_snapshot()::text"
-            ).fetchone()  # type: ignore[misc]
+            ).fetchone()
+            assert exported is not None  # a SELECT without FROM answers one row
+            snap_id, snap_text = exported
             try:
                 with connect(provider_dsn, autocommit=True) as ticker:
                     row = ticker.execute(

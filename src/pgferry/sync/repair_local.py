@@ -126,10 +126,11 @@ def small_read(
                 select = read_query(prepared.plans[table_no], 0, *chunk)
                 query = sql.SQL("explain (format json) {}").format(select)
                 try:
-                    plan = conn.execute(query).fetchone()[0]  # type: ignore[index]
+                    found = conn.execute(query).fetchone()
                 except psycopg.Error as exc:
                     raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
-                rows += int(plan[0]["Plan"]["Plan Rows"])
+                assert found is not None  # EXPLAIN answers one row
+                rows += int(found[0][0]["Plan"]["Plan Rows"])
                 if rows > limit:
                     return False
     return True
