@@ -27,7 +27,7 @@ from bench.copy_seed import (
     pgferry_copy,
     start_clusters,
 )
-from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.sync.compare import CompareTask, compare_tables
 
 ORIGINAL_SQL = "select count(1), sum(hashtext(t::text)) from only digoal_01.{} t"
 

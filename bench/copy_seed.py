@@ -186,8 +186,8 @@ def jdbc_copy(spark, src: LocalCluster, dst: LocalCluster, src_db: str, dst_db: 
 
 def arrow_read(spark, src: str, table: str) -> tuple[float, int]:
     """Read a whole table into Spark as Arrow batches (the repair path) and count it."""
-    from pgferry.pipeline import repair
-    from pgferry.pipeline.compare import CompareTask
+    from pgferry.sync import repair
+    from pgferry.sync.compare import CompareTask
 
     repair.read_table_count(spark, src, CompareTask(table, table))  # warm-up: Arrow, workers
     started = time.monotonic()

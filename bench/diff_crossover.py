@@ -26,9 +26,9 @@ from pathlib import Path
 
 from bench.copy_seed import machine
 from bench.diff_vs_reladiff import build, open_cluster
-from pgferry.pipeline import compare, repair_local
-from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
-from pgferry.pipeline.repair import find_differences
+from pgferry.sync import compare, repair_local
+from pgferry.sync.compare import CompareTask, compare_tables, driver_threads
+from pgferry.sync.repair import find_differences
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -31,8 +31,8 @@ from bench.copy_seed import (
     pgferry_copy,
     start_clusters,
 )
-from pgferry.pipeline.compare import CompareTask, compare_tables
-from pgferry.pipeline.repair import repair_tables
+from pgferry.sync.compare import CompareTask, compare_tables
+from pgferry.sync.repair import repair_tables
 
 TABLE = "digoal_01.user_login_rec"
 

@@ -99,7 +99,7 @@ def test_diff_repair_file_is_private(db_a, db_b, cli, tmp_path) -> None:
 
 
 def test_repair_dir_files_are_private(tmp_path) -> None:
-    from pgferry.pipeline import repair
+    from pgferry.sync import repair
 
     path = tmp_path / "fix.t.sql"
     repair._write_fix(path, "t", ["insert into t values (1, 'secret');"])

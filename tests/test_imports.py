@@ -1,4 +1,5 @@
-"""No import circles between pgferry's modules (docs/architecture.md, "Imports as they are").
+"""No import circles between pgferry's modules, and imports that point down the layers
+(docs/architecture.md, "Layers and rooms" and "Imports as they are").
 
 Every import of every module under src/pgferry is read from its syntax tree: at module
 level, inside functions and under ``TYPE_CHECKING`` alike, since a circle drawn lazily is
@@ -93,6 +94,83 @@ def circles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# The rooms, top to bottom, as docs/architecture.md draws them: a room imports rooms of the
+# rows below it; within a row only the pairs of SIDEWAYS.  A module of src/pgferry itself is
+# a base module; the rooms outside the layers (OUTSIDE) may import any room.
+LAYERS: list[tuple[str, ...]] = [
+    ("cli",),
+    ("apply", "scripts", "stream"),
+    ("sync",),
+    ("pipeline",),
+    ("node", "registry"),
+    ("handlers",),
+    ("lake",),
+    ("queue",),
+    ("base", "metrics"),
+]
+OUTSIDE = {"__main__", "demo", "testing"}
+SIDEWAYS = {
+    ("apply", "scripts"),  # replay runs queued scripts at their place in a batch
+    ("stream", "scripts"),  # a feed's queued statements, translated and named
+    ("node", "registry"),  # node commands change and read the registry rows
+    ("metrics", "base"),  # the base modules among themselves: no circle (checked above)
+    ("base", "base"),
+}
+# Imports up the layers, each with its reason (docs/architecture.md, "Upwards").
+UPWARDS = {
+    # The worker's and ticker's scrape reads what status reads, inside the functions
+    # (and the collectors' types under TYPE_CHECKING).
+    ("metrics", "apply"),
+    ("metrics", "node"),
+    ("metrics", "pipeline"),
+    ("metrics", "queue"),
+    ("metrics", "registry"),
+    # The lake handler asks the node where the batch it applies starts (model.batch_start).
+    ("handlers", "node"),
+}
+
+
+def room_of(module: str) -> str:
+    """A module's room: its folder under pgferry, or ``base`` for a module of its own."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "base"  # the package's face: its version
+    if len(parts) == 2 and not (PACKAGE / parts[1]).is_dir():
+        return parts[1] if parts[1] in OUTSIDE else "base"
+    return parts[1]
+
+
+def test_imports_point_down_the_layers() -> None:
+    row = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders - OUTSIDE <= set(row), f"rooms missing from LAYERS: {folders - set(row)}"
+    wrong = []
+    for module, targets in graph().items():
+        src = room_of(module)
+        if src in OUTSIDE:
+            continue
+        for target in targets:
+            dst = room_of(target)
+            if dst == src and src != "base":
+                continue
+            pair = (src, dst)
+            if dst in OUTSIDE:  # nothing in the layers imports the harness or the demo
+                wrong.append(f"{module} -> {target}")
+            elif row[src] < row[dst] or pair in SIDEWAYS or pair in UPWARDS:
+                continue
+            wrong.append(f"{module} -> {target}")
+    assert not wrong, f"imports against the layers: {sorted(wrong)}"
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    row = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
+    assert room_of("pgferry.sync.point") == "sync"
+    assert room_of("pgferry.db") == "base"
+    # apply serves compare's requests through sync/, which must not import apply/ back.
+    assert row["apply"] < row["sync"] < row["pipeline"]
+    assert ("sync", "apply") not in SIDEWAYS | UPWARDS
 
 
 def test_the_parse_sees_imports_inside_functions() -> None:

@@ -21,7 +21,7 @@ import contextlib
 import queue
 import select
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import NoReturn
 
 import psycopg
@@ -102,7 +102,7 @@ def copy_out_many(
     size: int = CHUNK_BYTES,
     *,
     read_only: bool = False,
-) -> Iterator[Iterator[bytes]]:
+) -> Generator[Iterator[bytes], None, None]:
     """The data of each of ``statements`` (``COPY ... TO STDOUT``), all sent in one message:
     per statement, in order, an iterator of chunks of about ``size``.
 

@@ -185,6 +185,18 @@ def session_options(options: str | None) -> str:
     return f"{options} {pinned}" if options and options.strip() else pinned
 
 
+def replica_dsn(dsn: str) -> str:
+    """``dsn`` whose sessions run with session_replication_role = replica.
+
+    A copy's TRUNCATE and COPY and repair's fix must pass the subscriber's deny-write
+    triggers.
+    """
+    params = conninfo.conninfo_to_dict(dsn)
+    opts = str(params.get("options") or "")
+    params["options"] = f"{opts} -c session_replication_role=replica".strip()
+    return conninfo.make_conninfo(**params)
+
+
 def session_conninfo(
     connstr: str, application_name: str = APPLICATION_NAME, connect_timeout: int = 10
 ) -> str:

@@ -8,10 +8,10 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
-from pgferry.apply.sync import sync_point
 from pgferry.cli.main import main
 from pgferry.errors import DivergedProvider, PgferryError
 from pgferry.polling import wait_until
+from pgferry.sync.point import sync_point
 from pgferry.testing.load import Load
 
 
@@ -114,7 +114,8 @@ def test_a_request_left_by_a_killed_compare_does_not_stall_the_worker(pair) -> N
 def test_compare_and_repair_on_spark_connect(pair, capsys, connect_server, monkeypatch) -> None:
     """The node's compare and repair run their Spark jobs on the server named by
     spark_remote (as for tables too large for the command), with the worker replaying."""
-    from pgferry.pipeline import compare, repair_local, spark_connect
+    from pgferry.pipeline import spark_connect
+    from pgferry.sync import compare, repair_local
 
     monkeypatch.setattr(compare, "LOCAL_PAGES", -1)
     monkeypatch.setattr(repair_local, "LOCAL_ROWS", -1)
@@ -145,7 +146,8 @@ def test_repair_without_names_repairs_what_has_a_key(pair, capsys, monkeypatch) 
     """repair with no table names on the default configuration: the keyed table is repaired
     (its whole read over the driver's limit, narrowed to compare's ranges), the keyless
     one is named for a resync, the exit is 1, and no Spark session starts."""
-    from pgferry.pipeline import compare, keyranges, repair_local, spark
+    from pgferry.pipeline import keyranges, spark
+    from pgferry.sync import compare, repair_local
 
     for side in (pair.root, pair.leaf):
         side("create table public.t (id int primary key, v int)")

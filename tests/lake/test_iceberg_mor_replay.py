@@ -192,7 +192,7 @@ def test_compare_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
     less the rows its position delete files name; equal, and unequal once damaged."""
     from pyiceberg.expressions import EqualTo
 
-    from pgferry.pipeline import lake_compare
+    from pgferry.sync import lake_compare
 
     monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -2)  # -1: a table not yet analyzed
     pair, worker = _setup(lake_pair)

@@ -37,7 +37,7 @@ def test_compare_against_delta(lake_pair, lake_dir) -> None:
 def test_compare_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
     """A table over the driver's limit: Spark tasks write the source's rows, Spark reads
     them and the lake version's files."""
-    from pgferry.pipeline import lake_compare
+    from pgferry.sync import lake_compare
 
     monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -2)  # -1: a table not yet analyzed
     pair = lake_pair()

@@ -58,7 +58,7 @@ def test_compare_and_repair_quoted_name_on_spark(
 ) -> None:
     """The same over the driver's limit: Spark reads the lake's files under folders whose
     names have a space and a non-ASCII letter."""
-    from pgferry.pipeline import lake_compare
+    from pgferry.sync import lake_compare
 
     if fmt == "iceberg":
         pytest.importorskip("pyiceberg")

@@ -118,7 +118,7 @@ def test_repair_on_spark(lake_pair, lake_dir, spark, monkeypatch) -> None:
     """Tables over the driver's limit: Spark finds the differing rows in the source's
     scratch files and the lake version's files, only those come to the driver, one commit
     each; a fix over the bound is refused first, nothing written."""
-    from pgferry.pipeline import lake_compare, lake_repair
+    from pgferry.sync import lake_compare, lake_repair
 
     monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -2)  # -1: a table not yet analyzed
     pair = lake_pair()

@@ -102,7 +102,7 @@ def test_compare_and_repair_on_spark(make_pair, s3_lake, spark, monkeypatch, cap
     """Over the driver's share: the source's rows written by Spark tasks into a scratch
     prefix of the bucket, both sides read by Spark's Python tasks through pyarrow's S3 file
     system, the fix written in one commit, the scratch prefix removed."""
-    from pgferry.pipeline import lake_compare
+    from pgferry.sync import lake_compare
 
     monkeypatch.setattr(lake_compare, "DRIVER_ROWS", -2)  # -1: a table not yet analyzed
     server, path, pair = _setup(make_pair, s3_lake, fmt)

@@ -12,9 +12,9 @@ from pipeline_sql import fetch, run_sql
 
 from pgferry.errors import TableError
 from pgferry.pipeline import keyranges
-from pgferry.pipeline.compare import CompareTask, TableComparison, compare_tables
-from pgferry.pipeline.repair import RepairResult, repair_tables
 from pgferry.pipeline.snapshot import exported_snapshot
+from pgferry.sync.compare import CompareTask, TableComparison, compare_tables
+from pgferry.sync.repair import RepairResult, repair_tables
 
 ODD = 'create table {t} (id int primary key, "Name" text, price numeric, at timestamptz, b bytea)'
 FILL = """insert into {t} select g, 'n' || g, g / 3.0,
@@ -166,7 +166,7 @@ def test_table_without_primary_key_is_refused(spark, both) -> None:
 class IndependentSnapshots:
     """A sync point where each side exports a snapshot of its own current state.
 
-    The replication worker's sync point (``pgferry.apply.sync``) holds a pair of snapshots
+    The replication worker's sync point (``pgferry.sync.point``) holds a pair of snapshots
     taken at one tick instead; compare and repair only see the two snapshot ids.
     """
 
@@ -265,7 +265,7 @@ def test_partitioned_tables_copy_compare_repair(spark, both, tmp_path) -> None:
 
 def test_driver_and_spark_paths_agree(spark, both, monkeypatch) -> None:
     """Small tables are summed on the driver, large ones by Spark tasks: same figures."""
-    from pgferry.pipeline import compare
+    from pgferry.sync import compare
 
     src, dst = both
     _twins(src, dst, n=3000, table="pathy")

@@ -12,11 +12,11 @@ from pipeline_sql import run_sql
 from test_pipeline_diff_small import CHANGES, DDL, FILL
 
 from pgferry.errors import SparkUnavailable
-from pgferry.pipeline import compare, repair_local
-from pgferry.pipeline.compare import CompareTask, compare_tables
-from pgferry.pipeline.repair import repair_tables
 from pgferry.pipeline.spark import get_spark
 from pgferry.pipeline.spark_connect import is_connect_session
+from pgferry.sync import compare, repair_local
+from pgferry.sync.compare import CompareTask, compare_tables
+from pgferry.sync.repair import repair_tables
 from pgferry.testing.cluster import free_port
 
 

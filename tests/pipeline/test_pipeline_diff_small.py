@@ -8,10 +8,11 @@ import sys
 
 from pipeline_sql import run_sql
 
-from pgferry.pipeline import compare, keyranges, repair, repair_local
-from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
-from pgferry.pipeline.keydiff import key_differences
-from pgferry.pipeline.repair import repair_tables
+from pgferry.pipeline import keyranges
+from pgferry.sync import compare, repair, repair_local
+from pgferry.sync.compare import CompareTask, compare_tables, driver_threads
+from pgferry.sync.keydiff import key_differences
+from pgferry.sync.repair import repair_tables
 
 DDL = """create table "Odd t" (id int, k text, "Name" text, price numeric, at timestamptz,
          b bytea, primary key (id, k))"""
@@ -61,7 +62,7 @@ def test_small_diff_imports_no_spark_and_matches_spark_path(
         for line in proc.stderr.splitlines()
         if line.startswith("import time:")
     }
-    assert "pgferry.pipeline.repair" in imported  # the check sees the repair path's imports
+    assert "pgferry.sync.repair" in imported  # the check sees the repair path's imports
     assert not [m for m in imported if m.split(".")[0] in HEAVY]
     assert "missed 2 inserts, 2 updates, 1 deletes (written to" in proc.stdout
 

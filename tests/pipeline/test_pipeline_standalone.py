@@ -28,9 +28,9 @@ import psycopg
 import pytest
 from pipeline_sql import fetch, run_sql
 
-from pgferry.pipeline import compare
-from pgferry.pipeline.compare import CompareTask, compare_tables
 from pgferry.polling import wait_until
+from pgferry.sync import compare
+from pgferry.sync.compare import CompareTask, compare_tables
 from pgferry.testing.cluster import free_port
 from pgferry.testing.spark_env import short_lived_jvm_env, spark_env, spark_home
 
@@ -41,8 +41,8 @@ import json, sys
 from pipeline_sql import run_sql
 from test_pipeline_standalone import figures
 from pgferry.cli.main import main
-from pgferry.pipeline import compare
-from pgferry.pipeline.compare import CompareTask, compare_tables
+from pgferry.sync import compare
+from pgferry.sync.compare import CompareTask, compare_tables
 from pgferry.pipeline.copy import CopyTask, copy_tables
 from pgferry.pipeline.spark import get_spark
 

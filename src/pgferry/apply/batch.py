@@ -21,7 +21,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
+from typing import TypedDict, cast
 
 import psycopg
 
@@ -56,6 +58,14 @@ from pgferry.registry.routes import Route, load_routes
 from pgferry.scripts import skip
 
 log = logging.getLogger(__name__)
+
+
+class _TickAt(TypedDict):
+    """Where a segment's apply records the batch: its queue and tick."""
+
+    queue: str
+    tick_id: int
+    tick_time: datetime | None
 
 
 class Replayer:
@@ -246,8 +256,9 @@ class Replayer:
         )  # fmt: skip
         start_next = None
         if how.start_next:
+            # how.start_next holds only when read_next is set (a count of events).
             start_next = partial(self._start_prefetch, provider, local, reading, consumer,
-                                 routes, read_next)  # fmt: skip
+                                 routes, cast(int, read_next))  # fmt: skip
         if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
@@ -387,7 +398,9 @@ class Replayer:
                     [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
                 )
             start_next()  # the next batch is read while this one is applied
-        at = {"queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time}
+        at: _TickAt = {
+            "queue": reading.queue, "tick_id": reading.tick_id, "tick_time": reading.tick_time
+        }  # fmt: skip
         if reading.apart and isinstance(readers, ReaderPool) and self.second.available(local):
             apart = share_out(plan.tables, self.second.eligible(local, active))
             if apart:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg import sql
 
@@ -89,7 +90,7 @@ def summary_query(
     row_or_truncate = sql.SQL("(e.ev_type = {} or substr(e.ev_type, 2, 1) = ':')").format(_TRUNCATE)
     # Tables without a hand-over filter share one array test; the others need their own.
     plain = [r.table_name for r in routes if _handover_skip(r) is None]
-    terms = []
+    terms: list[sql.Composable] = []
     if plain:
         terms.append(
             sql.SQL("(e.ev_extra1 = any({}) and {})").format(sql.Literal(plain), row_or_truncate)
@@ -216,7 +217,7 @@ _SUMMARY_COLUMNS = sql.SQL(", ").join(
 )
 
 
-def summary_rows(rows: Iterable[tuple]) -> list[SummaryRow]:
+def summary_rows(rows: Iterable[tuple[Any, ...]]) -> list[SummaryRow]:
     """:func:`summary_query`'s rows, each field taken by its column's name."""
     names = tuple(_SUMMARY_AGGREGATES)
     return [SummaryRow(**dict(zip(names, row, strict=True))) for row in rows]
@@ -244,7 +245,7 @@ class _Fold:
 
 
 def fold_summary(
-    groups: Iterable[tuple],
+    groups: Iterable[tuple[Any, ...]],
     routes: Iterable[Route],
     sequences: Iterable[str],
     *,

@@ -29,15 +29,19 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+if TYPE_CHECKING:
+    from pgferry.pipeline.copy import CopyTask
+
 from pgferry import settings
-from pgferry.apply.handover import CopyGroup, replica_dsn, tick_now
-from pgferry.db import connect
+from pgferry.apply.handover import CopyGroup, tick_now
+from pgferry.db import connect, replica_dsn
 from pgferry.errors import TableError
-from pgferry.handlers.api import HandlerContext
+from pgferry.handlers.api import Handler, HandlerContext
+from pgferry.lake.spec import LakeSpec
 from pgferry.node import copymode, copynode, merge, model
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.queue import api as queue_api
@@ -106,7 +110,7 @@ class CopyRun:
         assert self.thread is not None
         self.thread.join(timeout=wait)
 
-    def _session(self):
+    def _session(self) -> Any:  # a SparkSession
         """The worker's Spark session, the copy's job group set on it."""
         self._spark = self.spark_factory()
         self._spark.sparkContext.setJobGroup(self._job_group, "pgferry copy", True)
@@ -235,7 +239,7 @@ class CopyRun:
                 "Copied %s (%d rows), catching up", ", ".join(names), sum(result.rows.values())
             )
 
-    def _tasks(self, truncate_held: set[str]) -> list:
+    def _tasks(self, truncate_held: set[str]) -> list[CopyTask]:
         """The group's tables as the copy's tasks."""
         from pgferry.pipeline.copy import CopyTask
 
@@ -266,7 +270,11 @@ class CopyRun:
         )
 
     def _copy_chunked(
-        self, local: psycopg.Connection, prov: psycopg.Connection, consumer: str, tasks: list
+        self,
+        local: psycopg.Connection,
+        prov: psycopg.Connection,
+        consumer: str,
+        tasks: list[CopyTask],
     ) -> None:
         """The group copied in chunks from the provider, or the rest of its chunks."""
         from pgferry.pipeline.copy.chunked import copy_chunked
@@ -362,12 +370,12 @@ def _keep_events_after_last_tick(
 
 def _lake_specs(
     conn: psycopg.Connection, queue: str, names: list[str], context: HandlerContext
-) -> list | None:
+) -> list[LakeSpec] | None:
     """The lake tables of a group whose handler is ``lake`` (None for any other group)."""
     from pgferry.handlers import registry as handler_registry
     from pgferry.handlers.lake import Lake
 
-    handlers = []
+    handlers: list[Handler] = []
     for name in names:
         entry = entries.get_table(conn, queue, name)
         handlers.append(handler_registry.from_attrs(entry.table_attrs if entry else {}, context))
@@ -375,7 +383,7 @@ def _lake_specs(
         return None
     if not all(isinstance(h, Lake) for h in handlers):
         raise TableError(f"copy group of {', '.join(names)} mixes lake and other tables")
-    return [h.spec() for h in handlers]
+    return [h.spec() for h in handlers if isinstance(h, Lake)]  # all are, as checked
 
 
 def _lock_group(conn: psycopg.Connection, queue: str, group_id: str) -> bool:

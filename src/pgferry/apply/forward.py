@@ -14,12 +14,14 @@ SELECT, the rewrite here, event by event.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from pgferry import expressions
 from pgferry.handlers import Event
+from pgferry.handlers.api import Handler
 from pgferry.queue import api as queue_api
 from pgferry.queue import ticks as queue_ticks
 from pgferry.queue.batches import Batch
@@ -86,7 +88,9 @@ def _column(name: str, filtered: list[Route]) -> sql.Composable:
     return sql.SQL("case {} else e.ev_type end").format(cases)
 
 
-def _rewrite(rows: list, rewriters: Mapping) -> list:
+def _rewrite(
+    rows: list[tuple[Any, ...]], rewriters: Mapping[str, Handler]
+) -> list[tuple[Any, ...]]:
     """Each event of a table whose handler rewrites forwarded events, through it."""
     out = []
     for row in rows:

@@ -41,7 +41,6 @@ import logging
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg import conninfo
 
 from pgferry.errors import PgferryError, QueueError
 from pgferry.expressions import conjunction
@@ -193,17 +192,6 @@ def tick_now(provider: psycopg.Connection, queue: str) -> None:
     for step in (queue_ticks.force_tick, queue_ticks.tick_if_own_ticker):
         with contextlib.suppress(psycopg.Error), provider.transaction():
             step(provider, queue)
-
-
-def replica_dsn(dsn: str) -> str:
-    """``dsn`` whose sessions run with session_replication_role = replica.
-
-    The copy's own TRUNCATE and COPY must pass the subscriber's deny-write triggers.
-    """
-    params = conninfo.conninfo_to_dict(dsn)
-    opts = str(params.get("options") or "")
-    params["options"] = f"{opts} -c session_replication_role=replica".strip()
-    return conninfo.make_conninfo(**params)
 
 
 def clear_snapshots(conn: psycopg.Connection, queue: str, tick_snapshot: str | None) -> list[str]:

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from pgferry.apply import sync
 from pgferry.node import model
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import copystate, entries
+from pgferry.sync import serve
 
 # Seconds between heartbeat writes while idle: last_seen is at most this old on a live,
 # idle worker.  Longer than ticker_idle_period (60 s): on a subscriber the idle queue's
@@ -69,10 +69,10 @@ WAKE_STATE = sql.SQL(
     " {trouble}"
 ).format(
     registry=entries.STAMP.format(q=_Q),
-    requests=sync.REQUESTS_STAMP.format(q=_Q),
+    requests=serve.REQUESTS_STAMP.format(q=_Q),
     node=model.NODE_STAMP.format(q=_Q),
     settled=copystate.SETTLED.format(q=_Q),
-    no_request=sync.NO_REQUEST.format(q=_Q),
+    no_request=serve.NO_REQUEST.format(q=_Q),
     trouble=model.NODE_TROUBLE.format(q=_Q),
 )
 
@@ -136,7 +136,8 @@ class IdleWatch:
 
     def root_wait(self, loop_delay: float) -> float:
         """How long an idle root waits for a tick before its next loop."""
-        return loop_delay * min(2**self.quiet_loops, ROOT_BACKOFF)
+        wait: float = loop_delay * min(2**self.quiet_loops, ROOT_BACKOFF)
+        return wait
 
     def quiet(
         self,

@@ -21,9 +21,11 @@ lake handler refuses it, naming resync.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import psycopg
 
+from pgferry.config import Config
 from pgferry.handlers import lake
 from pgferry.queue import ticks as queue_ticks
 from pgferry.registry import entries
@@ -40,7 +42,7 @@ class LakeBound:
 
     WAIT = -1  # the provider has not made the tick yet: no batch now
 
-    def __init__(self, config=None) -> None:
+    def __init__(self, config: Config | None = None) -> None:
         self._config = config  # the node's: an object store's settings
         self._look = True
         self._upto: int | None = None
@@ -78,7 +80,7 @@ class LakeBound:
         return None
 
 
-def _replayed(conn: psycopg.Connection, queue: str) -> list[tuple[str, dict]]:
+def _replayed(conn: psycopg.Connection, queue: str) -> list[tuple[str, dict[str, Any]]]:
     """(name, table_attrs) of the node's tables the main stream replays (state ok)."""
     return [
         (e.table_name, e.table_attrs or {})

@@ -20,9 +20,9 @@ from dataclasses import dataclass, fields
 import psycopg
 from psycopg.rows import dict_row
 
-from pgferry.apply import sync
 from pgferry.node import model
 from pgferry.registry import copystate, entries, routes
+from pgferry.sync import serve
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class LoopReads:
 
     signature: str  # the registry's (routes.registry_signature)
     seqs: list[str]
-    request: sync.Request | None
+    request: serve.Request | None
     tables_settled: bool
 
 
@@ -42,7 +42,7 @@ select n.*, r.*
                array({entries.SEQUENCES_SQL}) as seqs,
                (select json_agg(json_build_array(q.consumer_name, q.tick_id, q.state,
                                                  q.pause, q.overdue))
-                  from ({sync.REQUESTS_SQL}) q) as requests,
+                  from ({serve.REQUESTS_SQL}) q) as requests,
                ({copystate.SETTLED_SQL}) as settled) r
   left join ({model.NODE_SQL}) n on true
 """
@@ -58,7 +58,7 @@ def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, Loo
     """
     # In the order of the parts' placeholders in _LOOP_SQL: signature, sequences,
     # requests (their age limit, the queue), settled, node.
-    params = (queue, queue, sync.CHOOSE_LIMIT, queue, queue, queue)
+    params = (queue, queue, serve.CHOOSE_LIMIT, queue, queue, queue)
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_LOOP_SQL, params).fetchone()
     assert row is not None  # the reads' row is always there; the node's may be NULLs
@@ -68,7 +68,7 @@ def read_loop(conn: psycopg.Connection, queue: str) -> tuple[model.NodeInfo, Loo
     reads = LoopReads(
         signature=row["signature"] or "",
         seqs=list(row["seqs"]),
-        request=sync.request_of([tuple(r) for r in row["requests"] or ()], node.consumer_name),
+        request=serve.request_of([tuple(r) for r in row["requests"] or ()], node.consumer_name),
         tables_settled=bool(row["settled"]),
     )
     return node, reads

@@ -15,6 +15,7 @@ import itertools
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pgferry.apply import unkeyed
 from pgferry.apply.batch_sql import Segment, SummaryRow, events_query, table_query
@@ -83,7 +84,7 @@ class PlanInputs:
     :func:`pgferry.apply.segment_plans.plan_inputs`)."""
 
     src_cols: dict[str, frozenset[str] | None]
-    provider_types: dict
+    provider_types: dict[str, bool]
     binary: bool
     range_events: int
     read_ahead_events: int  # smaller batches are read inline: no reads ahead
@@ -213,7 +214,7 @@ def plan_segment(
     return plan
 
 
-def _read_order(work: TableWork) -> tuple:
+def _read_order(work: TableWork) -> tuple[Any, ...]:
     # The ranges of tables merged on the subscriber first, largest table first: such a
     # table is applied once all its ranges are in, and its apply is the longest (updates),
     # so it starts while the others are read.  Then first ranges first, larger tables

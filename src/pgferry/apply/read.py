@@ -29,9 +29,10 @@ import collections
 import functools
 import hashlib
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -70,7 +71,7 @@ class ReplayError(PgferryError):
 
 def set_text_format(conn: psycopg.Connection) -> None:
     for stmt in TEXT_FORMAT:
-        conn.execute(stmt)  # type: ignore[arg-type]
+        conn.execute(stmt)
 
 
 def copy_options(binary: bool) -> str:
@@ -123,7 +124,7 @@ PARALLEL_SUMMARY = (
 
 def summary_settings(alone_events: int | None = None) -> tuple[str, ...]:
     """The SET LOCAL statements a summary runs after (see :func:`summarize`)."""
-    settings = ("set local enable_sort = off", NO_JIT)
+    settings: tuple[str, ...] = ("set local enable_sort = off", NO_JIT)
     if alone_events is not None and alone_events >= PARALLEL_SUMMARY_EVENTS:
         settings += PARALLEL_SUMMARY
     return settings
@@ -207,7 +208,7 @@ def read_only_rows(
     *,
     settings: tuple[str, ...] = (),
     events: EventRange | None = None,
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """The rows of ``query`` (after ``settings``, SET LOCAL statements) in a read-only
     transaction of their own (:func:`read_only_results`)."""
     return read_only_results(conn, [query], settings=settings, events=events)[0]
@@ -219,7 +220,7 @@ def read_only_results(
     *,
     settings: tuple[str, ...] = (),
     events: EventRange | None = None,
-) -> list[list[tuple]]:
+) -> list[list[tuple[Any, ...]]]:
     """The rows of each of ``queries`` (after ``settings``, SET LOCAL statements) in one
     read-only transaction of their own.
 
@@ -236,7 +237,7 @@ def read_only_results(
     if not _idle_autocommit(conn):
         with read_only(conn):
             for setting in settings:
-                conn.execute(setting)  # type: ignore[arg-type]
+                conn.execute(setting)
             if events is not None:  # $1 .. $6: psycopg prepares what it runs a few times
                 with psycopg.RawCursor(conn) as raw:
                     return [raw.execute(q.encode(), events.args()).fetchall() for q in queries]
@@ -246,7 +247,7 @@ def read_only_results(
     if events is not None:
         before, queries, new = _prepared_message(conn, queries, events)
     text = "; ".join(["begin transaction read only", *settings, *before, *queries, "commit"])
-    results: list[list[tuple]] = []
+    results: list[list[tuple[Any, ...]]] = []
     try:
         with conn.cursor() as cur:
             cur.execute(text.encode(), prepare=False)
@@ -269,7 +270,7 @@ def read_only_results(
 
 def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> Iterator[bytes]:
     """The COPY data of ``query``, in chunks of about ``copyio.CHUNK_BYTES``."""
-    stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
+    stmt = sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))
     with provider_named(conn):
         if _idle_autocommit(conn):
             # BEGIN READ ONLY, the COPY and COMMIT in one message (one round trip).
@@ -281,7 +282,7 @@ def read_chunks(conn: psycopg.Connection, query: str, binary: bool = False) -> I
 
 def read_many(
     conn: psycopg.Connection, queries: list[tuple[str, bool]]
-) -> Iterator[Iterable[bytes]]:
+) -> Generator[Iterable[bytes], None, None]:
     """The COPY data of each of ``queries`` (query, binary), in order: on an idle
     autocommit connection all sent in one message, one round trip for them all
     (:func:`pgferry.copyio.copy_out_many`); else one read after the other.  Each one's data
@@ -291,7 +292,7 @@ def read_many(
             yield read_chunks(conn, query, binary)
         return
     stmts: list[sql.Composable] = [
-        sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))  # type: ignore[arg-type]
+        sql.SQL("copy (" + query + ") to stdout" + copy_options(binary))
         for query, binary in queries
     ]
     streams = copyio.copy_out_many(conn, stmts, read_only=True)
@@ -460,7 +461,7 @@ class TableShapes:
             return self._src_cols
         return {**self._src_cols, **renamed, **self._carried}
 
-    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict:
+    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict[str, bool]:
         """Whether the provider has each of the subscriber's own column types."""
         wanted = {t for r in active if not r.builtin_types for t in r.types}
         missing = sorted(wanted - self._prov_types.keys())

@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -71,7 +71,7 @@ class _Stream:
     _END = object()
 
     def __init__(self, wakeup: threading.Condition) -> None:
-        self.q: queue.Queue = queue.Queue(maxsize=QUEUED_CHUNKS)
+        self.q: queue.Queue[object] = queue.Queue(maxsize=QUEUED_CHUNKS)
         self.cancelled = threading.Event()
         self.ready = False
         self._wakeup = wakeup
@@ -81,7 +81,7 @@ class _Stream:
             self.ready = True
             self._wakeup.notify_all()
 
-    def put(self, item) -> bool:
+    def put(self, item: object) -> bool:
         final = item is self._END or isinstance(item, BaseException)
         while not self.cancelled.is_set():
             try:
@@ -107,7 +107,7 @@ class _Stream:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            yield cast(bytes, item)  # the rest are chunks of COPY data
 
 
 def next_ready(streams: list[_Stream], wakeup: threading.Condition) -> int:
@@ -331,11 +331,11 @@ def table_parts(
         finally:
             streams.close()
         return
-    streams, wakeup, stop = readers.stream(
+    read, wakeup, stop = readers.stream(
         [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
     )
     try:
-        yield _ready_first(list(zip(works, streams, strict=True)), wakeup)
+        yield _ready_first(list(zip(works, read, strict=True)), wakeup)
     finally:
         stop()
 

@@ -35,10 +35,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from pgferry.config import Config
 from pgferry.errors import DivergedProvider, NodeError
 from pgferry.handlers import lake
 from pgferry.handlers import registry as handler_registry
@@ -87,7 +89,10 @@ def common_tick(
 
 
 def reconcile(
-    local: psycopg.Connection, provider: psycopg.Connection, node: model.NodeInfo, config=None
+    local: psycopg.Connection,
+    provider: psycopg.Connection,
+    node: model.NodeInfo,
+    config: Config | None = None,
 ) -> Reconciled:
     """Bring this node back in step with its diverged provider (see the module's text);
     ``config``: the node's, for its lake tables' object store."""
@@ -323,7 +328,7 @@ def _save_lost_lake(
     )
     read = provider.execute(query).fetchall()
     typed = lake_types.rows_to_arrow(columns, [r[1:] for r in read], schema).to_pylist()
-    theirs: dict[tuple, tuple[str, tuple]] = {}
+    theirs: dict[tuple[Any, ...], tuple[str, tuple[Any, ...]]] = {}
     for (key_text, *_), row in zip(read, typed, strict=True):
         values = _frozen(row)
         theirs[tuple(values[i] for i in at)] = (key_text, values)
@@ -334,7 +339,7 @@ def _save_lost_lake(
         log.warning("%s: the lake table %s not read (%s): its rows are not listed",
                     where.table, spec.name, exc)  # fmt: skip
         return 0
-    differ: list[tuple[str | None, dict]] = []
+    differ: list[tuple[str | None, dict[str, Any]]] = []
     for row in held:
         values = _frozen(row)
         found = theirs.get(tuple(values[i] for i in at))
@@ -354,7 +359,7 @@ def _save_lost_lake(
 
 
 def _as_rows(
-    local: psycopg.Connection, dest: str, key: list[str], rows: list[dict]
+    local: psycopg.Connection, dest: str, key: list[str], rows: list[dict[str, Any]]
 ) -> list[tuple[str, str]]:
     """Lake rows (Arrow values) as (key as a row literal, the row as JSON text) read through
     the shape table's row type, as a PostgreSQL leaf's are listed; a value its type does
@@ -388,6 +393,6 @@ def _json_value(value: object) -> object:
     return str(value)  # Decimal, timedelta and the like: their text reads back
 
 
-def _frozen(row: dict) -> tuple:
+def _frozen(row: dict[str, Any]) -> tuple[Any, ...]:
     """A row's Arrow values, hashable (a list column as a tuple)."""
     return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())

@@ -31,6 +31,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -170,7 +171,7 @@ def _array_query(query: str) -> str:
     )
 
 
-def _counted(rows: list[tuple]) -> tuple[int, str | None]:
+def _counted(rows: list[tuple[Any, ...]]) -> tuple[int, str | None]:
     return (rows[0][0], rows[0][1]) if rows else (0, None)
 
 
@@ -279,7 +280,7 @@ def _load(
 ) -> sql.Composable:
     """The table's stage, loaded from the array (the stage's own row type parses it)."""
     stage = stages.get(local, work.route, work.columns)
-    local.execute(_load_statement(stage.as_string(local)), (array,))  # type: ignore[arg-type]
+    local.execute(_load_statement(stage.as_string(local)), (array,))
     return stage
 
 

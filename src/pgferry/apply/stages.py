@@ -11,6 +11,7 @@ read apart are merged into its stage by one statement (:func:`merge_ranges`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -37,7 +38,7 @@ class StageTables:
     def __init__(self) -> None:
         self._conn_id: int | None = None
         self._names: dict[tuple[str, tuple[str, ...], tuple[str, ...]], sql.Identifier] = {}
-        self._loaded: set[tuple] = set()  # keys of the stages loaded in this transaction
+        self._loaded: set[tuple[Any, ...]] = set()  # keys of the stages loaded in this transaction
 
     def reset(self) -> None:
         self._names.clear()
@@ -61,7 +62,7 @@ class StageTables:
         transaction); ``part``: the stage of one range of a table merged on the subscriber."""
         if self._conn_id != id(conn):
             self._conn_id, self._names, self._loaded = id(conn), {}, set()
-        key: tuple = ("", (), ()) if events else (route.dest_fq, columns, route.types)
+        key: tuple[Any, ...] = ("", (), ()) if events else (route.dest_fq, columns, route.types)
         if part is not None:
             key = (*key, part)
         name = self._names.get(key)
@@ -106,7 +107,7 @@ def load_stage(
 
 def merge_ranges(
     route: Route, columns: tuple[str, ...], into: sql.Composable, ranges: list[sql.Composable]
-) -> sql.Composable:
+) -> sql.Composed:
     """INSERT into ``into`` of each key's row from the latest of ``ranges`` (stages)."""
     order = "ferry_range"
     while order in columns:  # the range's number must not shadow a column

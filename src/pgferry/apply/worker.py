@@ -14,7 +14,7 @@ Tables waiting for their initial copy are copied beside the loop (:mod:`.copies`
 main stream.  This module is the loop itself: which step a node takes, the main stream's
 batch, heartbeats and the idle wait.  Its settings are :mod:`.worker_settings`, its
 connections and the node's lock :mod:`.connections`, what it does for a pending compare
-:mod:`.compare_wait`, checking and moving positions :mod:`.positions`, the apply of one
+:mod:`pgferry.sync.serve`, checking and moving positions :mod:`.positions`, the apply of one
 batch :mod:`.batch`, the Spark session :mod:`.spark_session`, what it does while idle
 :mod:`.idle`.
 """
@@ -28,14 +28,12 @@ from collections.abc import Callable
 import psycopg
 
 from pgferry.apply import (
-    compare_wait,
     forward,
     idle,
     loop_reads,
     positions,
     publish_seqs,
     reconcile,
-    sync,
 )
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
@@ -55,6 +53,7 @@ from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import Batch
 from pgferry.registry.routes import Route
 from pgferry.scripts import skip
+from pgferry.sync import serve
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,7 @@ class Worker(Service):
         self._loop_at = 0.0  # when the last loop started (a root's pace)
         self._orphan_logged = False
         self._node_seen_on: psycopg.Connection | None = None  # require_node passed there
-        self.holder = sync.SnapshotHolder()  # snapshot posted for compare / repair
+        self.holder = serve.SnapshotHolder()  # snapshot posted for compare / repair
         # What metrics and tests read: counts since start, and callbacks per applied batch.
         self.batches_applied = 0
         self.spark_batches = 0
@@ -245,14 +244,15 @@ class Worker(Service):
         provider = self.conns.to_provider(node.provider_location)
         queue, consumer = node.queue_name, node.consumer_name
         self._publish_watermark(local, provider, node)
-        stop, request = compare_wait.before_batch(
+        stop, request = serve.before_batch(
             local, self.holder, request, node.last_tick_id, self.settings.local_dsn, queue,
             consumer,
         )  # fmt: skip
         if stop is not None:
             return stop
 
-        caught_up, hold_at = False, None
+        caught_up: bool | None = False
+        hold_at: int | None = None
         if self._copies.to_look_at(reads.tables_settled):
             self._copies.start_pending(local, node, self.conns.provider_dsn or "")
             caught_up, hold_at = self._copies.catch_up(local, provider, node, routes)
@@ -268,7 +268,7 @@ class Worker(Service):
         node: model.NodeInfo,
         routes: dict[str, Route],
         seqs: list[str],
-        request: sync.Request | None,
+        request: serve.Request | None,
         hold_at: int | None,
     ) -> bool:
         """The node's own stream: the next batch of the provider's queue."""
@@ -357,7 +357,7 @@ class Worker(Service):
         self.count_applied(batch, stats, started, "")
         self._forget_applied(local, queue, consumer)
         self._idle.heartbeat_done()  # the batch's tick record wrote last_seen
-        compare_wait.after_batch(
+        serve.after_batch(
             local, self.holder, request, batch, self.settings.local_dsn, queue, consumer
         )
         return waiting != 1

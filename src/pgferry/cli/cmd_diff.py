@@ -10,7 +10,8 @@ so that no password stands in argv; the fix file is written mode 0600.
 The report names every differing key, in key order, the same on every run: ``-`` only in
 the source, ``+`` only in the destination, ``!`` on both with other values (as reladiff
 marks them), the rows of the first ``--max-rows`` (10) below their keys, and a count
-(:mod:`pgferry.pipeline.keydiff`); ``--json`` prints the same as one object.
+(:mod:`pgferry.sync.diff`, :mod:`pgferry.sync.keydiff`); ``--json`` prints the same as one
+object.
 
 Exit status: 0 when the tables match (or the fix was applied), 1 when they differ (or an
 error stopped the run, with its one line on stderr), 2 for bad usage.
@@ -19,13 +20,19 @@ error stopped the run, with its one line on stderr), 2 for bad usage.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pgferry.cli.connstr_arg import read_connstr
 from pgferry.cli.registry import Context, command
 from pgferry.config import parse_set_options
-from pgferry.db import connect, describe
 from pgferry.errors import UsageError
 from pgferry.log import setup_logging
+from pgferry.sync import diff
+
+if TYPE_CHECKING:
+    from pgferry.sync.compare import TableComparison
+    from pgferry.sync.keydiff import KeyReport
+    from pgferry.sync.repair import RepairResult
 
 
 @command("diff", "compare two tables, optionally write/apply the fix", needs_config=False)
@@ -36,7 +43,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         description="Compare two tables with the same columns and primary key.",
     )
     parser.prog = "pgferry diff"
-    parser.usage = "pgferry diff " + parser.usage.split(" diff ", 1)[-1]
+    parser.usage = "pgferry diff " + (parser.usage or "").split(" diff ", 1)[-1]
     parser.add_argument("src_connstr", help="a connect string, @FILE or env:NAME")
     parser.add_argument("src_table")
     parser.add_argument("dst_connstr", help="a connect string, @FILE or env:NAME")
@@ -64,48 +71,11 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
         raise UsageError("pgferry diff: --apply needs --repair FILE")
     setup_logging(verbose=verbose, quiet=ctx.quiet or args.quiet)
 
-    # Check the tables before Spark starts: bad input fails fast with one line.
-    from pgferry.pipeline.tables import require_same_columns, resolve_table
-
-    where = None
-    if args.where:
-        from pgferry import expressions  # pglast: only for a --where
-
-        where = expressions.boolean_expression(args.where, "--where")
-    with connect(args.src_connstr, autocommit=True) as conn:
-        src = resolve_table(conn, args.src_table, describe(args.src_connstr))
-        if where:
-            expressions.check_on_table(conn, src.schema, src.name, where, "--where")
-    with connect(args.dst_connstr, autocommit=True) as conn:
-        dst = resolve_table(conn, args.dst_table, describe(args.dst_connstr))
-        if where:
-            expressions.check_on_table(conn, dst.schema, dst.name, where, "--where")
-    require_same_columns(src, dst)
-
-    from pgferry.pipeline.compare import CompareTask, compare_tables, driver_threads
-
-    def spark():
-        """Spark, started only for work that needs it: on the default configuration (local
-        mode) only for a read of compare's ranges too large for the driver; with a cluster
-        for tables too large for the driver (docs/replication.md, "When Spark runs")."""
-        from pgferry.pipeline.spark import SparkOptions, spark_for
-
-        options = SparkOptions.from_values(overrides, "pgferry-diff", verbose > 1, remote_ok=True)
-        return spark_for(options)
-
-    task = CompareTask(src.display, dst.display, where, where)
-    threads = driver_threads(overrides)  # local mode: the driver's threads instead of Spark
-    (result,) = compare_tables(spark, args.src_connstr, args.dst_connstr, [task], threads=threads)
-    report = found = None
-    if not result.matches:  # the differing ranges refined to keys
-        from pgferry.pipeline.keydiff import key_report
-        from pgferry.pipeline.repair import find_differences
-
-        found = find_differences(
-            spark, args.src_connstr, args.dst_connstr, [task],
-            ranges={task.dest_table: result.ranges}, threads=threads,
-        )  # fmt: skip
-        report = key_report(task, found, args.max_rows)
+    found = diff.find(
+        args.src_connstr, args.src_table, args.dst_connstr, args.dst_table,
+        where=args.where, max_rows=args.max_rows, overrides=overrides, verbose=verbose,
+    )  # fmt: skip
+    result, report = found.result, found.report
     if not args.json:
         print("\n".join(result.lines()[:3]))  # totals and ok / do not match; keys below
         for line in report.lines() if report else ():
@@ -115,20 +85,7 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
             _print_json(result, report, None)
         return 0 if result.matches else 1
 
-    from pgferry.pipeline.repair import repair_tables
-
-    (fixed,) = repair_tables(
-        spark,
-        args.src_connstr,
-        args.dst_connstr,
-        [task],
-        fix_dir=args.repair.parent,
-        fix_file=args.repair,
-        apply=args.apply,
-        ranges={task.dest_table: result.ranges},
-        threads=threads,
-        found=found,  # the rows the report was made of: read once
-    )
+    fixed = diff.fix(found, args.src_connstr, args.dst_connstr, args.repair, apply=args.apply)
     if args.json:
         _print_json(result, report, fixed)
     else:
@@ -136,11 +93,13 @@ def cmd_diff(ctx: Context, argv: list[str]) -> int:
     return 0 if fixed.applied or (args.apply and not fixed.changes) else 1
 
 
-def _print_json(result, report, fixed) -> None:
+def _print_json(
+    result: TableComparison, report: KeyReport | None, fixed: RepairResult | None
+) -> None:
     """The report as one object: totals, keys (``report``) and the fix (``fixed``)."""
     from pgferry.cli.output import print_json
 
-    out = {
+    out: dict[str, object] = {
         "srcdb": {"rows": result.src_rows, "checksum": str(result.src_checksum)},
         "dstdb": {"rows": result.dst_rows, "checksum": str(result.dst_checksum)},
     }

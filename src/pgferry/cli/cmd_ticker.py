@@ -22,7 +22,8 @@ def cmd_ticker(ctx: Context, argv: list[str]) -> int:
     from pgferry.daemon import run_service
     from pgferry.log import setup_logging
     from pgferry.metrics.endpoint import endpoint
-    from pgferry.queue.ticker import TickerService, TickerSettings
+    from pgferry.queue.ticker import TickerService
+    from pgferry.queue.ticker_settings import TickerSettings
 
     ctx.parser("", "Tick every queue database of a cluster.").parse_args(argv)
     config = ctx.config(TICKER_SECTIONS)

@@ -19,16 +19,24 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from pgferry.lake.spec import OP, LakeError, LakeSpec, quote_ident, rows_kept_after_deletes
 
+if TYPE_CHECKING:  # deltalake and Arrow: imported by a node that has Delta tables
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake._internal import RemoveAction
+    from deltalake.transaction import CommitProperties
+
 TICK_TIME = "pgferry.tick_time"  # the provider's time of the commit's tick (ISO 8601)
 
 
-def _dl():
+def _dl() -> ModuleType:  # deltalake, imported when first needed
     try:
         import deltalake
     except ImportError:
@@ -43,7 +51,7 @@ def check_installed() -> None:
 
 
 def _props(spec: LakeSpec, version: int | None, tick: int | None,
-           tick_time: datetime | None = None):  # fmt: skip
+           tick_time: datetime | None = None) -> CommitProperties:  # fmt: skip
     from deltalake.transaction import CommitProperties, Transaction
 
     apps = [Transaction(spec.app_id, version)] if version is not None else None
@@ -64,7 +72,8 @@ def _opts(spec: LakeSpec) -> dict[str, str] | None:
 
 def _exists(spec: LakeSpec) -> bool:
     try:
-        return _dl().DeltaTable.is_deltatable(spec.location, storage_options=_opts(spec))
+        found: bool = _dl().DeltaTable.is_deltatable(spec.location, storage_options=_opts(spec))
+        return found
     except OSError as exc:  # the store answered with an error, or not at all
         raise _store_error(spec, exc) from None
 
@@ -86,7 +95,7 @@ def owner_of(spec: LakeSpec) -> str | None:
     return str(_marker(spec).get("pgferry", ""))
 
 
-def _marker(spec: LakeSpec) -> dict:
+def _marker(spec: LakeSpec) -> dict[str, Any]:
     if not _exists(spec):
         return {}
     try:
@@ -108,7 +117,7 @@ def record_key(spec: LakeSpec, key: Sequence[str]) -> None:
     _table(spec).alter.set_table_description(json.dumps(marker))
 
 
-def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
+def prepare(spec: LakeSpec, schema: pa.Schema, key: Sequence[str]) -> None:
     """Create the empty table with the owner marker and its key, unless it is there
     (checked before)."""
     if _exists(spec):
@@ -122,10 +131,11 @@ def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
     )  # fmt: skip
 
 
-def _table(spec: LakeSpec):
+def _table(spec: LakeSpec) -> DeltaTable:
     if not _exists(spec):
         raise LakeError(f"no Delta table at {spec.location} (was it removed?)")
-    return _dl().DeltaTable(spec.location, storage_options=_opts(spec))
+    table: DeltaTable = _dl().DeltaTable(spec.location, storage_options=_opts(spec))
+    return table
 
 
 def applied_version(spec: LakeSpec) -> int | None:
@@ -133,20 +143,20 @@ def applied_version(spec: LakeSpec) -> int | None:
     return _table(spec).transaction_version(spec.app_id)
 
 
-def arrow_schema(spec: LakeSpec):
+def arrow_schema(spec: LakeSpec) -> pa.Schema:
     """The table's columns as an Arrow schema."""
     import pyarrow as pa
 
     return pa.schema(_table(spec).schema().to_arrow())
 
 
-def add_columns(spec: LakeSpec, fields) -> None:
+def add_columns(spec: LakeSpec, fields: Sequence[pa.Field]) -> None:
     """Add ``fields`` (Arrow fields, nullable) to the table, in one commit."""
     dl = _dl()
     _table(spec).alter.add_columns([dl.Field.from_arrow(f) for f in fields])
 
 
-def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
+def merge(spec: LakeSpec, source: pa.Table, key: Sequence[str], version: int, tick: int,
           tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """One MERGE of collapsed rows on the key: ``source`` is an Arrow table of the columns
     with the op first (I, U: upsert; D, d: delete).  Returns (rows written, deleted)."""
@@ -166,15 +176,17 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
     return written, metrics.get("num_target_rows_deleted", 0)
 
 
-def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
+def append(spec: LakeSpec, rows: pa.Table, version: int | None, tick: int | None,
            tick_time: datetime | None = None) -> int:  # fmt: skip
     dl = _dl()
     dl.write_deltalake(spec.location, rows, mode="append", storage_options=_opts(spec),
                        commit_properties=_props(spec, version, tick, tick_time))  # fmt: skip
-    return rows.num_rows
+    appended: int = rows.num_rows
+    return appended
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+def multiset(spec: LakeSpec, inserts: pa.Table, deletes: pa.Table, version: int | None,
+             tick: int,
              tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: each delete image removes one equal row, then the inserts;
     the table is rewritten in one commit (documented: keyless tables are for small
@@ -203,7 +215,9 @@ def data_dir(spec: LakeSpec) -> str:
     return spec.location
 
 
-def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, tick: int) -> None:
+def commit_files(
+    spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema: pa.Schema, tick: int
+) -> None:
     """The initial load: replace the table's rows by ``files`` (paths relative to the
     table, their sizes and rows) in ONE commit; the replay version is reset below every
     tick."""
@@ -211,7 +225,7 @@ def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, 
 
     dt = _table(spec)
     now = int(time.time() * 1000)
-    actions = [
+    actions: list[AddAction | RemoveAction] = [
         AddAction(path, size, {}, now, True, json.dumps({"numRecords": rows}))
         for path, size, rows in files
     ]
@@ -225,7 +239,7 @@ def new_file_name(range_no: int) -> str:
     return f"part-load-{range_no:05d}-{uuid.uuid4().hex}.parquet"
 
 
-def read(spec: LakeSpec, tick: int | None = None):
+def read(spec: LakeSpec, tick: int | None = None) -> pa.Table:
     """The table's rows as Arrow: at its newest version, or at the newest one whose commit
     is of a tick at most ``tick`` (the compare's sync tick)."""
     dt = _table(spec)
@@ -238,14 +252,19 @@ def read(spec: LakeSpec, tick: int | None = None):
 
 def rows_at(
     location: str, columns: list[str] | None = None, storage_options: dict[str, str] | None = None
-):
+) -> pa.Table:
     """The newest rows of the Delta table at ``location`` as Arrow (readers, tests)."""
-    table = _dl().DeltaTable(location, storage_options=storage_options)
+    table: DeltaTable = _dl().DeltaTable(location, storage_options=storage_options)
     given = tuple(sorted((storage_options or {}).items()))
     return _arrow(table, location, columns, given)
 
 
-def _arrow(dt, location: str, columns: list[str] | None = None, storage_opts=()):
+def _arrow(
+    dt: DeltaTable,
+    location: str,
+    columns: list[str] | None = None,
+    storage_opts: Iterable[tuple[str, str]] = (),
+) -> pa.Table:
     """The rows of ``dt`` (at its loaded version) as one Arrow table.
 
     A local table's files are read through pyarrow's own file system: delta-rs's, called
@@ -295,7 +314,7 @@ def _path_of(uri: str) -> str:
     return unquote(uri.removeprefix("file://"))
 
 
-def _version_at(dt, tick: int) -> int | None:
+def _version_at(dt: DeltaTable, tick: int) -> int | None:
     for entry in dt.history():  # newest first
         at = entry.get("pgferry.tick")
         if at is None or int(at) <= tick:
@@ -318,7 +337,7 @@ def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:
     return True
 
 
-def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
+def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict[str, Any]:
     dt = _table(spec)
     done = dt.optimize.compact()
     if keep_hours is not None:
@@ -350,7 +369,9 @@ def newest_tick(spec: LakeSpec) -> int | None:
     return int(at) if at is not None else None
 
 
-def repair(spec: LakeSpec, source, key: Sequence[str], version: int | None, tick: int) -> None:
+def repair(
+    spec: LakeSpec, source: pa.Table, key: Sequence[str], version: int | None, tick: int
+) -> None:
     """A repair's fix as ONE commit: ``source`` holds, op first, a ``D`` row for every key
     to clear and an ``I`` row for every row to write.  The MERGE matches only the ``D`` rows
     (so a key the lake holds twice is cleared whole), the ``I`` rows are inserted; the

@@ -33,10 +33,22 @@ import json
 import os
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from pgferry.lake.spec import MERGE_ON_READ, OP, LakeError, LakeSpec, rows_kept_after_deletes
+
+if TYPE_CHECKING:  # pyiceberg and Arrow: imported by a node that has Iceberg tables
+    import numpy as np
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from pgferry.lake.key_index import KeyIndex
 
 OWNER = "pgferry.owner"
 KEY = "pgferry.key"  # the key the table was made for, JSON
@@ -61,7 +73,7 @@ def catalog_file(spec: LakeSpec) -> str:
     return spec.catalog or os.path.join(spec.root, CATALOG_FILE)
 
 
-def catalog(spec: LakeSpec | str):
+def catalog(spec: LakeSpec | str) -> SqlCatalog:
     """The lake's catalog (given a spec, or a local lake's folder)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -85,7 +97,7 @@ def _ident(spec: LakeSpec) -> tuple[str, str]:
     return (spec.schema, spec.table)
 
 
-def _load(spec: LakeSpec):
+def _load(spec: LakeSpec) -> Table | None:
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -102,7 +114,8 @@ def owner_of(spec: LakeSpec) -> str | None:
         if storage.is_dir(storage.join(spec.location, "metadata"), spec.storage):
             return ""  # an Iceberg table of another catalog at the same place
         return None
-    return table.properties.get(OWNER, "")
+    owner: str = table.properties.get(OWNER, "")
+    return owner
 
 
 def key_of(spec: LakeSpec) -> list[str] | None:
@@ -117,7 +130,7 @@ def record_key(spec: LakeSpec, key: Sequence[str]) -> None:
         tx.set_properties({KEY: json.dumps(list(key))})
 
 
-def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
+def prepare(spec: LakeSpec, schema: pa.Schema, key: Sequence[str]) -> None:
     """Create the empty table with the owner marker and its key, unless it is there."""
     if _load(spec) is not None:
         return
@@ -127,7 +140,7 @@ def prepare(spec: LakeSpec, schema, key: Sequence[str]) -> None:
                      properties={OWNER: spec.owner, KEY: json.dumps(list(key))})  # fmt: skip
 
 
-def _table(spec: LakeSpec):
+def _table(spec: LakeSpec) -> Table:
     table = _load(spec)
     if table is None:
         raise LakeError(f"no Iceberg table {spec.name} in the catalog of {spec.root}")
@@ -157,7 +170,7 @@ def applied_version(spec: LakeSpec) -> int | None:
     return None
 
 
-def _ancestry(table):
+def _ancestry(table: Table) -> Iterator[Snapshot]:
     by_id = {s.snapshot_id: s for s in table.snapshots()}
     snap = table.current_snapshot()
     while snap is not None:
@@ -165,24 +178,28 @@ def _ancestry(table):
         snap = by_id.get(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
 
 
-def _key_filter(rows, key: Sequence[str]):
+def _key_filter(rows: pa.Table, key: Sequence[str]) -> BooleanExpression:
     from pyiceberg.expressions import And, EqualTo, In, Or
 
+    # pyiceberg's predicates take their term and values positionally; its type hints give
+    # only the fields of the pydantic model they are (keywords), hence the ignores.
     if len(key) == 1:
-        return In(key[0], set(rows[key[0]].to_pylist()))
-    terms = [
-        And(*[EqualTo(k, r[k]) for k in key]) if len(key) > 1 else EqualTo(key[0], r[key[0]])
+        return In(key[0], set(rows[key[0]].to_pylist()))  # type: ignore[call-arg, arg-type]
+    terms: list[BooleanExpression] = [
+        And(*[EqualTo(k, r[k]) for k in key])  # type: ignore[call-arg, arg-type]
+        if len(key) > 1
+        else EqualTo(key[0], r[key[0]])  # type: ignore[call-arg, arg-type]
         for r in rows.select(list(key)).to_pylist()
     ]
     return terms[0] if len(terms) == 1 else Or(*terms)
 
 
-def arrow_schema(spec: LakeSpec):
+def arrow_schema(spec: LakeSpec) -> pa.Schema:
     """The table's columns as an Arrow schema."""
     return _table(spec).schema().as_arrow()
 
 
-def add_columns(spec: LakeSpec, fields) -> None:
+def add_columns(spec: LakeSpec, fields: Sequence[pa.Field]) -> None:
     """Add ``fields`` (Arrow fields, nullable) to the table, in one commit."""
     import pyarrow as pa
 
@@ -190,7 +207,7 @@ def add_columns(spec: LakeSpec, fields) -> None:
         update.union_by_name(pa.schema(fields))
 
 
-def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
+def merge(spec: LakeSpec, source: pa.Table, key: Sequence[str], version: int, tick: int,
           tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """The batch's keys deleted and its new rows appended, in one commit."""
     import pyarrow as pa
@@ -212,7 +229,7 @@ def merge(spec: LakeSpec, source, key: Sequence[str], version: int, tick: int,
     return upserts.num_rows, deletes
 
 
-def _merge_on_read(spec: LakeSpec, source, key: Sequence[str],
+def _merge_on_read(spec: LakeSpec, source: pa.Table, key: Sequence[str],
                    props: dict[str, str]) -> tuple[int, int]:  # fmt: skip
     """Merge-on-read: the live rows holding a key of the batch deleted by position and
     the batch's new rows appended, in ONE snapshot."""
@@ -241,7 +258,7 @@ def _merge_on_read(spec: LakeSpec, source, key: Sequence[str],
     return rows.num_rows, source.num_rows - rows.num_rows
 
 
-def _sync_index(table, index) -> None:
+def _sync_index(table: Table, index: KeyIndex) -> None:
     """Bring ``index`` to the table's current snapshot when it reflects another."""
     snap = table.current_snapshot()
     current = str(snap.snapshot_id) if snap is not None else None
@@ -257,13 +274,13 @@ def _sync_index(table, index) -> None:
             deletes.setdefault(path, []).extend(at)
     key = list(index.key)
 
-    def read_keys(data_file):
+    def read_keys(data_file: DataFile) -> np.ndarray[Any, Any]:
         return key_index.key_values(_read_columns(table, data_file, key), key)
 
     index.rebuild(current, data, read_keys, deletes)
 
 
-def _read_columns(table, data_file, names: Sequence[str]):
+def _read_columns(table: Table, data_file: DataFile, names: Sequence[str]) -> pa.Table:
     """``names`` of one data file's rows, every row in the file's order (no deletes)."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan
@@ -275,7 +292,7 @@ def _read_columns(table, data_file, names: Sequence[str]):
     return scan.to_table([FileScanTask(data_file)])
 
 
-def position_deletes(table, delete_files) -> list[dict[str, list[int]]]:
+def position_deletes(table: Table, delete_files: Iterable[DataFile]) -> list[dict[str, list[int]]]:
     """Each position delete file's positions, by the data file path they delete from."""
     import pyarrow.parquet as pq
 
@@ -291,15 +308,16 @@ def position_deletes(table, delete_files) -> list[dict[str, list[int]]]:
     return out
 
 
-def append(spec: LakeSpec, rows, version: int | None, tick: int | None,
+def append(spec: LakeSpec, rows: pa.Table, version: int | None, tick: int | None,
            tick_time: datetime | None = None) -> int:  # fmt: skip
     table = _table(spec)
     props = _props(version, tick, tick_time)
     table.append(rows.cast(table.schema().as_arrow()), snapshot_properties=props)
-    return rows.num_rows
+    appended: int = rows.num_rows
+    return appended
 
 
-def multiset(spec: LakeSpec, inserts, deletes, version: int, tick: int,
+def multiset(spec: LakeSpec, inserts: pa.Table, deletes: pa.Table, version: int | None, tick: int,
              tick_time: datetime | None = None) -> tuple[int, int]:  # fmt: skip
     """A table without a key: rewritten in one commit (each delete image removes one
     equal row, then the inserts are added)."""
@@ -336,7 +354,9 @@ def new_file_name(range_no: int) -> str:
     return f"load-{range_no:05d}-{uuid.uuid4().hex}.parquet"
 
 
-def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, tick: int) -> None:
+def commit_files(
+    spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema: pa.Schema, tick: int
+) -> None:
     """The initial load: every row replaced by ``files`` (in :func:`data_dir`) in ONE
     commit, which resets the replay version below every tick."""
     from pyiceberg.expressions import AlwaysTrue
@@ -356,7 +376,7 @@ def commit_files(spec: LakeSpec, files: Sequence[tuple[str, int, int]], schema, 
                 tx.append(schema.empty_table(), snapshot_properties=props)
 
 
-def read(spec: LakeSpec, tick: int | None = None):
+def read(spec: LakeSpec, tick: int | None = None) -> pa.Table:
     table = _table(spec)
     if tick is None:
         return table.scan().to_arrow()
@@ -377,7 +397,7 @@ def maintain(spec: LakeSpec, compact_every: int, keep_hours: int) -> bool:
     return True
 
 
-def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict:
+def compact(spec: LakeSpec, keep_hours: int | None = None) -> dict[str, Any]:
     """Rewrite the current rows (position deletes applied) as the table's only data files,
     sorted by the key, in one snapshot that removes every data and delete file before it
     (pyiceberg has no rewrite of data files yet), keeping the replay version; then expire
@@ -424,7 +444,9 @@ def newest_tick(spec: LakeSpec) -> int | None:
     return int(at) if at is not None else None
 
 
-def repair(spec: LakeSpec, source, key: Sequence[str], version: int | None, tick: int) -> None:
+def repair(
+    spec: LakeSpec, source: pa.Table, key: Sequence[str], version: int | None, tick: int
+) -> None:
     """A repair's fix as ONE commit: the keys of ``source``'s ``D`` rows deleted and its
     ``I`` rows appended, in one transaction whose snapshots carry the replay ``version``
     found before (so exactly-once is untouched) and the tick."""

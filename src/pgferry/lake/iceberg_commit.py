@@ -25,9 +25,9 @@ here so that a pyiceberg upgrade that moves them breaks one module, which
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import (
     DataFile,
@@ -44,6 +44,11 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from pgferry.lake.spec import LakeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.snapshots import Summary
 
 # The Iceberg spec's reserved field ids of a position delete file's columns.
 FILE_PATH_ID = 2147483546
@@ -65,8 +70,8 @@ class _Files(_SnapshotProducer["_Files"]):
     """One snapshot: data and delete files added; with ``replace``, every live file of
     the parent removed, else every parent manifest kept (a fast append's way)."""
 
-    def __init__(self, transaction, properties: Mapping[str, str], operation: Operation,
-                 replace: bool) -> None:  # fmt: skip
+    def __init__(self, transaction: Transaction, properties: Mapping[str, str],
+                 operation: Operation, replace: bool) -> None:  # fmt: skip
         super().__init__(operation, transaction, transaction._table.io,
                          snapshot_properties=dict(properties))  # fmt: skip
         self.added_deletes: list[DataFile] = []
@@ -135,7 +140,7 @@ class _Files(_SnapshotProducer["_Files"]):
                 out.append(self._write(kind, gone, True))
         return out
 
-    def _summary(self, snapshot_properties: Mapping[str, str] = {}):  # noqa: B006
+    def _summary(self, snapshot_properties: Mapping[str, str] = {}) -> Summary:  # noqa: B006
         # The collector counts delete files by their content; pyiceberg hands it only the
         # data files it appended.
         saved = self._added_data_files
@@ -146,7 +151,7 @@ class _Files(_SnapshotProducer["_Files"]):
             self._added_data_files = saved
 
 
-def write_data_files(table, rows, write_uuid: uuid.UUID) -> list[DataFile]:
+def write_data_files(table: Table, rows: pa.Table, write_uuid: uuid.UUID) -> list[DataFile]:
     """``rows`` (Arrow, the table's schema) as the table's Parquet data files, in order:
     the first file holds the first rows."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -157,7 +162,7 @@ def write_data_files(table, rows, write_uuid: uuid.UUID) -> list[DataFile]:
                                          io=table.io, write_uuid=write_uuid))  # fmt: skip
 
 
-def write_position_deletes(table, positions: Mapping[str, Any]) -> DataFile | None:
+def write_position_deletes(table: Table, positions: Mapping[str, Any]) -> DataFile | None:
     """One position delete file of ``positions`` (data file path -> row positions),
     sorted by path and position as the spec asks; None when there is nothing to delete."""
     import pyarrow as pa
@@ -198,7 +203,7 @@ def write_position_deletes(table, positions: Mapping[str, Any]) -> DataFile | No
 
 
 @contextmanager
-def _one_line(table, written: Sequence[str]):
+def _one_line(table: Table, written: Sequence[str]) -> Iterator[None]:
     """A commit refused because another writer got there first, as one line; the files
     ``written`` for it, which no snapshot names, removed."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
@@ -212,7 +217,8 @@ def _one_line(table, written: Sequence[str]):
         raise LakeError(f"Iceberg table {name}: {exc}; not committed, to be done again") from None
 
 
-def row_delta(table, rows, positions: Mapping[str, Any], properties: Mapping[str, str]
+def row_delta(table: Table, rows: pa.Table, positions: Mapping[str, Any],
+              properties: Mapping[str, str]
               ) -> tuple[str | None, list[DataFile], DataFile | None]:  # fmt: skip
     """ONE snapshot: ``rows`` appended as data files and the rows at ``positions`` deleted
     by one position delete file.  Returns the new snapshot's id (as text, None when the
@@ -236,7 +242,7 @@ def row_delta(table, rows, positions: Mapping[str, Any], properties: Mapping[str
     return (str(snap.snapshot_id) if snap else None), data, deletes
 
 
-def rewrite(table, rows, properties: Mapping[str, str]) -> list[DataFile]:
+def rewrite(table: Table, rows: pa.Table, properties: Mapping[str, str]) -> list[DataFile]:
     """ONE snapshot: every data and delete file of the table removed, ``rows`` written as
     its only data files."""
     write_uuid = uuid.uuid4()

@@ -23,16 +23,19 @@ columns), which cost more memory per row.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # Arrow: the rows come from the caller
+    import pyarrow as pa
 
 _NATIVE = "iufMm"  # numpy kinds searched natively: ints, unsigned, floats, datetimes
 
 
-def key_values(rows, key: Sequence[str]) -> np.ndarray:
+def key_values(rows: pa.Table, key: Sequence[str]) -> np.ndarray[Any, Any]:
     """The key of each row of ``rows`` (Arrow) as one comparable numpy value per row."""
     if len(key) == 1:
         column = rows.column(key[0])
@@ -44,7 +47,7 @@ def key_values(rows, key: Sequence[str]) -> np.ndarray:
     return _objects(list(zip(*columns, strict=True)))
 
 
-def _objects(values: list) -> np.ndarray:
+def _objects(values: list[Any]) -> np.ndarray[Any, Any]:
     out = np.empty(len(values), dtype=object)
     out[:] = values  # tuples stay tuples (np.array would make them a second dimension)
     return out
@@ -116,7 +119,8 @@ class KeyIndex:
             self.files[path] = FileKeys.of(values[start : start + count])
             start += count
 
-    def rebuild(self, snapshot: str | None, data: Mapping[str, Any], read_keys,
+    def rebuild(self, snapshot: str | None, data: Mapping[str, Any],
+                read_keys: Callable[[Any], np.ndarray[Any, Any]],
                 deletes: Mapping[str, Sequence[int]]) -> None:  # fmt: skip
         """The index of another snapshot: ``data`` its data files (path -> what
         ``read_keys`` needs to read one), ``deletes`` the positions its delete files

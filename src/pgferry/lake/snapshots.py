@@ -5,7 +5,7 @@ Delta through delta-rs writes no deletion vectors: the files of a version, read 
 Parquet, are exactly its rows.  An Iceberg table written merge-on-read
 (``lake_iceberg_deletes``) also has position delete files: a version's rows are its data
 files' rows less the positions its delete files name (:func:`delete_files`), which a
-reader must take away (``pipeline/lake_spark.py`` does, by file name and row index).
+reader must take away (``sync/lake_spark.py`` does, by file name and row index).
 :func:`read_file` reads one data file, from a folder or an object store (pyarrow's file
 system of :mod:`.storage`, whose options a Spark task carries), as Arrow batches of the
 columns asked for, less the rows its delete files remove: the Python tasks of
@@ -16,16 +16,21 @@ way, where Spark's own Parquet reader would need the ``hadoop-aws`` jars.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from pgferry.lake import iceberg, storage
 from pgferry.lake.spec import LakeError, LakeSpec
 
+if TYPE_CHECKING:  # Arrow and pyiceberg: imported where a table is read
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.table import FileScanTask
+
 _FIELD_ID = b"PARQUET:field_id"
 
 
-def _iceberg_tasks(spec: LakeSpec, tick: int) -> list:
+def _iceberg_tasks(spec: LakeSpec, tick: int) -> list[FileScanTask]:
     table = iceberg._table(spec)
     for snap in iceberg._ancestry(table):
         at = snap.summary.additional_properties.get(iceberg.TICK) if snap.summary else None
@@ -46,7 +51,7 @@ def data_files(spec: LakeSpec, tick: int) -> list[str]:
     raise LakeError(f"unknown lake format {spec.format!r}")
 
 
-def table_schema(spec: LakeSpec):
+def table_schema(spec: LakeSpec) -> pa.Schema:
     """The lake table's current Arrow schema (Iceberg's with its field ids)."""
     if spec.format == "delta":
         import pyarrow as pa
@@ -57,7 +62,7 @@ def table_schema(spec: LakeSpec):
     return iceberg._table(spec).schema().as_arrow()
 
 
-def open_file(path: str, opts: storage.Options):
+def open_file(path: str, opts: storage.Options) -> pq.ParquetFile:
     """A data file (a local path or a store's URL) as a ``pyarrow.parquet.ParquetFile``."""
     import pyarrow.parquet as pq
 
@@ -74,7 +79,7 @@ def open_file(path: str, opts: storage.Options):
         ) from None
 
 
-def file_columns(file_schema, table_schema) -> dict[str, str]:
+def file_columns(file_schema: pa.Schema, table_schema: pa.Schema) -> dict[str, str]:
     """Each table column the file holds -> its name in the file.  By Iceberg field id when
     both the file and the table have them: pyiceberg writes them, under names it sanitises
     (``Mixed Col`` is ``Mixed_x20Col``).  Else by name: Delta's files, and the initial
@@ -88,12 +93,12 @@ def file_columns(file_schema, table_schema) -> dict[str, str]:
 def read_file(
     path: str,
     opts: storage.Options,
-    table_schema,
+    table_schema: pa.Schema,
     columns: Sequence[str],
-    schema,
+    schema: pa.Schema,
     name: str = "",
     deletes: Sequence[str] = (),
-) -> Iterator[Any]:
+) -> Iterator[pa.RecordBatch]:
     """One data file's rows as record batches of ``schema`` (``columns``, in that order,
     cast to its types), less the rows its position ``deletes`` files remove (Iceberg
     merge-on-read; they name the data file ``name``, its path as the metadata has it); a
@@ -126,7 +131,7 @@ def read_file(
         yield pa.Table.from_arrays(arrays, names=list(columns)).cast(schema).to_batches()[0]
 
 
-def _deleted(name: str, deletes: Sequence[str], opts: storage.Options):
+def _deleted(name: str, deletes: Sequence[str], opts: storage.Options) -> pa.Array | None:
     """The positions of data file ``name``'s rows its position delete files remove (an
     Arrow array; None when they name none of them)."""
     import pyarrow as pa
@@ -140,7 +145,7 @@ def _deleted(name: str, deletes: Sequence[str], opts: storage.Options):
     return pa.chunked_array(chunks, pa.int64()).combine_chunks() if chunks else None
 
 
-def _field_id(field) -> bytes | None:
+def _field_id(field: pa.Field) -> bytes | None:
     return (field.metadata or {}).get(_FIELD_ID)
 
 

@@ -15,8 +15,12 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pgferry.errors import TableError
+
+if TYPE_CHECKING:  # Arrow: imported where rows are read or written
+    import pyarrow as pa
 
 FORMATS = ("delta", "iceberg")
 OP = "__pgferry_op"  # the stage's op, beside the row's columns in a merge's source
@@ -86,12 +90,13 @@ def writable(directory: str) -> None:
         raise LakeError(f"lake path {directory} cannot be written: {exc.strerror}") from None
 
 
-def rows_kept_after_deletes(here, deletes) -> tuple[list[int], int]:
+def rows_kept_after_deletes(here: pa.Table, deletes: pa.Table) -> tuple[list[int], int]:
     """A keyless table's multiset delete: the positions of ``here``'s rows that remain once
     each row image of ``deletes`` (Arrow tables of one schema) has removed one equal row,
     and how many were removed."""
     want = Counter(_frozen(row) for row in deletes.to_pylist())
-    kept, removed = [], 0
+    kept: list[int] = []
+    removed = 0
     for i, row in enumerate(here.to_pylist()):
         image = _frozen(row)
         if want.get(image):
@@ -102,5 +107,5 @@ def rows_kept_after_deletes(here, deletes) -> tuple[list[int], int]:
     return kept, removed
 
 
-def _frozen(row: dict) -> tuple:
+def _frozen(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())

@@ -19,10 +19,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 from pgferry import settings
 from pgferry.lake.spec import LakeError
+
+if TYPE_CHECKING:  # pyarrow: imported where a file system is made
+    from pyarrow import fs as pafs
+
+T = TypeVar("T")
 
 REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 # ini setting -> (delta-rs / object_store key, the environment variables read when unset)
@@ -76,13 +82,13 @@ def join(root: str, *parts: str) -> str:
     return os.path.join(root, *parts)
 
 
-def options(config) -> Options:
+def options(config: settings.Config | Mapping[str, str] | None) -> Options:
     """The store's options from the ini (``lake_s3_*``, ``lake_timeout``: a Config, or a
     mapping of those keys to their text, as the Spark reader's options give them) or, for
     each one not set there, the ``AWS_*`` environment: delta-rs's keys, as a hashable
     tuple."""
 
-    def read(setting):
+    def read(setting: settings.Setting[T]) -> T:
         if config is None:
             return setting.fixed
         if isinstance(config, Mapping):
@@ -133,7 +139,7 @@ def iceberg_properties(opts: Options) -> dict[str, str]:
     return props
 
 
-def filesystem(path: str, opts: Options):
+def filesystem(path: str, opts: Options) -> tuple[pafs.FileSystem, str]:
     """(pyarrow file system, the path in it) of a folder or URL: the initial load's
     tasks write their Parquet files through it."""
     from pyarrow import fs
@@ -213,7 +219,7 @@ def reason(exc: BaseException, opts: Options) -> str:
     return mask(text, opts)
 
 
-def mask(text: str, opts: Options | Mapping[str, str] | Sequence = ()) -> str:
+def mask(text: str, opts: Options | Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> str:
     """``text`` with every secret of ``opts`` (and of the environment) replaced by
     ``[...]``."""
     given = dict(opts)

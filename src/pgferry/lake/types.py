@@ -13,12 +13,17 @@ loads it for this module.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
 from pgferry.errors import TableError
+
+if TYPE_CHECKING:  # Arrow: imported where rows are read or written
+    import psycopg
+    import pyarrow as pa
 
 
 class TypeRefused(TableError):
@@ -112,7 +117,7 @@ def csv_select(column: LakeColumn) -> sql.Composable:
     return column.select()
 
 
-def csv_type(column: LakeColumn):
+def csv_type(column: LakeColumn) -> pa.DataType:
     """The Arrow type the CSV reader parses the column's text as."""
     import pyarrow as pa
 
@@ -123,7 +128,12 @@ def csv_type(column: LakeColumn):
     )
 
 
-def csv_tables(messages, columns: Sequence[LakeColumn], schema, piece_bytes: int = 32 << 20):
+def csv_tables(
+    messages: Iterable[bytes | memoryview],
+    columns: Sequence[LakeColumn],
+    schema: pa.Schema,
+    piece_bytes: int = 32 << 20,
+) -> Iterator[pa.Table]:
     """Arrow tables of ``schema`` from the messages of a ``COPY (select csv_select(c) ...)
     TO STDOUT (format csv)``, parsed by Arrow's multithreaded reader in pieces of about
     ``piece_bytes`` (COPY sends one message per row: a piece always ends with a whole row)."""
@@ -169,13 +179,15 @@ def lake_column(name: str, pg_type: str, enum: bool = False) -> LakeColumn:
     raise TypeRefused(f"column {name}: type {pg_type} refused for the lake ({why})")
 
 
-def lake_columns(names: Sequence[str], types: Sequence[str], enums: Sequence[bool] = ()) -> tuple:
+def lake_columns(
+    names: Sequence[str], types: Sequence[str], enums: Sequence[bool] = ()
+) -> tuple[LakeColumn, ...]:
     """The lake columns of a table (TypeRefused for the first column that has none)."""
     flags = list(enums) or [False] * len(names)
     return tuple(lake_column(n, t, e) for n, t, e in zip(names, types, flags, strict=True))
 
 
-def arrow_type(lake_type: str):
+def arrow_type(lake_type: str) -> pa.DataType:
     """The pyarrow type of a lake type name."""
     import pyarrow as pa
 
@@ -201,7 +213,7 @@ def arrow_type(lake_type: str):
     }[lake_type]
 
 
-def arrow_schema(columns: Sequence[LakeColumn], not_null: Sequence[str] = ()):
+def arrow_schema(columns: Sequence[LakeColumn], not_null: Sequence[str] = ()) -> pa.Schema:
     """The pyarrow schema of the lake table (key columns NOT NULL)."""
     import pyarrow as pa
 
@@ -211,7 +223,9 @@ def arrow_schema(columns: Sequence[LakeColumn], not_null: Sequence[str] = ()):
     )  # fmt: skip
 
 
-def table_columns(conn, relation: str, only: Sequence[str] | None = None) -> tuple:
+def table_columns(
+    conn: psycopg.Connection, relation: str, only: Sequence[str] | None = None
+) -> tuple[LakeColumn, ...]:
     """The lake columns of a local table (or a stage; ``only`` these columns), from the
     catalog; TypeRefused for a column without a lake type."""
     rows = conn.execute(
@@ -230,7 +244,9 @@ def table_columns(conn, relation: str, only: Sequence[str] | None = None) -> tup
     return tuple(lake_column(n, t, e) for n, t, e in rows if only is None or n in only)
 
 
-def rows_to_arrow(columns: Sequence[LakeColumn], rows: Sequence[Sequence], schema=None):
+def rows_to_arrow(
+    columns: Sequence[LakeColumn], rows: Sequence[Sequence[Any]], schema: pa.Schema | None = None
+) -> pa.Table:
     """A pyarrow table of rows (tuples in the order of ``columns``)."""
     import pyarrow as pa
 

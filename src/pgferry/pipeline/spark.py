@@ -127,7 +127,7 @@ def get_spark(
     :class:`SparkUnavailable` (one line, nothing left running); on a cluster the call
     returns once the application has an executor, or raises after ``wait`` seconds.
     With ``remote_ok`` an ``sc://`` master gives a Spark Connect session instead (no JVM
-    here; the jobs must keep to :mod:`.spark_tasks`).
+    here; the jobs must keep to :mod:`pgferry.sync.spark_tasks`).
     """
     master = master or DEFAULT_MASTER
     if remote_ok and spark_cluster.is_remote(master):

@@ -9,9 +9,9 @@ pgferry must be importable there (installed on the server's hosts, or on the ser
 ``PYTHONPATH``) and both databases reachable from them.
 
 Only compare, repair and diff use it: their jobs are DataFrame work (``mapInArrow``, see
-:mod:`.spark_tasks`) that Spark Connect carries.  The worker's copy and replay steer their
-jobs through the classic SparkContext (job groups, cancellation, executor counts), so the
-worker runs on ``spark_master`` and leaves ``spark_remote`` to the node's commands.
+:mod:`pgferry.sync.spark_tasks`) that Spark Connect carries.  The worker's copy and replay
+steer their jobs through the classic SparkContext (job groups, cancellation, executor
+counts), so the worker runs on ``spark_master`` and leaves ``spark_remote`` to the node's commands.
 
 Only runtime SQL settings (``spark.sql.*``) can be set by a client; any other ``spark.*``
 key belongs to the server's own start and is named in a warning.

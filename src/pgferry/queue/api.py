@@ -97,7 +97,8 @@ def rewind(conn: psycopg.Connection, queue: str, consumer: str, tick: int) -> in
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
         raise QueueError(str(exc.diag.message_primary)) from None
     assert row is not None
-    return row[0]
+    had: int = row[0]
+    return had
 
 
 def queue_info(conn: psycopg.Connection, queue: str | None = None) -> list[dict[str, Any]]:
@@ -224,14 +225,15 @@ def attach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:
     conn.execute("select ferry_queue.attach_capture(%s, %s::regclass, false)", (queue, fq))
 
 
-def attach_capture_spec(conn: psycopg.Connection, queue: str, fq: str, spec: dict) -> str:
+def attach_capture_spec(conn: psycopg.Connection, queue: str, fq: str, spec: dict[str, Any]) -> str:
     """(Re)create the capture triggers of table ``fq`` as the capture ``spec`` says (the
     jsonb of :mod:`pgferry.registry.capture_spec`); returns the row trigger's function."""
     row = conn.execute(
         "select ferry_queue.attach_capture_spec(%s, %s::regclass, %s)", (queue, fq, Jsonb(spec))
     ).fetchone()
     assert row is not None
-    return row[0]
+    function: str = row[0]
+    return function
 
 
 def detach_capture(conn: psycopg.Connection, queue: str, fq: str) -> None:

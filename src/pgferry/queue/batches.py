@@ -71,7 +71,7 @@ class EventRange:
         )  # fmt: skip
 
 
-def _event_range(row: Sequence) -> EventRange | None:
+def _event_range(row: Sequence[Any]) -> EventRange | None:
     return None if row[0] is None else EventRange(*row)
 
 
@@ -161,9 +161,11 @@ def next_batch(
             (queue, consumer, min_count),
         ).fetchone()
         if row and row[0] is not None:
-            return row[0]
+            chosen: int = row[0]
+            return chosen
     row = conn.execute("select ferry_queue.next_batch(%s, %s)", (queue, consumer)).fetchone()
-    return None if row is None else row[0]
+    found: int | None = None if row is None else row[0]
+    return found
 
 
 def take_batch(
@@ -207,7 +209,7 @@ def take_batch(
     if name not in known:
         statements.append(sql.SQL("prepare {} as ").format(sql.Identifier(name)) + describe)
     statements.append(sql.SQL("execute {}").format(sql.Identifier(name)))
-    rows: list[tuple | None] = []
+    rows: list[tuple[Any, ...] | None] = []
     try:
         with conn.cursor() as cur:
             cur.execute(_message(statements, flush), prepare=False)
@@ -300,12 +302,12 @@ def _batch(
     )
 
 
-def _info(values: Sequence) -> dict[str, Any]:
+def _info(values: Sequence[Any]) -> dict[str, Any]:
     """The values of :data:`_INFO_COLUMNS`, in its order, by column name."""
     return dict(zip(_INFO_FIELDS, values, strict=True))
 
 
-def _batch_of_row(row: Sequence) -> Batch:
+def _batch_of_row(row: Sequence[Any]) -> Batch:
     """A Batch from a row of batch id, :data:`_INFO_COLUMNS`, the event query and
     :data:`_RANGE_COLUMNS`."""
     return _batch(row[0], _info(row[1:12]), row[12], _event_range(row[13:]))
@@ -362,8 +364,8 @@ def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = Fal
     forms (:func:`batch_event_sql` unordered and its :class:`EventRange`), in the same
     round trip."""
     if not event_sql:
-        query = sql.SQL("select {info} from ferry_queue.get_batch_info(%s) as i")
-        row = conn.execute(query.format(info=_INFO_COLUMNS), (batch_id,)).fetchone()
+        info = sql.SQL("select {info} from ferry_queue.get_batch_info(%s) as i")
+        row = conn.execute(info.format(info=_INFO_COLUMNS), (batch_id,)).fetchone()
         assert row is not None
         return _batch(batch_id, _info(row), None)
     query = sql.SQL(
@@ -383,7 +385,8 @@ def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = 
     """
     row = conn.execute("select ferry_queue.batch_event_sql(%s, %s)", (batch_id, ordered)).fetchone()
     assert row is not None
-    return row[0]
+    text: str = row[0]
+    return text
 
 
 def open_batch_cursor(
@@ -392,7 +395,7 @@ def open_batch_cursor(
     cursor_name: str,
     first_rows: int,
     extra_where: str | None = None,
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """Open cursor ``cursor_name`` over the batch's events in ``ev_id`` order (filtered by
     the SQL condition ``extra_where``) and return its first ``first_rows`` rows; FETCH
     reads on in the same transaction.  Rows: ev_id, ev_time, ev_txid, ev_retry, ev_type,
@@ -426,17 +429,17 @@ def _finish(batch_id: int) -> sql.Composable:
     return sql.SQL("select ferry_queue.finish_batch({})").format(sql.Literal(batch_id))
 
 
-def _send(conn: psycopg.Connection, statements: list[sql.Composable], flush: bool) -> None:
+def _send(conn: psycopg.Connection, statements: Sequence[sql.Composable], flush: bool) -> None:
     conn.execute(_message(statements, flush), prepare=False)
 
 
-def _message(statements: list[sql.Composable], flush: bool) -> sql.Composable:
+def _message(statements: Sequence[sql.Composable], flush: bool) -> sql.Composed:
     """``statements`` as one message (one transaction in autocommit), committed without
     waiting for the WAL flush unless ``flush``."""
     return sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements])
 
 
-def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple]:
+def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple[Any, ...]]:
     """The batch's queued scripts (EXECUTE events) in order: barriers for replay.
 
     Rows: (ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4).

@@ -165,7 +165,7 @@ class Consumer:
     def unregister(self) -> None:
         self._call(queue_api.unregister_consumer, commit=True)
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """Lag, last tick, open batch and pending events of this consumer."""
         idle = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:

@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import psycopg
 from psycopg import sql
@@ -237,7 +238,9 @@ class TickerService(Service):
                 waiting = 0
                 if db.has_round:
                     result = run_prepared(db.conn, ROUND_STATEMENT)
-                    ticks, waiting = int(result.get_value(0, 0)), int(result.get_value(0, 1))
+                    # Both columns are bigint, never null (ticker_round's result).
+                    ticks = int(cast(bytes, result.get_value(0, 0)))
+                    waiting = int(cast(bytes, result.get_value(0, 1)))
                 else:
                     row = db.conn.execute("select ferry_queue.ticker()").fetchone()
                     ticks = row[0] if row and row[0] else 0

@@ -13,6 +13,7 @@ batches in :mod:`pgferry.queue.batches`.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -160,7 +161,7 @@ def drop_hold(conn: psycopg.Connection, queue: str, name: str) -> bool:
     return bool(row and row[0])
 
 
-def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple]:
+def cut_after(conn: psycopg.Connection, queue: str, tick_id: int) -> list[tuple[Any, ...]]:
     """Cut ``queue`` back to ``tick_id`` in the caller's transaction: the events after it
     (ticked or not) and the later ticks are deleted; returns those events (rows of
     :data:`pgferry.events.EVENT_COLUMN_NAMES`, first deliveries, by ev_id).  New events wait

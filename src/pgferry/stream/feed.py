@@ -11,7 +11,7 @@ over to a standby lacking that tick makes another under the same id).  The queue
 consumer stands at the last tick Spark has committed, so every tick range Spark can ask
 for again after a crash is still held by the queue (:mod:`pgferry.queue.ranges`).  A
 snapshot query's first batch reads the tables in a snapshot the driver holds, exported
-with the tick made for it (:meth:`Feed.take_snapshot`, the way of :mod:`pgferry.apply.sync`),
+with the tick made for it (:meth:`Feed.take_snapshot`, the way of :mod:`pgferry.sync.point`),
 as :mod:`.snapshot` plans; the typed feed's columns are :mod:`.typed`'s, and the tables'
 names as events give them :mod:`.names`'.
 """
@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg import sql
 
-from pgferry.apply import sync
 from pgferry.db import connect, describe, error_text, reconnect
 from pgferry.errors import (
     ConfigError,
@@ -46,6 +45,7 @@ from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.translate import ScriptTranslateError, statements_naming
 from pgferry.stream import names, snapshot, typed
 from pgferry.stream.snapshot import TableSnapshot
+from pgferry.sync import point
 
 # Event positions per partition: one Spark task reads about this many events.
 DEFAULT_PARTITION_EVENTS = 50_000
@@ -328,7 +328,7 @@ class Feed:
             )
         try:
             snapshot_id, tick = self._held.enter_context(
-                sync.source_snapshot(opts.provider, opts.queue, 0.0)
+                point.source_snapshot(opts.provider, opts.queue, 0.0)
             )
         except PgferryError as exc:
             raise QueueError(

@@ -1,10 +1,10 @@
 """Both sides of a large lake table as Spark DataFrames, for compare and repair.
 
-The load's tasks (:func:`~.lake_copy.run_groups`) write the source's rows in the sync
-point's exported snapshot, with the table's row filters, as Parquet files into a scratch
-folder under the lake; Spark reads them, and the Parquet files of the lake version of the
-tick (:mod:`pgferry.lake.snapshots`) less the rows its position delete files name (an
-Iceberg table written merge-on-read), cast to the source's types.  No row passes through
+The load's tasks (:func:`pgferry.pipeline.lake_copy.run_groups`) write the source's rows in
+the sync point's exported snapshot, with the table's row filters, as Parquet files into a
+scratch folder under the lake; Spark reads them, and the Parquet files of the lake version
+of the tick (:mod:`pgferry.lake.snapshots`) less the rows its position delete files name
+(an Iceberg table written merge-on-read), cast to the source's types.  No row passes through
 the driver.  The scratch folder is removed when the ``with`` ends, so whatever the caller
 needs of the rows is computed (or collected) inside it.
 
@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pgferry.db import connect
 from pgferry.errors import TableError
@@ -30,6 +30,10 @@ from pgferry.lake import storage
 from pgferry.lake import types as lake_types
 from pgferry.pipeline.spark_connect import is_connect_session
 from pgferry.pipeline.tables import resolve_table
+
+if TYPE_CHECKING:  # PySpark and Arrow: loaded where a job runs
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,8 @@ class LakeCompareTask:
 
 @contextmanager
 def sides(
-    spark, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask
-) -> Iterator[tuple[Any, Any]]:
+    spark: SparkSession, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask
+) -> Iterator[tuple[DataFrame, DataFrame]]:
     """(the source's rows, the lake version's rows): DataFrames of the task's columns, in
     that order and of the same types."""
     from pyspark.sql import functions as F
@@ -106,9 +110,9 @@ def sides(
 
 
 def store_frame(
-    spark, files: list[str], opts: storage.Options, table_schema, arrow,
-    deletes: list[str] | None = None,
-):  # fmt: skip
+    spark: SparkSession, files: list[str], opts: storage.Options, table_schema: pa.Schema,
+    arrow: pa.Schema, deletes: list[str] | None = None,
+) -> DataFrame:  # fmt: skip
     """A DataFrame of the Parquet ``files`` of a store, read by one Python task per file
     (:func:`pgferry.lake.snapshots.read_file`) as ``arrow``'s columns and types, less the
     rows the position delete files ``deletes`` name (Iceberg merge-on-read: each names a
@@ -124,7 +128,7 @@ def store_frame(
     # Spark's TimestampType wants a zone in Arrow: the values are instants, kept as UTC.
     wanted = to_arrow_schema(schema, timezone="UTC")
 
-    def read(batches):
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pgferry.lake import snapshots
 
         for batch in batches:
@@ -136,7 +140,7 @@ def store_frame(
     return spark.range(len(files), numPartitions=len(files)).mapInArrow(read, schema)
 
 
-def _nullable(schema):
+def _nullable(schema: pa.Schema) -> pa.Schema:
     """``schema`` with every field nullable."""
     import pyarrow as pa
 
@@ -153,7 +157,7 @@ def _remove(scratch: str, opts: storage.Options) -> None:
         store.delete_dir(inner)
 
 
-def _without_deleted(spark, lake, deletes: list[str]):
+def _without_deleted(spark: SparkSession, lake: DataFrame, deletes: list[str]) -> DataFrame:
     """The rows of ``lake`` (its data files read as Parquet) less those the position
     delete files ``deletes`` name.  A row is known by its file's name and its index in
     the file: file names are unique in a table (pyiceberg's and the load's carry a

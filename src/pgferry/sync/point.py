@@ -7,8 +7,9 @@ Without locking the source:
    snapshot and records a tick carrying exactly that snapshot (``ferry.sync_tick``).
 2. The subscriber's worker takes single-tick batches while a request is filed, and right
    after committing that tick it exports a snapshot of its own and posts it (``ready``).
-   It keeps that transaction open until the request is dropped.  With ``pause`` (repair
-   --apply) it also applies nothing further, so fixes computed at the tick stay right.
+   It keeps that transaction open until the request is dropped (:mod:`.serve`).  With
+   ``pause`` (repair --apply) it also applies nothing further, so fixes computed at the
+   tick stay right.
 3. The Spark compare / repair tasks import both snapshots.  No write on the source waits.
 
 When the provider is a branch (its queue mirrors the root's ticks, so no tick can be made
@@ -33,7 +34,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from pgferry import settings
 from pgferry.config import Config
@@ -47,18 +47,6 @@ from pgferry.queue import ticks as queue_ticks
 log = logging.getLogger(__name__)
 
 LAGGING = "Consumer lagging too much, cannot proceed"
-HOLD_LIMIT = 3600.0  # a snapshot is never held longer, whatever happened to the requester
-# A request still without its tick after this many seconds was left by a command that died
-# while choosing it (choosing takes a second or two): the worker drops it and goes on.
-CHOOSE_LIMIT = 60.0
-
-
-@dataclass(frozen=True)
-class Request:
-    tick_id: int
-    state: str
-    pause: bool
-    stale: bool = False  # still without a tick after CHOOSE_LIMIT: its command is gone
 
 
 @dataclass(frozen=True)
@@ -68,98 +56,6 @@ class SyncPoint:
     tick_id: int
     src_snapshot: str
     dst_snapshot: str
-
-
-# A queue's requests as one text that changes whenever one does (the worker's idle check;
-# parameter {q}: the queue), and whether there is none.
-REQUESTS_STAMP = sql.SQL(
-    """(select string_agg(concat_ws(',', r.consumer_name, r.xmin), ';' order by r.consumer_name)
-          from ferry.sync_request r where r.queue_name = {q})"""
-)
-NO_REQUEST = sql.SQL("not exists (select 1 from ferry.sync_request r where r.queue_name = {q})")
-
-
-# --- worker side -------------------------------------------------------------------------
-
-
-# The requests filed for a queue's consumers (parameters: CHOOSE_LIMIT, the queue name):
-# consumer name, then the fields of Request.
-REQUESTS_SQL = """
-        select consumer_name, tick_id, state, pause,
-               now() - requested_at > make_interval(secs => %s) as overdue
-          from ferry.sync_request
-         where queue_name = %s
-        """
-
-
-def request_of(rows: list[tuple], consumer: str) -> Request | None:
-    """``consumer``'s request among rows of :data:`REQUESTS_SQL`."""
-    for name, tick_id, state, pause, overdue in rows:
-        if name == consumer:
-            return Request(tick_id, state, pause, bool(overdue))
-    return None
-
-
-def drop_request(conn: psycopg.Connection, queue: str, consumer: str) -> None:
-    """Forget a request whose command is gone (killed before it chose its tick)."""
-    conn.execute(
-        "delete from ferry.sync_request where queue_name = %s and consumer_name = %s"
-        " and tick_id = 0",
-        (queue, consumer),
-    )
-
-
-class SnapshotHolder:
-    """The worker's open REPEATABLE READ transaction serving one request."""
-
-    def __init__(self) -> None:
-        self.conn: psycopg.Connection | None = None
-        self.since = 0.0
-
-    def post(self, local_dsn: str, queue: str, consumer: str) -> None:
-        """Export a snapshot of the data as it is now and post it to the request."""
-        self.release()
-        conn = connect(local_dsn, application_name="pgferry-sync")
-        conn.execute("set transaction isolation level repeatable read")
-        row = conn.execute("select pg_export_snapshot()").fetchone()
-        assert row is not None
-        self.conn, self.since = conn, time.monotonic()
-        with connect(local_dsn, autocommit=True) as other:
-            other.execute(
-                """
-                update ferry.sync_request set state = 'ready', snapshot_id = %s
-                 where queue_name = %s and consumer_name = %s
-                """,
-                (row[0], queue, consumer),
-            )
-        log.info("Posted snapshot for compare")
-
-    def release_if_done(self, request: Request | None) -> None:
-        if self.conn is None:
-            return
-        if request is None or request.state != "ready":
-            self.release()
-        elif time.monotonic() - self.since > HOLD_LIMIT:
-            log.warning("compare snapshot held too long, releasing it")
-            self.release()
-
-    def release(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            finally:
-                self.conn = None
-
-
-def mark_missed(conn: psycopg.Connection, queue: str, consumer: str) -> None:
-    conn.execute(
-        "update ferry.sync_request set state = 'missed' where queue_name = %s"
-        " and consumer_name = %s",
-        (queue, consumer),
-    )
-
-
-# --- command side ------------------------------------------------------------------------
 
 
 @contextmanager
@@ -290,9 +186,11 @@ def source_snapshot(provider_dsn: str, queue: str, wait: float) -> Iterator[tupl
         conn = connect(provider_dsn, application_name="pgferry-sync")
         try:
             conn.execute("set transaction isolation level repeatable read")
-            snap_id, snap_text = conn.execute(
+            exported = conn.execute(
                 "select pg_export_snapshot(), pg_current_snapshot()::text"
-            ).fetchone()  # type: ignore[misc]
+            ).fetchone()
+            assert exported is not None  # a SELECT without FROM answers one row
+            snap_id, snap_text = exported
             try:
                 with connect(provider_dsn, autocommit=True) as ticker:
                     row = ticker.execute(
@@ -321,7 +219,8 @@ def _wait_ready(conn: psycopg.Connection, queue: str, consumer: str, wait: float
         if req is None:
             break
         if req[0] == "ready":
-            return req[1]
+            snapshot: str = req[1]
+            return snapshot
         if req[0] == "missed":
             return None
         time.sleep(0.05)

@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
@@ -30,10 +30,15 @@ from pgferry import expressions
 from pgferry.db import connect
 from pgferry.lake import formats
 from pgferry.lake import types as lake_types
-from pgferry.pipeline import lake_spark
-from pgferry.pipeline.lake_spark import LakeCompareTask
+from pgferry.pipeline.keyranges import KeyRange
 from pgferry.pipeline.snapshot import open_in_snapshot
 from pgferry.pipeline.tables import relation, resolve_table
+from pgferry.sync import lake_spark
+from pgferry.sync.lake_spark import LakeCompareTask
+
+if TYPE_CHECKING:  # PySpark and Arrow: loaded where a table needs them
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +54,11 @@ class LakeComparison:
     src_checksum: int = 0
     dst_rows: int = 0
     dst_checksum: int = 0
-    only_src: list[tuple] = field(default_factory=list)  # rows only the source has (a sample)
-    only_dst: list[tuple] = field(default_factory=list)
-    ranges: list = field(default_factory=list)  # as compare's result: not cut into ranges
+    # rows only the source has (a sample)
+    only_src: list[tuple[Any, ...]] = field(default_factory=list)
+    only_dst: list[tuple[Any, ...]] = field(default_factory=list)
+    # as compare's result: not cut into ranges
+    ranges: list[KeyRange] = field(default_factory=list)
 
     @property
     def same(self) -> bool:
@@ -63,7 +70,7 @@ def compare_lake(
     src_snapshot: str,
     tick: int,
     tasks: Sequence[LakeCompareTask],
-    spark: Callable[[], Any] | None = None,  # returns the session, called for large tables
+    spark: Callable[[], SparkSession] | None = None,  # called only for large tables
 ) -> list[LakeComparison]:
     results = []
     for task in tasks:
@@ -82,7 +89,9 @@ def estimate(connstr: str, task: LakeCompareTask) -> int:
         return resolve_table(conn, task.source_table).est_rows
 
 
-def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
+def _compare_on_spark(
+    spark: SparkSession, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask
+) -> LakeComparison:
     """Both sides read by Spark (:func:`.lake_spark.sides`), compared there."""
     with lake_spark.sides(spark, src_connstr, snapshot, tick, task) as (source, lake):
         names = [c.name for c in task.columns]
@@ -95,7 +104,7 @@ def _compare_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task):
         return result
 
 
-def _spark_sums(df, names: list[str]) -> tuple[int, int]:
+def _spark_sums(df: DataFrame, names: list[str]) -> tuple[int, int]:
     """(rows, order-independent checksum) of a DataFrame: the sum of each row's hash's low
     32 bits (no overflow below 2**31 rows)."""
     from pyspark.sql import functions as F
@@ -107,7 +116,7 @@ def _spark_sums(df, names: list[str]) -> tuple[int, int]:
     return int(row[0]), int(row[1] or 0)
 
 
-def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):
+def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask) -> LakeComparison:
     schema = lake_types.arrow_schema(task.columns)
     src = read_source(src_connstr, snapshot, task, schema)
     module = formats.module(task.spec.format)
@@ -127,7 +136,7 @@ def _compare(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask):
     return result
 
 
-def read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema):
+def read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema: pa.Schema) -> pa.Table:
     """The source's rows in the snapshot, with the task's condition, as Arrow (``schema``)."""
     conn = open_in_snapshot(connstr, snapshot)
     try:
@@ -149,14 +158,14 @@ def read_source(connstr: str, snapshot: str, task: LakeCompareTask, schema):
     return lake_types.rows_to_arrow(task.columns, rows, schema)
 
 
-def _multiset(table) -> Counter:
+def _multiset(table: pa.Table) -> Counter[tuple[Any, ...]]:
     return Counter(
         tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
         for row in table.to_pylist()
     )
 
 
-def _checksum(rows: Counter) -> int:
+def _checksum(rows: Counter[tuple[Any, ...]]) -> int:
     total = 0
     for row, n in rows.items():
         digest = hashlib.blake2b(repr(row).encode(), digest_size=8).digest()

@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -38,18 +39,24 @@ from psycopg import sql
 from pgferry import settings
 from pgferry.db import describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.buckets import (
+from pgferry.pipeline.keyranges import KeyRange, merge_buckets
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
+from pgferry.sync.buckets import (
     SESSION_SQL,
     BucketGroup,
     CompareTask,
+    Prepared,
     Side,
     TablePlan,
     bucket_groups,
     prepare,
 )
-from pgferry.pipeline.keyranges import KeyRange, merge_buckets
-from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark_errors import job_error
+
+if TYPE_CHECKING:  # PySpark: loaded where a job runs
+    from pyspark.sql import SparkSession
+
+    from pgferry.sync.spark_tasks import Spark
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +113,14 @@ class _Job:
     count_only: bool = False  # rows counted, not hashed (checksums all 0)
 
 
+# A unit of compare's work: (side, 0 source or 1 destination, a group of buckets); and its
+# sums: (table_no, side, per bucket (rows, checksum)).
+_Unit = tuple[int, BucketGroup]
+_Sums = tuple[int, int, dict[int, tuple[int, int]]]
+
+
 def compare_tables(
-    spark,  # a SparkSession, or a callable that returns one (started only when needed)
+    spark: Spark,
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CompareTask],
@@ -177,10 +190,10 @@ def driver_threads(values: Mapping[str, str]) -> int:
     return (os.cpu_count() or 1) if found[1] == "*" else int(found[1])
 
 
-def _on_driver(job: _Job, units: list, threads: int) -> list[tuple]:
+def _on_driver(job: _Job, units: list[_Unit], threads: int) -> list[_Sums]:
     """``_sum_group`` of every unit here, in ``threads`` threads (the databases do the work)."""
 
-    def run(unit):
+    def run(unit: _Unit) -> _Sums:
         side, group = unit
         return group.table_no, side, _sum_group(job, group, side)
 
@@ -190,7 +203,7 @@ def _on_driver(job: _Job, units: list, threads: int) -> list[tuple]:
         return list(pool.map(run, units))
 
 
-def _small(prepared) -> bool:
+def _small(prepared: Prepared) -> bool:
     """Whether every table pair is small enough to be summed without Spark."""
     return all(
         max(src.pages, dst.pages) <= LOCAL_PAGES
@@ -198,9 +211,9 @@ def _small(prepared) -> bool:
     )
 
 
-def _on_spark(session, job: _Job, units: list) -> list[tuple]:
+def _on_spark(session: SparkSession, job: _Job, units: list[_Unit]) -> list[_Sums]:
     """One Spark task per side and bucket group (runs ``_sum_group`` on the executors)."""
-    from pgferry.pipeline.spark_tasks import describe_job, run_each
+    from pgferry.sync.spark_tasks import describe_job, run_each
 
     try:
         describe_job(session, "pgferry compare")
@@ -236,6 +249,7 @@ def _sum_side(
 
         where.append(expressions.as_sql(side.condition))
     row = sql.SQL("row({})").format(sql.SQL(", ").join(map(sql.Identifier, plan.columns)))
+    row_hash: sql.Composable
     if count_only:
         row_hash = sql.SQL("0")
     elif plan.by_type:

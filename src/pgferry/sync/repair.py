@@ -23,24 +23,40 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
 
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.pipeline.buckets import SESSION_SQL, CompareTask, TablePlan, bucket_groups, prepare
 from pgferry.pipeline.keyranges import KeyRange
-from pgferry.pipeline.repair_local import (
+from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
+from pgferry.pipeline.spark_errors import job_error
+from pgferry.private_files import open_private
+from pgferry.sync.buckets import (
+    SESSION_SQL,
+    CompareTask,
+    Prepared,
+    TablePlan,
+    bucket_groups,
+    prepare,
+)
+from pgferry.sync.repair_local import (
+    Difference,
+    ReadJob,
     local_differences,
     ordered_columns,
     read_query,
     small_read,
 )
-from pgferry.pipeline.snapshot import maybe_snapshot, open_in_snapshot
-from pgferry.pipeline.spark_errors import job_error
-from pgferry.pipeline.spark_tasks import describe_job, functions, parallelism
-from pgferry.private_files import open_private
+from pgferry.sync.spark_tasks import describe_job, functions, parallelism
+
+if TYPE_CHECKING:  # PySpark and Arrow: loaded where a job runs
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pgferry.sync.spark_tasks import Spark
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +88,12 @@ class RepairResult:
         )
 
 
-@dataclass(frozen=True)
-class _ReadJob:
-    connstrs: tuple[str, str]  # source, destination
-    snapshots: tuple[str, str]
-    plans: tuple[TablePlan, ...]
-    ranges: tuple[tuple[int, KeyRange], ...]  # (table_no, range)
-    whole: frozenset[int] = frozenset()  # tables read whole (ranges of READ_GROUP_BUCKETS)
+# What find_differences answers: the prepared tables and, per table, its differing rows.
+Differences = tuple[Prepared, list[list[Difference]]]
 
 
 def repair_tables(
-    spark,  # a SparkSession, or a callable that returns one (started only when needed)
+    spark: Spark,
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CompareTask],
@@ -94,7 +105,7 @@ def repair_tables(
     ranges: Mapping[str, Sequence[KeyRange]] | None = None,
     fix_file: Path | None = None,
     threads: int = 0,
-    found: tuple | None = None,
+    found: Differences | None = None,
 ) -> list[RepairResult]:
     """Find and fix differences; ``ranges`` (per dest_table) limits where to look.
 
@@ -133,7 +144,7 @@ def repair_tables(
 
 
 def find_differences(
-    spark,  # a SparkSession, or a callable that returns one (started only when needed)
+    spark: Spark,
     src_connstr: str,
     dst_connstr: str,
     tasks: list[CompareTask],
@@ -142,7 +153,7 @@ def find_differences(
     dst_snapshot: str | None = None,
     ranges: Mapping[str, Sequence[KeyRange]] | None = None,
     threads: int = 0,
-):
+) -> Differences:
     """The prepared tables and, per table, every differing row as (join key, kind, source
     values, destination values), kind ``insert`` (only in the source), ``delete`` (only in
     the destination) or ``update``; values as PostgreSQL prints them, key columns first
@@ -175,7 +186,7 @@ def find_differences(
                     for g in groups
                     if g.table_no == table_no
                 ]
-        job = _ReadJob(
+        job = ReadJob(
             (src_connstr, dst_connstr),
             (src_snap, dst_snap),
             tuple(prepared.plans),
@@ -199,11 +210,11 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("_") or "table"
 
 
-def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
+def _find_differences(spark: SparkSession, job: ReadJob, tables: int) -> list[list[Difference]]:
     """Per table: (kind, src values, dst values) of every differing row."""
     F = functions(spark)  # noqa: N806 - PySpark's own name for the module
 
-    out: list[list[tuple]] = [[] for _ in range(tables)]
+    out: list[list[Difference]] = [[] for _ in range(tables)]
     if not job.ranges:
         return out
     width = max(len(p.columns) for p in job.plans)
@@ -230,7 +241,7 @@ def _find_differences(spark, job: _ReadJob, tables: int) -> list[list[tuple]]:
     return out
 
 
-def _side_frame(spark, job: _ReadJob, side: int, width: int):
+def _side_frame(spark: SparkSession, job: ReadJob, side: int, width: int) -> DataFrame:
     """DataFrame of one side's rows in ``job.ranges``: t, k, c0..c<width-1> (all text)."""
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -246,18 +257,21 @@ def _side_frame(spark, job: _ReadJob, side: int, width: int):
     )
 
 
-def read_table_count(spark, connstr: str, task: CompareTask) -> int:
+def read_table_count(spark: SparkSession, connstr: str, task: CompareTask) -> int:
     """Read one table whole into Spark the way repair does, and count it (data-path probe)."""
     with maybe_snapshot(connstr, None) as snap:
         prepared = prepare(connstr, connstr, [task], snap)
         groups = bucket_groups(prepared.boundaries, READ_GROUP_BUCKETS)
         ranges = tuple((0, KeyRange(g.lower, g.upper)) for g in groups)
-        job = _ReadJob((connstr, connstr), (snap, snap), tuple(prepared.plans), ranges)
+        job = ReadJob((connstr, connstr), (snap, snap), tuple(prepared.plans), ranges)
         width = len(prepared.plans[0].columns)
-        return _side_frame(spark, job, 0, width).count()
+        rows: int = _side_frame(spark, job, 0, width).count()
+        return rows
 
 
-def _read_batches(job: _ReadJob, side: int, batches: Iterator, width: int, slices: int) -> Iterator:
+def _read_batches(
+    job: ReadJob, side: int, batches: Iterator[pa.RecordBatch], width: int, slices: int
+) -> Iterator[pa.RecordBatch]:
     """Executor side: for each slice number, COPY its ranges of ``side`` out as Arrow
     batches (slice s reads ranges s, s + slices, ...)."""
     import pyarrow as pa
@@ -288,7 +302,7 @@ def _read_batches(job: _ReadJob, side: int, batches: Iterator, width: int, slice
             conn.close()
 
 
-def _key_column(table, nkey: int):
+def _key_column(table: pa.Table, nkey: int) -> pa.Array:
     """One join key per row: key texts joined by NUL, which PostgreSQL text never contains."""
     import pyarrow.compute as pc
 
@@ -297,7 +311,9 @@ def _key_column(table, nkey: int):
     return pc.binary_join_element_wise(*[table.column(f"c{i}") for i in range(nkey)], "\x00")
 
 
-def _read_range(conn: psycopg.Connection, plan: TablePlan, side: int, rng: KeyRange, width: int):
+def _read_range(
+    conn: psycopg.Connection, plan: TablePlan, side: int, rng: KeyRange, width: int
+) -> pa.Table:
     import pyarrow as pa
     from pyarrow import csv
 
@@ -332,15 +348,17 @@ def _fix_sql(
     conn: psycopg.Connection,
     dest: sql.Identifier,
     plan: TablePlan,
-    diffs: list[tuple],
+    diffs: list[Difference],
     result: RepairResult,
 ) -> list[str]:
     names = ordered_columns(plan)
     nkey = len(plan.key.names)
     dest_rel = plan.dst.relation
-    deletes, updates, inserts = [], [], []
+    deletes: list[str] = []
+    updates: list[str] = []
+    inserts: list[str] = []
 
-    def key_match(values: list) -> sql.Composable:
+    def key_match(values: Sequence[str | None]) -> sql.Composable:
         return sql.SQL(" and ").join(
             sql.SQL("{} = {}").format(sql.Identifier(n), sql.Literal(v))
             for n, v in zip(names[:nkey], values[:nkey], strict=True)

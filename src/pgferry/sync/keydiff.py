@@ -20,12 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from pgferry.pipeline.buckets import CompareTask
 from pgferry.pipeline.keyranges import KeyRange
-from pgferry.pipeline.repair import find_differences
-from pgferry.pipeline.repair_local import ordered_columns
+from pgferry.sync.buckets import CompareTask
+from pgferry.sync.repair import Differences, find_differences
+from pgferry.sync.repair_local import ordered_columns
 
 # repair's kinds as seen from the destination, and the mark and name each is reported with
 MARKS = {"insert": "-", "delete": "+", "update": "!"}
@@ -116,7 +116,7 @@ def key_differences(
     return key_report(task, found, max_rows)
 
 
-def key_report(task: CompareTask, found: tuple, max_rows: int) -> KeyReport:
+def key_report(task: CompareTask, found: Differences, max_rows: int) -> KeyReport:
     """The report of :func:`~.repair.find_differences`' answer for one task (``found``)."""
     prepared, (diffs,) = found
     plan = prepared.plans[0]
@@ -128,7 +128,7 @@ def key_report(task: CompareTask, found: tuple, max_rows: int) -> KeyReport:
         keys.append(
             KeyDifference(
                 MARKS[kind],
-                tuple(key_source[:nkey]),
+                cast("tuple[str, ...]", tuple(key_source[:nkey])),  # a key is never NULL
                 None if kind == "delete" else dict(zip(names, src, strict=False)),
                 None if kind == "insert" else dict(zip(names, dst, strict=False)),
             )
@@ -137,7 +137,7 @@ def key_report(task: CompareTask, found: tuple, max_rows: int) -> KeyReport:
     return KeyReport(task.dest_table, tuple(plan.key.names), keys, max_rows)
 
 
-def _sort_key(value: str) -> tuple:
+def _sort_key(value: str) -> tuple[Any, ...]:
     """Numbers in numeric order, anything else in text order (stable for any key type)."""
     try:
         return (0, float(value), value)

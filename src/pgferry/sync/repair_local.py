@@ -12,7 +12,10 @@ pyarrow: a repair on the driver starts no JVM.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -20,10 +23,26 @@ from psycopg.types.string import TextLoader
 
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError
-from pgferry.pipeline import compare
-from pgferry.pipeline.buckets import SESSION_SQL, TablePlan
 from pgferry.pipeline.keyranges import KeyRange
 from pgferry.pipeline.snapshot import open_in_snapshot
+from pgferry.sync import compare
+from pgferry.sync.buckets import SESSION_SQL, Prepared, TablePlan
+
+# One differing row: (join key, kind: insert, update or delete, the source's values, the
+# destination's), values as PostgreSQL prints them (None: NULL, or the side has no row).
+Difference = tuple[str, str, Sequence[str | None], Sequence[str | None]]
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    """Both sides' reads of repair's ranges, on the driver or in Spark tasks (pickled)."""
+
+    connstrs: tuple[str, str]  # source, destination
+    snapshots: tuple[str, str]
+    plans: tuple[TablePlan, ...]
+    ranges: tuple[tuple[int, KeyRange], ...]  # (table_no, range)
+    whole: frozenset[int] = frozenset()  # tables read whole (ranges of READ_GROUP_BUCKETS)
+
 
 # Tables within compare's LOCAL_PAGES are read whole on the driver; larger ones when at
 # most this many rows (estimated, per side) inside the differing key ranges.
@@ -50,7 +69,7 @@ def read_query(
     *ranges: KeyRange,
     groups: list[int] | None = None,
     select: sql.Composable | None = None,
-) -> sql.Composable:
+) -> sql.Composed:
     """The rows of one side inside any of ``ranges``, key columns first (or ``select``);
     with ``groups`` only those in the key's :func:`key_group` listed."""
     target = plan.src if side == 0 else plan.dst
@@ -80,7 +99,10 @@ def key_group(plan: TablePlan) -> sql.Composable:
 
 
 def small_read(
-    prepared, work: list[tuple[int, KeyRange]], src_connstr: str, local_mode: bool = False
+    prepared: Prepared,
+    work: list[tuple[int, KeyRange]],
+    src_connstr: str,
+    local_mode: bool = False,
 ) -> bool:
     """Whether the ranges to read are few enough rows to join on the driver
     (``local_mode``: Spark would run in local mode, so the driver takes more)."""
@@ -104,19 +126,20 @@ def small_read(
                 select = read_query(prepared.plans[table_no], 0, *chunk)
                 query = sql.SQL("explain (format json) {}").format(select)
                 try:
-                    plan = conn.execute(query).fetchone()[0]  # type: ignore[index]
+                    found = conn.execute(query).fetchone()
                 except psycopg.Error as exc:
                     raise DatabaseError(f"{describe(src_connstr)}: {error_text(exc)}") from None
-                rows += int(plan[0]["Plan"]["Plan Rows"])
+                assert found is not None  # EXPLAIN answers one row
+                rows += int(found[0][0]["Plan"]["Plan Rows"])
                 if rows > limit:
                     return False
     return True
 
 
-def local_differences(job, tables: int) -> list[list[tuple]]:
+def local_differences(job: ReadJob, tables: int) -> list[list[Difference]]:
     """Per table: (key, kind, src values, dst values) of every differing row, as repair's
     Spark join returns them (``job`` is repair's read job)."""
-    out: list[list[tuple]] = [[] for _ in range(tables)]
+    out: list[list[Difference]] = [[] for _ in range(tables)]
     if not job.ranges:
         return out
     conns: list[psycopg.Connection] = []
@@ -175,7 +198,7 @@ def _read(
     side: int,
     ranges: list[KeyRange],
     groups: list[int] | None = None,
-) -> dict:
+) -> dict[str, tuple[Any, ...]]:
     """Join key -> row (all values text, as the Spark tasks read them)."""
     nkey = len(plan.key.names)
     query = read_query(plan, side, *ranges, groups=groups)
@@ -196,9 +219,11 @@ def _as_text(conn: psycopg.Connection, plan: TablePlan, side: int) -> None:
         conn.adapters.register_loader(column.type_code, TextLoader)
 
 
-def _differ(src: dict, dst: dict, width: int) -> list[tuple]:
+def _differ(
+    src: dict[str, tuple[Any, ...]], dst: dict[str, tuple[Any, ...]], width: int
+) -> list[Difference]:
     absent = (None,) * width
-    out = [
+    out: list[Difference] = [
         (k, "insert", row, absent) if k not in dst else (k, "update", row, dst[k])
         for k, row in src.items()
         if dst.get(k) != row

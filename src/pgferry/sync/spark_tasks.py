@@ -14,21 +14,30 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from pgferry.pipeline.spark_connect import is_connect_session
+
+if TYPE_CHECKING:  # PySpark and Arrow: loaded where a job runs
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    # The session compare, repair and diff are handed: a SparkSession, or a callable that
+    # returns one, called only when a job needs Spark (the driver does the rest).
+    Spark = SparkSession | Callable[[], SparkSession]
 
 # Tasks a Spark Connect job is cut into when the server's parallelism is not known.
 CONNECT_PARALLELISM = 8
 
 
-def run_each(session, items: Sequence[Any], func: Callable[[Any], Any]) -> list[Any]:
+def run_each(session: SparkSession, items: Sequence[Any], func: Callable[[Any], Any]) -> list[Any]:
     """``[func(item) for item in items]``, one Spark task per item, in the items' order."""
     if not items:
         return []
     frozen = tuple(items)
 
-    def task(batches: Iterator) -> Iterator:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         schema = pa.schema([("no", pa.int64()), ("out", pa.binary())])
@@ -45,7 +54,7 @@ def run_each(session, items: Sequence[Any], func: Callable[[Any], Any]) -> list[
     return results
 
 
-def functions(session):
+def functions(session: SparkSession) -> ModuleType:
     """``pyspark.sql.functions`` for ``session``: a Connect client needs the Connect module
     (the classic one asks for a SparkContext, and PySpark picks by a process-wide switch
     that would turn a classic session in the same process into a client)."""
@@ -58,19 +67,20 @@ def functions(session):
     return classic_functions
 
 
-def describe_job(session, text: str) -> None:
+def describe_job(session: SparkSession, text: str) -> None:
     """Label the next jobs in Spark's UI (classic sessions; a Connect client has no
     SparkContext to label them with)."""
     if not is_connect_session(session):
         session.sparkContext.setJobDescription(text)
 
 
-def parallelism(session) -> int:
+def parallelism(session: SparkSession) -> int:
     """Task slots the session offers: Spark's default parallelism, or for a Spark Connect
     client the server's ``spark.default.parallelism`` when it is set."""
     if not is_connect_session(session):
         return int(session.sparkContext.defaultParallelism)
     try:
-        return max(1, int(session.conf.get("spark.default.parallelism")))
+        # None when not set: int() raises, as for a value that is no number.
+        return max(1, int(cast(str, session.conf.get("spark.default.parallelism"))))
     except Exception:  # noqa: BLE001 - not set on the server: a fixed cut
         return CONNECT_PARALLELISM

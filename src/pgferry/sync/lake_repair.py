@@ -28,13 +28,18 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgferry.lake import formats
 from pgferry.lake import spec as lake_spec
 from pgferry.lake import types as lake_types
-from pgferry.pipeline import lake_compare
-from pgferry.pipeline.lake_compare import SAMPLE, LakeCompareTask, read_source
+from pgferry.sync import lake_compare
+from pgferry.sync.lake_compare import SAMPLE, read_source
+from pgferry.sync.lake_spark import LakeCompareTask
+
+if TYPE_CHECKING:  # PySpark and Arrow: loaded where a table needs them
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,8 @@ class LakeRepair:
 class _Fix:
     task: LakeCompareTask
     result: LakeRepair
-    upserts: object  # Arrow: the source's rows to write
-    gone: object  # Arrow: the lake's rows (keyed: whose keys are cleared) to remove
+    upserts: pa.Table  # the source's rows to write
+    gone: pa.Table  # the lake's rows (keyed: whose keys are cleared) to remove
 
 
 def repair_lake(
@@ -67,7 +72,7 @@ def repair_lake(
     tick: int,
     tasks: Sequence[LakeCompareTask],
     apply: bool,
-    spark: Callable[[], Any] | None = None,  # returns the session, called for large tables
+    spark: Callable[[], SparkSession] | None = None,  # called only for large tables
 ) -> list[LakeRepair]:
     """The differences of every table first, then (``apply``) one commit per table."""
     fixes = [_diff(src_connstr, snapshot, tick, task, apply, spark) for task in tasks]
@@ -80,7 +85,7 @@ def repair_lake(
 
 
 def _diff(src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask, apply: bool,
-          spark: Callable[[], Any] | None) -> _Fix:  # fmt: skip
+          spark: Callable[[], SparkSession] | None) -> _Fix:  # fmt: skip
     spec = task.spec
     module = formats.module(spec.format)
     newest = module.newest_tick(spec)
@@ -131,14 +136,14 @@ def _diff_on_driver(src_connstr: str, snapshot: str, tick: int, task: LakeCompar
     return _Fix(task, result, upserts, gone)
 
 
-def _diff_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task: LakeCompareTask,
-                   apply: bool) -> _Fix:  # fmt: skip
+def _diff_on_spark(spark: SparkSession, src_connstr: str, snapshot: str, tick: int,
+                   task: LakeCompareTask, apply: bool) -> _Fix:  # fmt: skip
     """The differing rows found by Spark on both sides' files (:func:`.lake_spark.sides`):
     their counts come to the driver, and the rows to write and the keys (keyless: the
     rows) to clear only with ``apply`` (else the first few, for the log)."""
     import pyarrow as pa
 
-    from pgferry.pipeline import lake_spark
+    from pgferry.sync import lake_spark
 
     schema = lake_types.arrow_schema(task.columns)
     names = [c.name for c in task.columns]
@@ -164,7 +169,9 @@ def _diff_on_spark(spark, src_connstr: str, snapshot: str, tick: int, task: Lake
     return _Fix(task, result, upserts, cleared)
 
 
-def _keyed_on_spark(source, lake, key: list[str], result: LakeRepair):
+def _keyed_on_spark(
+    source: DataFrame, lake: DataFrame, key: list[str], result: LakeRepair
+) -> tuple[DataFrame, DataFrame]:
     """(the source's rows to write, the lake's keys to delete), both persisted, with the
     lake's rows of their key in column :data:`HELD`; ``result`` gets their counts."""
     from pyspark.sql import functions as F
@@ -184,25 +191,29 @@ def _keyed_on_spark(source, lake, key: list[str], result: LakeRepair):
     return write, gone
 
 
-def _take(table, positions: list[int]):
+def _take(table: pa.Table, positions: list[int]) -> pa.Table:
     import pyarrow as pa
 
     return table.take(pa.array(positions, pa.int64()))
 
 
-def _frozen(row: dict) -> tuple:
+def _frozen(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(tuple(v) if isinstance(v, list) else v for v in row.values())
 
 
-def _keyed(src, lake, key: list[int], result: LakeRepair):
+def _keyed(
+    src: pa.Table, lake: pa.Table, key: list[int], result: LakeRepair
+) -> tuple[pa.Table, pa.Table]:
     """(the source's rows to write, the lake's rows whose keys are cleared)."""
-    held: dict[tuple, list[tuple]] = defaultdict(list)
-    lake_keys: dict[tuple, int] = {}  # key -> the position of one of its lake rows
+    held: dict[tuple[Any, ...], list[tuple[Any, ...]]] = defaultdict(list)
+    lake_keys: dict[tuple[Any, ...], int] = {}  # key -> the position of one of its lake rows
     for i, row in enumerate(map(_frozen, lake.to_pylist())):
         k = tuple(row[j] for j in key)
         held[k].append(row)
         lake_keys.setdefault(k, i)
-    write, clear, seen = [], [], set()
+    write: list[int] = []
+    clear: list[int] = []
+    seen: set[tuple[Any, ...]] = set()
     for i, row in enumerate(map(_frozen, src.to_pylist())):
         k = tuple(row[j] for j in key)
         seen.add(k)
@@ -222,7 +233,7 @@ def _keyed(src, lake, key: list[int], result: LakeRepair):
     return _take(src, write), _take(lake, clear)
 
 
-def _multiset(src, lake, result: LakeRepair):
+def _multiset(src: pa.Table, lake: pa.Table, result: LakeRepair) -> tuple[pa.Table, pa.Table]:
     """(the rows to add, the rows to remove once each): the multisets' differences."""
     from collections import Counter
 
@@ -230,7 +241,7 @@ def _multiset(src, lake, result: LakeRepair):
     have = Counter(map(_frozen, lake.to_pylist()))
     add, remove = want - have, have - want
 
-    def pick(table, counts: Counter) -> list[int]:
+    def pick(table: pa.Table, counts: Counter[tuple[Any, ...]]) -> list[int]:
         chosen = []
         for i, row in enumerate(map(_frozen, table.to_pylist())):
             if counts.get(row):
@@ -253,7 +264,7 @@ def _write(fix: _Fix, tick: int) -> None:
     whole = pa.schema([f.with_nullable(True) for f in whole])
     version = module.applied_version(spec)
 
-    def widened(rows):
+    def widened(rows: pa.Table) -> pa.Table:
         """``rows`` with every lake column, NULL in those the leaf's table lacks."""
         for field in whole:
             if field.name not in rows.schema.names:
