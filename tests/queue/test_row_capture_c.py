@@ -104,7 +104,23 @@ def captured(connstr: str, *, in_c: bool) -> list[tuple[str, str, str]]:
         assert all((fn == C_FUNCTION) == in_c for fn in functions.values()), functions
         for statement in STATEMENTS:
             conn.execute(statement)  # type: ignore[arg-type]
-        return queued(conn)
+        # The events' index entries are there, every one (the C function writes them
+        # itself): amcheck finds each heap row in the index, and an index scan all rows.
+        conn.execute("create extension if not exists amcheck")
+        checked = conn.execute(
+            "select count(bt_index_check(i.indexrelid, true)) from pg_index i"
+            " where i.indrelid = 'ferry_queue.event_1_0'::regclass"
+        ).fetchone()
+        assert checked == (1,)
+        with conn.transaction():
+            conn.execute("set local enable_seqscan = off")
+            conn.execute("set local enable_bitmapscan = off")
+            by_index = conn.execute(
+                "select count(*) from ferry_queue.event_1_0 where ev_txid > '0'::xid8"
+            ).fetchone()
+        events = queued(conn)
+        assert by_index == (len(events),)
+        return events
 
 
 def test_c_queues_the_events_plpgsql_queues(new_db_a: Callable[[str | None], str]) -> None:
