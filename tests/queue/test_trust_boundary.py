@@ -196,7 +196,7 @@ def test_plain_capture_in_c_needs_no_right_and_gives_none(pair, make_role) -> No
     role = sql.Identifier(writer)
     pair.root(sql.SQL("grant usage, create on schema app to {}").format(role))
     pair.root(sql.SQL("grant usage on schema ferry_queue to {}").format(role))
-    grant_table(pair, table, writer, "select, insert, update, delete")
+    grant_table(pair, "app.Plain Tab", writer, "select, insert, update, delete")
     with as_role(pair, writer) as conn:
         conn.execute(f"insert into {table} select g, 'v' || g from generate_series(1, 10) g")  # type: ignore[arg-type]
         conn.execute(f"update {table} set id = id + 100 where id <= 5")  # type: ignore[arg-type]
