@@ -15,18 +15,18 @@
  *
  * The trust boundary: the function is SECURITY INVOKER and closed to PUBLIC (so no role
  * but superusers, and roles they grant it to, may attach it).  The row image (the column
- * types' output functions) is made with the writer's own rights.  The queue's row is read,
- * and the ticker woken, as the owner of ferry_queue.queue; the event is written into the
- * event table by this code, the row and index entries the executor would make, without
- * SQL (so no privilege of the writer's is asked for), or, should the event table not have
- * the shape this code knows, by a kept INSERT run as the event table's owner.  Each switch
- * of user is SECURITY_LOCAL_USERID_CHANGE, undone on error too.  The SQL it runs names
- * every table, function and operator with its schema: the writer's search_path reaches
- * nothing.
+ * types' output functions) is made with the writer's own rights.  The queue's row is read
+ * from ferry_queue.queue and the event written into the event table by this code, without
+ * SQL (the row and index entries the executor would make), so no privilege of the
+ * writer's is asked for; should the event table not have the shape this code knows, a
+ * kept INSERT runs as the event table's owner instead.  The ticker's lock key (once per
+ * session) and its wake-up run as the owner of ferry_queue.queue.  Each switch of user is
+ * SECURITY_LOCAL_USERID_CHANGE, undone on error too.  The SQL it runs names every table
+ * and function with its schema: the writer's search_path reaches nothing.
  *
- * Per row no SQL is parsed nor run: the queue's current event table, its sequence and
- * owners are read once per transaction (a kept plan, the latest snapshot), and the shape
- * of each event table is checked once, again after any change to it.  A transaction keeps
+ * Per row no SQL is parsed nor run: the queue's current event table and its sequence are
+ * read once per transaction (a scan of ferry_queue.queue with the latest snapshot), and
+ * the shape of each event table is checked once, again after any change to it.  A transaction keeps
  * the event table it found at its first event even if a rotation switches tables
  * meanwhile: its xid was assigned before that read, so it is below the xid that
  * rotation's second step records, and rotation empties a table only once every consumer
@@ -83,10 +83,7 @@ typedef struct QueueState
 	int32		part;			/* ev_part of the current event table */
 	Oid			event_rel;		/* the current event table */
 	Oid			event_seq;		/* the queue's event sequence */
-	Oid			event_owner;	/* who inserts: the event table's owner */
-	Oid			queue_owner;	/* who reads the queue and wakes the ticker */
-	int32		k1;				/* the ticker's lock (ferry_queue.ticker_asleep) */
-	int32		k2;
+	Oid			queue_owner;	/* who wakes the ticker: the owner of ferry_queue.queue */
 	LocalTransactionId lock_lxid;	/* the ticker's lock is held by (lxid, subxact) */
 	SubTransactionId lock_subxid;
 } QueueState;
@@ -116,18 +113,13 @@ typedef struct TriggerState
 static HTAB *queues = NULL;
 static HTAB *event_tables = NULL;
 static HTAB *triggers = NULL;
-static SPIPlanPtr queue_plan = NULL;
 static SPIPlanPtr wake_plan = NULL;
+static bool ticker_key_known = false;
+static int32 ticker_k1;
+static int32 ticker_k2;
 
-/*
- * The queue's row and the ticker's lock key.  Only pg_catalog's operators: a kept plan is
- * analysed again under the writer's search_path when that differs from the first one.
- */
-#define QUEUE_SQL \
-	"select q.queue_id, q.queue_cur_table, q.queue_event_seq::pg_catalog.oid, a.k1, a.k2" \
-	"  from ferry_queue.queue q cross join ferry_queue.ticker_asleep() a" \
-	" where q.queue_name operator(pg_catalog.=) $1"
-
+/* Only schema-qualified names: the writer's search_path reaches nothing. */
+#define KEY_SQL "select k1, k2 from ferry_queue.ticker_asleep()"
 #define WAKE_SQL "select ferry_queue.wake_ticker()"
 
 /* Any change to an event table (or to every relation): its shape is checked again. */
@@ -204,61 +196,111 @@ static int32
 int4_column(HeapTuple tup, TupleDesc desc, int col)
 {
 	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+	Datum		d = heap_getattr(tup, col, desc, &isnull);
 
 	return isnull ? 0 : DatumGetInt32(d);
 }
 
+/* The attribute number of column name in desc (an error when it has none). */
+static AttrNumber
+column_number(TupleDesc desc, const char *name)
+{
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			return att->attnum;
+	}
+	elog(ERROR, "pgferry capture: ferry_queue.queue has no column %s", name);
+	return InvalidAttrNumber;	/* not reached */
+}
+
 /*
- * Read the queue's row in this transaction (SPI connected, running as the queue's owner),
- * with the latest snapshot: a rotation committed since the transaction's snapshot was
- * taken is seen, as the PL/pgSQL function, rewritten by it, sees it.
+ * The ticker's lock key, ferry_queue.ticker_asleep() (immutable): read once per session,
+ * as the owner of ferry_queue.queue (EXECUTE is closed to PUBLIC).
  */
 static void
-read_queue(QueueState *q, const char *queue)
+read_ticker_key(Oid queue_owner)
 {
-	Datum		arg = CStringGetTextDatum(queue);
-	HeapTuple	row;
-	TupleDesc	desc;
-	bool		isnull;
-	int32		queue_id;
-	int32		cur_table;
-	char		relname[NAMEDATALEN];
-	Oid			nsp;
-	int			rc;
+	Oid			save_user;
+	int			save_sec;
 
-	if (queue_plan == NULL)
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgferry capture: SPI_connect failed");
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(queue_owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
 	{
-		Oid			argtypes[1] = {TEXTOID};
+		int			rc = SPI_execute(KEY_SQL, true, 1);
 
-		queue_plan = keep_plan(QUEUE_SQL, 1, argtypes);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "pgferry capture: reading the ticker's key failed: %s",
+				 SPI_result_code_string(rc));
+		ticker_k1 = int4_column(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		ticker_k2 = int4_column(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	}
-	rc = SPI_execute_snapshot(queue_plan, &arg, NULL, GetLatestSnapshot(), InvalidSnapshot,
-							  true, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "pgferry capture: reading queue %s failed: %s", queue,
-			 SPI_result_code_string(rc));
-	if (SPI_processed != 1)
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_user, save_sec);
+	}
+	PG_END_TRY();
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "pgferry capture: SPI_finish failed");
+	ticker_key_known = true;
+}
+
+/*
+ * Read the queue's row from ferry_queue.queue (a table of one row per queue: scanned, not
+ * searched through its index), with the latest snapshot: a rotation committed since the
+ * transaction's snapshot was taken is seen, as the PL/pgSQL function, rewritten by the
+ * rotation, sees it.  No SQL: the read of pgferry's own table asks no privilege.
+ */
+static void
+read_queue(QueueState *q, const char *queue, Oid queue_rel)
+{
+	Relation	rel = table_open(queue_rel, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	name_col = column_number(desc, "queue_name");
+	AttrNumber	id_col = column_number(desc, "queue_id");
+	AttrNumber	cur_col = column_number(desc, "queue_cur_table");
+	AttrNumber	seq_col = column_number(desc, "queue_event_seq");
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+	HeapTuple	tup;
+	bool		found = false;
+	int32		queue_id = 0;
+	int32		cur_table = 0;
+	char		relname[NAMEDATALEN];
+
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		bool		isnull;
+		Datum		name = heap_getattr(tup, name_col, desc, &isnull);
+
+		if (isnull || strcmp(TextDatumGetCString(name), queue) != 0)
+			continue;
+		queue_id = int4_column(tup, desc, id_col);
+		cur_table = int4_column(tup, desc, cur_col);
+		q->event_seq = DatumGetObjectId(heap_getattr(tup, seq_col, desc, &isnull));
+		found = true;
+		break;
+	}
+	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("capture: queue %s does not exist", queue)));
-	row = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	queue_id = int4_column(row, desc, 1);
-	cur_table = int4_column(row, desc, 2);
-	q->event_seq = DatumGetObjectId(SPI_getbinval(row, desc, 3, &isnull));
-	q->k1 = int4_column(row, desc, 4);
-	q->k2 = int4_column(row, desc, 5);
 	q->part = queue_id * 10 + cur_table;
 	snprintf(relname, sizeof(relname), "event_%d_%d", queue_id, cur_table);
-	nsp = get_namespace_oid("ferry_queue", false);
-	q->event_rel = get_relname_relid(relname, nsp);
+	q->event_rel = get_relname_relid(relname, RelationGetNamespace(rel));
 	if (!OidIsValid(q->event_rel))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("capture: event table ferry_queue.%s of queue %s does not exist",
 						relname, queue)));
-	q->event_owner = rel_owner(q->event_rel);
 }
 
 /* The state of a queue for this transaction, its fields read at the first event. */
@@ -267,10 +309,7 @@ queue_state(const char *queue)
 {
 	QueueState *q;
 	bool		found;
-	Oid			nsp;
 	Oid			queue_rel;
-	Oid			save_user;
-	int			save_sec;
 
 	if (strlen(queue) >= NAMEDATALEN)
 		ereport(ERROR,
@@ -285,26 +324,13 @@ queue_state(const char *queue)
 		q->lock_subxid = InvalidSubTransactionId;
 	}
 	q->lxid = InvalidLocalTransactionId;	/* until read in full */
-	nsp = get_namespace_oid("ferry_queue", false);
-	queue_rel = get_relname_relid("queue", nsp);
+	queue_rel = get_relname_relid("queue", get_namespace_oid("ferry_queue", false));
 	if (!OidIsValid(queue_rel))
 		elog(ERROR, "pgferry capture: table ferry_queue.queue does not exist");
 	q->queue_owner = rel_owner(queue_rel);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pgferry capture: SPI_connect failed");
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(q->queue_owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	PG_TRY();
-	{
-		read_queue(q, queue);
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(save_user, save_sec);
-	}
-	PG_END_TRY();
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "pgferry capture: SPI_finish failed");
+	if (!ticker_key_known)
+		read_ticker_key(q->queue_owner);
+	read_queue(q, queue, queue_rel);
 	q->lxid = MyProc->lxid;
 	return q;
 }
@@ -326,7 +352,7 @@ wake_ticker(QueueState *q)
 	if (q->lock_lxid == MyProc->lxid && q->lock_subxid == subxid)
 		return;
 	if (DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_shared_int4,
-										 Int32GetDatum(q->k1), Int32GetDatum(q->k2))))
+										 Int32GetDatum(ticker_k1), Int32GetDatum(ticker_k2))))
 	{
 		q->lock_lxid = MyProc->lxid;
 		q->lock_subxid = subxid;
@@ -644,7 +670,7 @@ insert_by_plan(EventTable *e, QueueState *q, Datum ev_type, Datum data, Datum ta
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pgferry capture: SPI_connect failed");
 	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(q->event_owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(rel_owner(q->event_rel), save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	PG_TRY();
 	{
 		int			rc;
