@@ -242,3 +242,33 @@ def test_without_a_superuser_capture_runs_in_plpgsql(
             ("I:id", '{"id":2}', "public.u"),
             ("I:id", '{"id":3}', "public.u"),
         ]
+
+
+def test_an_event_table_of_another_shape_gets_the_kept_insert(qconn: psycopg.Connection) -> None:
+    """The C function writes events itself only into an event table of the shape it knows;
+    one that changed (here a trigger on it, which only an INSERT fires) gets its events by
+    the kept INSERT, and back again once it has its shape, in the same session."""
+    c_or_skip(qconn)
+    qconn.execute("select ferry_queue.create_queue('q')")
+    qconn.execute("create table t (id int primary key)")
+    qconn.execute("select ferry_queue.attach_capture('q', 't')")
+    qconn.execute(
+        "create function public.mark() returns trigger language plpgsql as"
+        " $$ begin new.ev_extra4 := 'by insert'; return new; end $$"
+    )
+    qconn.execute("insert into t values (1)")
+    qconn.execute(
+        "create trigger mark before insert on ferry_queue.event_1_0"
+        " for each row execute function public.mark()"
+    )
+    qconn.execute("insert into t values (2)")
+    qconn.execute("drop trigger mark on ferry_queue.event_1_0")
+    qconn.execute("insert into t values (3)")
+    rows = qconn.execute(
+        "select ev_type, ev_data, ev_extra1, ev_extra4 from ferry_queue.event order by ev_id"
+    ).fetchall()
+    assert rows == [
+        ("I:id", '{"id":1}', "public.t", None),
+        ("I:id", '{"id":2}', "public.t", "by insert"),
+        ("I:id", '{"id":3}', "public.t", None),
+    ]
