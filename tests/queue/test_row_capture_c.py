@@ -6,6 +6,7 @@ Each test that needs the library skips, saying why, on a server without it."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -15,6 +16,8 @@ from psycopg import sql
 from queue_helpers import install_queue, take_batch, tick
 
 from pgferry import schema
+from pgferry.node import capture
+from pgferry.registry.capture_spec import CaptureSpec
 
 C_FUNCTION = "plain_row_capture"
 
@@ -271,4 +274,22 @@ def test_an_event_table_of_another_shape_gets_the_kept_insert(qconn: psycopg.Con
         ("I:id", '{"id":1}', "public.t", None),
         ("I:id", '{"id":2}', "public.t", "by insert"),
         ("I:id", '{"id":3}', "public.t", None),
+    ]
+
+
+def test_attach_says_which_function_captures(
+    qconn: psycopg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each attach logs the function that captures the table, C or PL/pgSQL."""
+    c_or_skip(qconn)
+    qconn.execute("select ferry_queue.create_queue('q')")
+    qconn.execute("create table public.t (id int primary key)")
+    qconn.execute('create table public."U u" (id int primary key)')
+    with caplog.at_level(logging.INFO, logger="pgferry.node.capture"):
+        capture.attach(qconn, "q", "public.t", deny=False, spec=CaptureSpec())
+        qconn.execute("set ferry_queue.row_capture = 'plpgsql'")
+        capture.attach(qconn, "q", 'public."U u"', deny=False, spec=CaptureSpec())
+    assert caplog.messages == [
+        "Table public.t: captured by ferry_queue.plain_row_capture (C)",
+        'Table public."U u": captured by ferry_queue.capture_1_1 (PL/pgSQL)',
     ]
