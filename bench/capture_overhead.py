@@ -3,7 +3,8 @@
 Runs on a throw-away cluster (PostgreSQL's default durability settings, as in the Londiste
 anchor run): the walkthrough's tables with 200k users, then ``login.sql`` and ``logout.sql``
 with 2 pgbench clients each, concurrently, once per phase: no triggers, pgferry capture
-triggers (``ferry_queue.attach_capture``), Londiste's C triggers (``pgq.logutriga`` row
+triggers (``ferry_queue.attach_capture``: the plain capture in C where the server has it, else
+PL/pgSQL; the run prints which), Londiste's C triggers (``pgq.logutriga`` row
 trigger + ``pgq.sqltriga`` truncate trigger, as ``londiste add-table`` creates them), and
 pgferry's triggers with capture options (``ferry_queue.attach_capture_spec``): ``ignore``
 leaves a column of each table out (:data:`IGNORED`), ``when`` captures only rows where
@@ -115,6 +116,17 @@ def set_triggers(connstr: str, phase: str) -> None:
         conn.execute("checkpoint")
 
 
+def capture_function(connstr: str) -> str:
+    """The function of the first table's row capture trigger."""
+    with psycopg.connect(connstr) as conn:
+        row = conn.execute(
+            "select tgfoid::regproc::text from pg_trigger"
+            " where tgrelid = %s::regclass and tgname = %s",
+            (f"digoal_01.{TABLES[0]}", f"_ferry_{QUEUE}_capture"),
+        ).fetchone()
+    return row[0] if row else "(no trigger)"
+
+
 def ticker(connstr: str, stop: threading.Event, pgq: bool) -> None:
     with psycopg.connect(connstr, autocommit=True) as conn:
         while not stop.wait(1.0):
@@ -211,6 +223,8 @@ def main() -> None:
             order = phases[rep % len(phases) :] + phases[: rep % len(phases)]
             for phase in order:
                 set_triggers(connstr, phase)
+                if phase == "pgferry" and rep == 0:
+                    print(f"pgferry captures with {capture_function(connstr)}", flush=True)
                 tps = run_phase(cluster, args.seed, args.seconds, args.clients)
                 results[phase].append(tps)
                 print(f"rep {rep + 1} {phase:<9} {tps:9.1f} tps", flush=True)

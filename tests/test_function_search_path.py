@@ -24,6 +24,10 @@ SCHEMAS = ("ferry_queue", "ferry_node", "ferry", "ferry_copy")
 UNPINNED = {
     # Inlined into the ticker's round, once per queue: schema-qualified instead (its file).
     "ferry_queue.seq_position",
+    # The plain row capture in C, where the install could make it: it runs on every row
+    # written, and a SET on a C function would cost a GUC save and restore per row; the SQL
+    # it runs names every object and operator with its schema (ext/pgferry_capture).
+    "ferry_queue.plain_row_capture",
 }
 
 

@@ -34,6 +34,11 @@ them; and the queue's generated capture functions are rewritten, so that a datab
 upgraded from a version whose capture ran with the writer's rights gets today's at once
 (docs/security.md).  A fresh install and an upgrade end with the same privileges.
 
+Every install of the queue also makes the plain row capture in C,
+``ferry_queue.plain_row_capture()``, when it is missing and can be made: the installing role
+is a superuser and the server has the library ``pgferry_capture`` (``make capture-c``).
+Otherwise nothing changes and plain capture runs in PL/pgSQL (docs/events.md).
+
 Installing runs in ONE transaction under an advisory lock, so a failure leaves nothing
 half-installed.  The function files of a component are re-applied when a version ran or when
 their digest differs from the recorded one; otherwise a re-run changes nothing and applies
@@ -320,6 +325,12 @@ def _close_functions(conn: psycopg.Connection, name: str) -> None:
         )
 
 
+def _install_row_capture(conn: psycopg.Connection) -> None:
+    """The C function of plain row capture, where it can be made; never fails."""
+    row = conn.execute("select ferry_queue.install_row_capture()").fetchone()
+    log.debug("Plain row capture: %s", row[0] if row else "?")
+
+
 def install(conn: psycopg.Connection, components: tuple[str, ...] = ("queue",)) -> list[str]:
     """Bring ``components`` (and those they require) up to date.
 
@@ -357,6 +368,8 @@ def install(conn: psycopg.Connection, components: tuple[str, ...] = ("queue",)) 
                 if files:
                     log.info("Applied %s/%s/ (%d files)", name, FUNCTIONS, len(files))
                     applied.append(f"{name}/{FUNCTIONS}/ ({len(files)} files)")
+            if name == "queue":
+                _install_row_capture(conn)
             if name not in current or (have, digest) != current[name]:
                 conn.execute(
                     sql.SQL(

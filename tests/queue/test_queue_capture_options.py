@@ -37,13 +37,21 @@ def events(conn: psycopg.Connection) -> list[tuple]:
     ]
 
 
-def test_plain_spec_uses_the_plain_function(queue: psycopg.Connection, scalar: Scalar) -> None:
+@pytest.mark.parametrize("row_capture", ["c", "plpgsql"])
+def test_plain_spec_uses_the_plain_function(
+    queue: psycopg.Connection, scalar: Scalar, row_capture: str
+) -> None:
+    """A spec with a key and no option gets the function attach_capture gives: the C one
+    where the server has it (ext/pgferry_capture), else the PL/pgSQL one of its key."""
+    queue.execute("select set_config('ferry_queue.row_capture', %s, false)", (row_capture,))
     queue.execute("create table a (id int primary key, v text)")
     queue.execute("create table b (id int primary key)")
     scalar("select ferry_queue.attach_capture('q', 'a')")
-    assert attach(queue, "b", key=["id"]) == scalar(
-        "select cf_name from ferry_queue.capture_function"
-    )
+    in_c = scalar("select ferry_queue.row_capture_in_c()")
+    if row_capture == "plpgsql":
+        assert in_c is False
+    named = scalar("select cf_name from ferry_queue.capture_function")  # PL/pgSQL only
+    assert attach(queue, "b", key=["id"]) == ("plain_row_capture" if in_c else named)
     queue.execute("insert into b values (1)")
     queue.execute("update b set id = 2")
     assert [e[:2] for e in events(queue)] == [
@@ -147,6 +155,8 @@ def test_operations_before_and_skip(queue: psycopg.Connection, scalar: Scalar) -
 def test_templated_functions_follow_rotation_share_and_go(
     queue: psycopg.Connection, scalar: Scalar
 ) -> None:
+    # a's plain function, at the end, is its PL/pgSQL one (not the C one shared by all).
+    queue.execute("set ferry_queue.row_capture = 'plpgsql'")
     queue.execute("create table a (id int primary key, v text, w text)")
     queue.execute("create table b (x int, y int)")
     first = attach(queue, "a", key=["id"], ignore=["w"])

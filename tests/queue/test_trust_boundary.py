@@ -174,6 +174,52 @@ def test_schema_usage_opens_no_door(pair, make_role) -> None:
     assert pair.leaf("select count(*) from app.secret") == [(0,)]
 
 
+def test_plain_capture_in_c_needs_no_right_and_gives_none(pair, make_role) -> None:
+    """Where plain capture runs in C (ferry_queue.plain_row_capture): a writer holding only
+    its table's privileges replicates through it (inserts, key changes, deletes), and with
+    USAGE on ferry_queue and CREATE on a schema of its own it can neither run the function
+    nor attach it to its own table."""
+    table = 'app."Plain Tab"'
+    for node in (pair.root, pair.leaf):
+        node("create schema app")
+        node(f"create table {table} (id int primary key, v text)")  # type: ignore[arg-type]
+    pair.add_tables(table)
+    (fn,) = pair.root(
+        "select p.proname from pg_trigger t join pg_proc p on p.oid = t.tgfoid"
+        " where t.tgrelid = %s::regclass and t.tgname like '%%capture'",
+        (table,),
+    )[0]
+    if fn != "plain_row_capture":
+        pytest.skip(f"no plain row capture in C here: {table} is captured by {fn}")
+    pair.catch_up()
+    writer = make_role("writer")
+    role = sql.Identifier(writer)
+    pair.root(sql.SQL("grant usage, create on schema app to {}").format(role))
+    pair.root(sql.SQL("grant usage on schema ferry_queue to {}").format(role))
+    grant_table(pair, "app.Plain Tab", writer, "select, insert, update, delete")
+    with as_role(pair, writer) as conn:
+        conn.execute(f"insert into {table} select g, 'v' || g from generate_series(1, 10) g")  # type: ignore[arg-type]
+        conn.execute(f"update {table} set id = id + 100 where id <= 5")  # type: ignore[arg-type]
+        conn.execute(f"update {table} set v = 'changed' where id > 100")  # type: ignore[arg-type]
+        conn.execute(f"delete from {table} where id in (6, 7)")  # type: ignore[arg-type]
+        assert refused(conn, "select ferry_queue.plain_row_capture()") == "42501"
+        conn.execute("create table app.mine (id int primary key)")
+        assert (
+            refused(
+                conn,
+                sql.SQL(
+                    "create trigger forge after insert on app.mine for each row"
+                    " execute function ferry_queue.plain_row_capture({}, 'app.mine', 'id')"
+                ).format(sql.Literal(pair.queue)),
+            )
+            == "42501"
+        )
+    pair.catch_up()
+    pair.same(table)
+    assert pair.leaf(f"select count(*) from {table} where v = 'changed'") == [(5,)]  # type: ignore[arg-type]
+    assert pair.leaf(f"select count(*) from {table}") == [(8,)]  # type: ignore[arg-type]
+
+
 def test_a_capture_function_queues_only_its_own_table(pair, make_role) -> None:
     """However a capture trigger came onto another table (here the owner made it), its
     rows are refused there rather than queued under the name the trigger gives: the events
@@ -259,19 +305,24 @@ def test_only_the_owner_holds_privileges(pair) -> None:
         """
         select p.proname, p.prosecdef, p.proconfig from pg_proc p
          where p.pronamespace = 'ferry_queue'::regnamespace
-           and (p.proname like 'capture\\_%%' or p.proname in ('wake_ticker', 'capture_truncate'))
+           and (p.proname like 'capture\\_%%'
+                or p.proname in ('wake_ticker', 'capture_truncate', 'plain_row_capture'))
            and p.prorettype <> 'text'::regtype
          order by 1
         """
     )
     # The plain row function names every object with its schema instead of pinning the
-    # path (it runs once per row); a statement function pins the path and its planner
-    # settings; the others pin the path.
+    # path (it runs once per row): in PL/pgSQL as its owner, in C (where the server has it)
+    # as the writer, switching to the queue's owner to read the queue and queue the event;
+    # a statement function pins the path and its planner settings; the others pin the path.
+    in_c = ("plain_row_capture", False, None) in captures
+    plain = [] if in_c else [("capture_1_1", True, None)]
+    n = 1 if in_c else 2
     assert [(name, secdef, config) for name, secdef, config in captures] == [
-        ("capture_1_1", True, None),
-        ("capture_1_2", True, ["search_path=pg_catalog, pg_temp"]),
+        *plain,
+        (f"capture_1_{n}", True, ["search_path=pg_catalog, pg_temp"]),
         (
-            "capture_1_3",
+            f"capture_1_{n + 1}",
             True,
             [
                 "search_path=pg_catalog, pg_temp",
@@ -281,6 +332,7 @@ def test_only_the_owner_holds_privileges(pair) -> None:
             ],
         ),
         ("capture_truncate", True, ["search_path=pg_catalog, pg_temp"]),
+        *([("plain_row_capture", False, None)] if in_c else []),
         ("wake_ticker", True, ["search_path=pg_catalog, pg_temp"]),
     ]
 

@@ -1,7 +1,9 @@
 """Capture and deny triggers of registered tables.
 
 On a root the queue layer's capture trigger writes each row change into the queue, as the
-table's capture spec says (:mod:`.capture_spec`); on a subscriber ``ferry.attach_deny``
+table's capture spec says (:mod:`.capture_spec`), through the C function of plain capture
+where the server has it and the role may attach it, otherwise through PL/pgSQL functions
+(each attach logs which); on a subscriber ``ferry.attach_deny``
 makes direct writes fail (the worker, running with ``session_replication_role = replica``,
 still applies).  Both use the same trigger names, so one detach removes either.
 
@@ -28,6 +30,9 @@ __all__ = [
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
+
+# The plain row capture in C (ext/pgferry_capture), where the schema install could make it.
+ROW_CAPTURE_IN_C = "plain_row_capture"
 
 
 def registered(conn: psycopg.Connection, queue: str, fq: str) -> tuple[CaptureSpec | None, bool]:
@@ -62,9 +67,12 @@ def attach(
         return
     resolved = (spec or CaptureSpec()).resolve(conn, fq)
     try:
-        queue_api.attach_capture_spec(conn, queue, fq, resolved.to_dict())
+        fn = queue_api.attach_capture_spec(conn, queue, fq, resolved.to_dict())
     except psycopg.errors.InvalidParameterValue as exc:  # capture=statement refused
         raise TableError(exc.diag.message_primary or str(exc)) from None
+    # Which function captures the table: the C one where plain capture may use it.
+    log.info("Table %s: captured by ferry_queue.%s (%s)", fq, fn,
+             "C" if fn == ROW_CAPTURE_IN_C else "PL/pgSQL")  # fmt: skip
 
 
 def detach(conn: psycopg.Connection, queue: str, fq: str) -> None:

@@ -21,7 +21,10 @@
 --     outside any inheritance tree, is captured by statement triggers (statement_capture): one function
 --     per key list queues each statement's rows with set-based INSERTs; capture 'statement' on
 --     any other table or with any option is refused.  A spec with a key and no option is
---     captured by the plain row function of its key list (one cached-plan INSERT per row).
+--     captured by the plain row function: the C function plain_row_capture where it is
+--     installed and may be used (row_capture_in_c: one for every queue and key list, which
+--     reads the queue's current table once per transaction), otherwise the PL/pgSQL
+--     function of its key list (one cached-plan INSERT per row).
 --     Any other spec gets a function generated from a
 --     template: the body with @@ferry_event_table@@, @@ferry_part@@ and @@ferry_event_seq@@
 --     where the queue's current rotation table, its partition number and its event sequence
@@ -85,6 +88,8 @@ begin
     if v_stmt then
         v_fn := ferry_queue.templated_capture_function(
             q.queue_id, v_key, ferry_queue.statement_capture_template(v_key));
+    elsif ferry_queue.plain_capture(spec) and ferry_queue.row_capture_in_c() then
+        v_fn := 'plain_row_capture';  -- one C function for every queue and key list
     elsif ferry_queue.plain_capture(spec) then
         v_fn := ferry_queue.capture_function(q.queue_id, v_key);
     else

@@ -42,6 +42,7 @@ begin
                              format('_ferry_%s_truncate', i_queue)::name)
            and (tg.tgfoid in ('ferry_queue.capture_truncate()'::regprocedure,
                               'ferry_queue.deny_write()'::regprocedure)
+                or tg.tgfoid = to_regprocedure('ferry_queue.plain_row_capture()')
                 or tg.tgfoid in (select to_regprocedure(format('ferry_queue.%I()', cf_name))
                                    from ferry_queue.capture_function
                                   where cf_queue = q.queue_id))
