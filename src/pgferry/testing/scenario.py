@@ -484,7 +484,11 @@ class Scenario:
         try:
             wait_until(self.equal, timeout, "every table equal to its source")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {', '.join(self.differences())} differ") from None
+            try:
+                exc.add_note(f"differing: {', '.join(self.differences())}")
+            except Exception as why:  # noqa: BLE001 - a server or lake unreadable: a note only
+                exc.add_note(f"differing: not read ({why})")
+            raise
 
     def wait_synced(self, timeout: float = 240) -> None:
         def ok() -> bool:
