@@ -48,10 +48,12 @@ capture-c:
 demo: $(STAMP)
 	$(BIN)/python -m pgferry.demo $(DEMO_ARGS)
 
+# Every run ends with its 25 slowest test phases (setup, call, teardown): where the suite's
+# time goes is seen in each run, not found later.
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # The fast tier: tests that start no PostgreSQL and no Spark (marked pure).
 quick: $(STAMP)

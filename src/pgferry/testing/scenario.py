@@ -21,11 +21,11 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import psycopg
 from psycopg import conninfo
@@ -39,6 +39,9 @@ from pgferry.testing import load
 from pgferry.testing.cluster import LocalCluster
 from pgferry.testing.commands import run_pgferry
 from pgferry.testing.standby import Standby, both_hosts, make_standby, rebuild_as_standby
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -399,29 +402,53 @@ class Scenario:
 
     def differences(self) -> list[str]:
         """Tables that differ from their source right now (empty when all equal)."""
-        bad = []
-        for table in TABLES:
-            if self._digest(self.src, table) != self._digest(self.dst1, table):
-                bad.append(f"dst1 {table}")
-        for table, dest in PARTIAL.items():
-            if self._digest(self.src, table, CONDITION) != self._digest(self.dst2, dest):
-                bad.append(f"dst2 {dest}")
-        return bad + self.lake_differences()
+        return [name for name, same in self._checks() if not same()]
 
-    def lake_differences(self) -> list[str]:
-        """The branches' and lake leaves' tables that differ from the root's right now."""
-        bad: list[str] = []
+    def equal(self) -> bool:
+        """Whether every table equals its source right now: :meth:`differences` empty, but
+        it stops at the first difference (a wait's "not yet" costs one cheap look, not a
+        read of every lake table)."""
+        return all(same() for _, same in self._checks())
+
+    def _checks(self) -> Iterator[tuple[str, Callable[[], bool]]]:
+        """Each replicated table's comparison with its source, named as :meth:`differences`
+        names it, the cheap ones first: the digests PostgreSQL computes on the leaves and
+        branches, then the lake tables, read whole.  The source is read once a pass."""
+        digests: dict[tuple[str, str], list[tuple]] = {}
+        texts: dict[str, list[tuple[str, ...]]] = {}
+
+        def source(table: str, cond: str = "true") -> list[tuple]:
+            if (table, cond) not in digests:
+                digests[table, cond] = self._digest(self.src, table, cond)
+            return digests[table, cond]
+
+        def source_rows(table: str) -> list[tuple[str, ...]]:
+            if table not in texts:
+                texts[table] = self._rows(self.src, table)
+            return texts[table]
+
+        def same(table: str, dsn: str, dest: str | None = None, cond: str = "true") -> bool:
+            return source(table, cond) == self._digest(dsn, dest or table)
+
+        def lake_same(lake: str, table: str) -> bool:
+            found = self._lake_table(lake, table)
+            # The digest's count first: a lake behind is seen without a row turned to text.
+            if found.num_rows != source(table)[0][0]:
+                return False
+            return source_rows(table) == self._lake_text(found)
+
+        for table in TABLES:
+            yield f"dst1 {table}", partial(same, table, self.dst1)
+        for table, dest in PARTIAL.items():
+            yield f"dst2 {dest}", partial(same, table, self.dst2, dest, CONDITION)
         if not self.lakes:
-            return bad
+            return
         for branch in BRANCHES:
             for table in BRANCH_TABLES:
-                if self._digest(self.src, table) != self._digest(self.nodes[branch], table):
-                    bad.append(f"{branch} {table}")
+                yield f"{branch} {table}", partial(same, table, self.nodes[branch])
         for lake in LAKES:
             for table in LAKE_TABLES:
-                if self._rows(self.src, table) != self._lake_rows(lake, table):
-                    bad.append(f"{lake} {table}")
-        return bad
+                yield f"{lake} {table}", partial(lake_same, lake, table)
 
     @staticmethod
     def _rows(dsn: str, table: str) -> list[tuple[str, ...]]:
@@ -429,15 +456,19 @@ class Scenario:
         rows = sql(dsn, f"select * from {table}")
         return sorted(tuple(_as_lake_text(v) for v in row) for row in rows)
 
-    def _lake_rows(self, lake: str, table: str) -> list[tuple[str, ...]]:
+    def _lake_table(self, lake: str, table: str) -> pa.Table:
+        """The lake leaf's table, read whole."""
         from pgferry.lake import delta, iceberg
 
         schema, name = table.split(".")
         root = self.workdir / lake
         if LAKES[lake] == "delta":
-            found = delta.rows_at(str(root / schema / name))
-        else:
-            found = iceberg.catalog(str(root)).load_table((schema, name)).scan().to_arrow()
+            return delta.rows_at(str(root / schema / name))
+        return iceberg.catalog(str(root)).load_table((schema, name)).scan().to_arrow()
+
+    @staticmethod
+    def _lake_text(found: pa.Table) -> list[tuple[str, ...]]:
+        """A lake table's rows as text, sorted, as :meth:`_rows` gives the source's."""
         return sorted(tuple(str(v) for v in row.values()) for row in found.to_pylist())
 
     def lake_compare(self) -> None:
@@ -450,7 +481,14 @@ class Scenario:
                 self.failures.append(f"compare on {lake} exit {proc.returncode}: {last}")
 
     def wait_equal(self, timeout: float = 240) -> None:
-        wait_until(lambda: not self.differences(), timeout, "every table equal to its source")
+        try:
+            wait_until(self.equal, timeout, "every table equal to its source")
+        except AssertionError as exc:
+            try:
+                exc.add_note(f"differing: {', '.join(self.differences())}")
+            except Exception as why:  # noqa: BLE001 - a server or lake unreadable: a note only
+                exc.add_note(f"differing: not read ({why})")
+            raise
 
     def wait_synced(self, timeout: float = 240) -> None:
         def ok() -> bool:
