@@ -172,6 +172,32 @@ def test_idle_queue_and_running_ticker_raise_no_alarm(db_a, db_b, pg_a, pair, cl
         assert res.code == 0 and "TICKER" not in res.out, res
 
 
+def test_wait_root_waits_for_a_commit_its_newest_tick_missed(db_a, db_b, pair, cli) -> None:
+    root_ini, leaf_ini = pair
+    # A transaction takes its event ids, a tick is made while it runs, then it commits: the
+    # tick's event position counts its events, the tick's snapshot does not see them.
+    with psycopg.connect(db_a) as writer:
+        writer.execute("insert into public.t select g, 'late' from generate_series(1, 4) g")
+        q(db_a, "select ferry_queue.force_tick('replika')")
+        tick = q(db_a, "select ferry_queue.ticker('replika')")[0][0]
+        writer.commit()
+    assert _waiting(db_a) == 0
+    with leaf_worker(leaf_ini):
+        # No ticker runs: the leaf applies that tick, which lacks the rows; the wait must not
+        # report it as the end of the root's events.
+        applied = "select coalesce(max(last_tick_id), 0) from ferry_node.local_state"
+        wait_until(
+            lambda: q(db_b, applied)[0][0] >= tick, timeout=30, interval=0.1, what="the tick"
+        )
+        res = cli(leaf_ini, "wait-root", "--timeout=3", "--poll=0.1")
+        assert res.code == 1, res
+        assert "no tick for the 4 events waiting" in res.err, res.err
+        with ticker(db_a):
+            res = cli(leaf_ini, "wait-root", "--timeout=60", "--poll=0.1")
+            assert res.code == 0, res.err
+            assert q(db_b, "select count(*) from public.t where v = 'late'") == [(4,)]
+
+
 @contextmanager
 def ticker(dsn: str) -> Iterator[None]:
     params = conninfo.conninfo_to_dict(dsn)

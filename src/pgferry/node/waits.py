@@ -1,20 +1,23 @@
 """Waiting on ticks: ``wait-root`` / ``wait-provider`` and the waits of cascade operations.
 
 Tick ids are the same on every node of a cascade (branches copy the root's ticks), so "node
-N has caught up with tick T" is simply ``last_tick_id >= T`` on N.  Events the root has
-not ticked yet are in no tick: ``wait-root`` (and ``wait-provider`` on the root) waits for
-the tick that takes them, and every wait fails at once, naming the ticker, when the root's
-ticker counts as stopped (:mod:`.ticker_health`), instead of reporting a tick that leaves
-those events out.  ``wait-root`` and ``wait-provider`` also fail at once, naming the error,
-when the node waited on or a node between it and the root shows one (``ERR`` in
-``status``): its worker does not apply the tick until someone acts, so the wait would last
-for ever (:func:`path_error`).
+N has caught up with tick T" is simply ``last_tick_id >= T`` on N. Events the root has not
+ticked yet are in no tick: ``wait-root`` (and ``wait-provider`` on the root) waits for the
+tick that takes them (also those of a transaction that committed after the newest tick was
+made but had taken its event ids before: that tick's snapshot does not see them,
+:func:`pgferry.queue.ticks.late_events`), and every wait fails at once, naming the ticker,
+when the root's ticker counts as stopped (:mod:`.ticker_health`), instead of reporting a
+tick that leaves those events out. ``wait-root`` and ``wait-provider`` also fail at once,
+naming the error, when the node waited on or a node between it and the root shows one
+(``ERR`` in ``status``): its worker does not apply the tick until someone acts, so the wait
+would last for ever (:func:`path_error`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime
 
 import psycopg
@@ -221,8 +224,16 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
     first = _ticker(c, root)
     if first is None:  # frozen by a switchover, or no queue: its newest tick is final
         return queue_top(c, root)
-    if not first.waiting or first.last_tick is None:
-        return first.last_tick
+    if first.last_tick is None:
+        return None
+    if not first.waiting:
+        # No event after the tick's position, but a transaction running when the tick was
+        # made may have committed since: its events wait for the next tick all the same.
+        with c.on(root, autocommit=True) as conn:
+            late = queue_ticks.late_events(conn, c.queue, first.last_tick)
+        if not late:
+            return first.last_tick
+        first = replace(first, waiting=late)
     before = first.last_tick
     # Events that came just now to a queue idle for long look like a stopped ticker
     # until its next round: it is judged only after that round's time.
@@ -234,6 +245,8 @@ def root_tick(c: Cascade, root: str, deadline: float | None, poll: float) -> int
             return queue_top(c, root)
         if now.last_tick > before:
             return now.last_tick
+        if not now.waiting:  # late commits are not counted in the queue's figures
+            now = replace(now, waiting=first.waiting)
         if time.monotonic() >= judged_at and now.stopped(ticker_health.stopped_after(c.config)):
             raise NodeError(_capital(now.line(root)))
         return None
