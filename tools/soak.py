@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from pgferry.testing.cluster import make_cluster
+from pgferry.testing.faults import Faults
 from pgferry.testing.scenario import Load, Scenario
 
 
@@ -51,18 +52,19 @@ def main() -> int:
         "--fault",
         action="append",
         default=[],
-        choices=[name.removeprefix("fault_") for name in Scenario.FAULTS],
+        choices=[name.removeprefix("fault_") for name in Faults.FAULTS],
         help="draw only from these faults (repeatable; default: all)",
     )
     args = parser.parse_args()
-    faults = [f"fault_{name}" for name in args.fault] or list(Scenario.FAULTS)
+    faults = [f"fault_{name}" for name in args.fault] or list(Faults.FAULTS)
     rng = random.Random(args.seed)
     root = make_cluster("soak-root")
     sub = make_cluster("soak-sub")
     workdir = Path(tempfile.mkdtemp(prefix="pgferry-soak-"))
     lines = [s.replace("=", " = ", 1) for s in args.setting]
-    ha_root = any(fault in Scenario.HA_FAULTS for fault in faults)
+    ha_root = any(fault in Faults.HA_FAULTS for fault in faults)
     scenario = Scenario(root, sub, workdir, settings=lines, ha_root=ha_root)
+    injected = Faults(scenario)
     equal_rounds = 0
     kinds: Counter[str] = Counter()
     print(f"seed {args.seed}, work dir {workdir}", flush=True)
@@ -76,7 +78,7 @@ def main() -> int:
             started = time.monotonic()
             with Load(scenario.src) as load:
                 time.sleep(rng.uniform(0.2, args.load_seconds))
-                what = scenario.inject(fault, rng)
+                what = injected.inject(fault, rng)
                 time.sleep(rng.uniform(0.2, args.load_seconds))
             kinds[fault] += 1
             try:
@@ -88,7 +90,7 @@ def main() -> int:
                 verdict = "equal"
             except AssertionError:
                 verdict = "DIFFERENT: " + ", ".join(scenario.differences())
-            lost = scenario.check_failover()
+            lost = injected.check_failover()
             if lost:
                 verdict += f" ({lost})"
             if len(scenario.failures) > failures:
@@ -109,8 +111,8 @@ def main() -> int:
     print(f"rounds ended equal: {equal_rounds} of {args.rounds}")
     if ha_root:
         print(
-            f"provider failovers: {scenario.failovers}; rows the leaves held and the new"
-            f" primary lacked: {scenario.rows_lost}, rows listed lost: {scenario.rows_listed}"
+            f"provider failovers: {injected.failovers}; rows the leaves held and the new"
+            f" primary lacked: {injected.rows_lost}, rows listed lost: {injected.rows_listed}"
         )
     print(f"other failures: {len(scenario.failures)}")
     return 0 if equal_rounds == args.rounds and not scenario.failures else 1

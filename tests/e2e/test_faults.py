@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pgferry.testing.cluster import LocalCluster, make_cluster
+from pgferry.testing.faults import Faults
 from pgferry.testing.scenario import Load, Scenario, sql, wait_until
 
 
@@ -33,7 +34,7 @@ def clusters() -> Iterator[tuple[LocalCluster, LocalCluster]]:
     root.destroy()
 
 
-ONE_SERVER_FAULTS = [f for f in Scenario.FAULTS if f not in Scenario.HA_FAULTS]
+ONE_SERVER_FAULTS = [f for f in Faults.FAULTS if f not in Faults.HA_FAULTS]
 
 
 def _positions(scenario: Scenario) -> list[int]:
@@ -45,6 +46,7 @@ def _positions(scenario: Scenario) -> list[int]:
 def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
     root, sub = clusters
     scenario = Scenario(root, sub, tmp_path)
+    faults = Faults(scenario)
     rng = random.Random(20261125)
     try:
         scenario.setup()
@@ -61,7 +63,7 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
                     60,
                     "both leaves replaying the load",
                 )
-                scenario.inject(fault, rng)
+                faults.inject(fault, rng)
                 done = load.transactions
                 wait_until(lambda d=done: load.transactions >= d + 150, 60, "the load after it")
             assert load.transactions > 0
@@ -72,7 +74,7 @@ def test_every_fault_ends_equal(clusters, tmp_path: Path) -> None:
                 "dst1_digoal_01.ini" if dsn == scenario.dst1 else "dst2_digoal_02.ini", "status"
             )
             assert "ERR:" not in errors
-        assert len(scenario.faults) == len(ONE_SERVER_FAULTS)
+        assert len(faults.faults) == len(ONE_SERVER_FAULTS)
         assert scenario.failures == []
     finally:
         scenario.shutdown()
@@ -87,6 +89,7 @@ def test_provider_failover_under_load(tmp_path: Path) -> None:
     root = make_cluster("failover-root")
     sub = make_cluster("failover-sub")
     scenario = Scenario(root, sub, tmp_path, ha_root=True, lakes=True)
+    faults = Faults(scenario)
     rng = random.Random(20261129)
     try:
         scenario.setup()
@@ -95,15 +98,15 @@ def test_provider_failover_under_load(tmp_path: Path) -> None:
         for _ in range(2):
             with Load(scenario.src) as load:
                 wait_until(lambda: load.transactions >= 100, 60, "the load")
-                scenario.inject("fault_provider_failover", rng)
+                faults.inject("fault_provider_failover", rng)
                 done = load.transactions
                 wait_until(lambda d=done: load.transactions >= d + 150, 60, "the load after it")
             scenario.wait_synced()
             scenario.wait_equal()
-            assert scenario.check_failover()
-        assert scenario.failovers == 2
-        assert scenario.rows_lost > 0  # the leaves applied ticks the standby never had
-        assert scenario.rows_listed >= scenario.rows_lost
+            assert faults.check_failover()
+        assert faults.failovers == 2
+        assert faults.rows_lost > 0  # the leaves applied ticks the standby never had
+        assert faults.rows_listed >= faults.rows_lost
         assert scenario.failures == []
         # The old primary was copied again each time: the side still has its standby.
         assert scenario.root_standby is not None
