@@ -184,3 +184,13 @@ def table_owner(conn: psycopg.Connection, local: str) -> str:
             f" SET ROLE to it: grant {owner} to {worker}, or skip-event"
         )
     return str(owner)
+
+
+def owner_here(conn: psycopg.Connection, statements: list[str], local: str | None) -> str:
+    """The role the captured statement, as translated for this node (``statements``), runs
+    as: the owner of its local table ``local`` (None: not replicated here), once it is
+    checked against that table."""
+    if local is None or len(statements) != 1:
+        raise DdlRefused("it would run here on a table this node does not replicate")
+    check_local(conn, statements[0], local)
+    return table_owner(conn, local)
