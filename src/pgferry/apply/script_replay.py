@@ -28,7 +28,7 @@ from pgferry.queue.batches import Batch
 from pgferry.registry import entries
 from pgferry.registry import refused as registry_refused
 from pgferry.registry.routes import Route
-from pgferry.scripts import ddl_check, skip
+from pgferry.scripts import ddl_capture, ddl_check, skip
 from pgferry.scripts.attrs import ScriptAttrs, applies_here, node_objects, replace_tags
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def run_script(
                     "" if ran == queue else " by another part of the merged set",
                 )
                 return
-            captured = ddl_check.is_captured(name)
+            captured = ddl_capture.is_captured(name)
             attrs = ScriptAttrs.from_text(script.attrs_text)
             # A captured statement's header only names the table of a DROP INDEX, which
             # ddl_check reads below.
@@ -81,12 +81,11 @@ def run_script(
                 attrs, node_objects(local, set(local_names), local_names, frozenset(seqs))
             )
             text = replace_tags(script.sql, local_names) if attrs else script.sql
-            source = ddl_check.captured_table(script.sql, attrs) if captured else None
-            if source is not None:
-                if source not in queue_tables and source not in local_names:
-                    raise ddl_check.DdlRefused(
-                        f"it is on {source}, which the queue does not replicate"
-                    )
+            source = None
+            if captured:
+                source = ddl_check.replicated_table(
+                    script.sql, attrs, queue_tables | set(local_names)
+                )
                 here = not attrs or source in local_names
             if not here:
                 log.info("%s: does not need to run on this node", name)

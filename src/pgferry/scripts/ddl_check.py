@@ -1,7 +1,8 @@
 """What a captured DDL event may run on a subscriber, checked before it runs.
 
 ``capture-ddl`` queues the statement that changed a replicated table on the root as an
-``EXECUTE`` event named ``ddl <id>: <its start>`` (``ferry.ddl_queue``).  The root isolates
+``EXECUTE`` event named ``ddl <id>: <its start>`` (``ferry.ddl_queue``,
+:func:`pgferry.scripts.ddl_capture.is_captured`).  The root isolates
 the statement with a splitter written in SQL, since PostgreSQL's own parser (pglast) cannot
 run inside the server; so every subscriber parses the event's text again here and runs it
 only if it is exactly one ``ALTER TABLE``, ``COMMENT ON TABLE`` / ``COLUMN``,
@@ -13,8 +14,6 @@ with the rights of the local table's owner (``SET LOCAL ROLE``), never the worke
 
 from __future__ import annotations
 
-import re
-
 import pglast
 import psycopg
 from pglast import ast, enums, parse_sql
@@ -22,10 +21,6 @@ from pglast import ast, enums, parse_sql
 from pgferry.errors import PgferryError
 from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.translate import comment_relation, qualified
-
-# ferry.ddl_queue's name: 'ddl ' and 12 hex digits of a random UUID.  Only that function
-# (the root's event triggers) names an event so; `execute` refuses a file named like it.
-CAPTURED_NAME = re.compile(r"ddl [0-9a-f]{12}: ")
 
 # ALTER TABLE subcommands a table's DDL may not carry to subscribers: they hand out the
 # table, switch off the subscriber's own triggers (deny, capture) or rules, change row
@@ -66,11 +61,6 @@ _RENAMES = (
 
 class DdlRefused(PgferryError):
     """A captured DDL event that is not one statement capture-ddl queues: not run."""
-
-
-def is_captured(file_name: str | None) -> bool:
-    """True for an EXECUTE event that capture-ddl queued (by its name's form)."""
-    return bool(file_name) and CAPTURED_NAME.match(file_name or "") is not None
 
 
 def _one_statement(text: str) -> ast.Node:
@@ -137,6 +127,15 @@ def captured_table(text: str, attrs: ScriptAttrs) -> str:
         return named[0]
     if attrs:
         raise DdlRefused("a header on a statement that capture-ddl queues without one")
+    return table
+
+
+def replicated_table(text: str, attrs: ScriptAttrs, replicated: set[str]) -> str:
+    """:func:`captured_table`, which must be one of the tables the queue replicated when
+    the statement was queued, or one this node replicates (``replicated``)."""
+    table = captured_table(text, attrs)
+    if table not in replicated:
+        raise DdlRefused(f"it is on {table}, which the queue does not replicate")
     return table
 
 

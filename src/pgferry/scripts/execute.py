@@ -34,7 +34,7 @@ from pgferry.node import capture
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
 from pgferry.registry import entries
-from pgferry.scripts import ddl_check
+from pgferry.scripts import ddl_capture
 from pgferry.scripts.attrs import (
     ScriptAttrs,
     applies_here,
@@ -128,7 +128,7 @@ def execute_on_root(
     todo: list[tuple[Script, list[str]]] = []
     messages: list[str] = []
     for script in scripts:
-        if ddl_check.is_captured(script.name):
+        if ddl_capture.is_captured(script.name):
             raise PgferryError(
                 f"{script.name}: a script may not be named as capture-ddl names its"
                 " statements (ddl <id>: ...); rename the file"
