@@ -68,9 +68,10 @@ def run_script(
             ran = merge.script_ran(local, queue, name, sha256)
             if ran is not None:
                 log.info(
-                    "%s: already executed here%s, skipping",
+                    "%s: already executed here, skipping"
+                    if ran == queue
+                    else "%s: already executed here by another part of the merged set",
                     name,
-                    "" if ran == queue else " by another part of the merged set",
                 )
                 return
             captured = ddl_capture.is_captured(name)
