@@ -10,6 +10,8 @@ A row event's ``ev_type`` is an operation and the key columns, ``I:id`` (insert)
 
 from __future__ import annotations
 
+import hashlib
+
 # The columns of an event, in table order, each with the type it has in a handler's
 # events stage (``ev_txid`` as bigint: its xid8 holds no more there).
 EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -37,3 +39,9 @@ EXECUTE_EVENT = "EXECUTE"  # a queued SQL script (``execute``)
 REMOVE_TABLE_EVENT = "ferry.remove-table"
 REMOVE_SEQ_EVENT = "ferry.remove-seq"
 REMOVAL_EVENTS = (REMOVE_TABLE_EVENT, REMOVE_SEQ_EVENT)
+
+
+def script_hash(text: str) -> str:
+    """An ``EXECUTE`` event's ``ev_extra3``, by which a node knows a script it ran
+    (``ferry.applied_execute``): the sha256 of the script's text."""
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pgferry.scripts.attrs import ScriptAttrs
-from pgferry.scripts.ddl_check import DdlRefused, captured_table, is_captured
+from pgferry.scripts.ddl_capture import is_captured
+from pgferry.scripts.ddl_check import DdlRefused, captured_table
 
 pytestmark = pytest.mark.pure
 

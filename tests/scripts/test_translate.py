@@ -18,6 +18,8 @@ from pgferry.scripts.translate import (
     plan_script,
     qualified,
     quote_ident,
+    shape_changes,
+    table_renames,
 )
 
 QUEUE = {"digoal_01.user_info", "digoal_01.user_session"}
@@ -69,6 +71,43 @@ def test_do_block_refused_on_root() -> None:
 def test_unparsable_sql_refused() -> None:
     with pytest.raises(ScriptTranslateError, match="cannot parse"):
         check_script("alter tabel x add column y int", queue_tables=QUEUE)
+
+
+@pytest.mark.pure
+def test_plan_carries_the_renames_the_registry_follows() -> None:
+    script = (
+        "alter table digoal_01.user_info rename to user_info2;"
+        " alter table digoal_01.user_session set schema archive;"
+        " alter table digoal_01.other rename to other2;"
+        " alter table digoal_01.user_info2 add column c1 int;"
+    )
+    plan = plan_script(
+        script,
+        queue_tables=QUEUE,
+        local_names={"digoal_01.user_info": "digoal_02.user_info1"},
+    )
+    # Renamed or moved wherever it runs: the local table keeps its own name, the other
+    # one is not here; the registry follows both, not the table it does not replicate.
+    assert [p.run for p in plan] == [False, False, True, True]
+    assert [p.moves for p in plan] == [
+        ("digoal_01.user_info", "digoal_01.user_info2"),
+        ("digoal_01.user_session", "archive.user_session"),
+        None,
+        None,
+    ]
+    assert [p.moves for p in plan if p.moves] == table_renames(script, QUEUE)
+
+
+@pytest.mark.pure
+def test_shape_changes_reads_columns_and_renames_of_any_table() -> None:
+    changes = shape_changes(
+        'alter table app.t drop column a, add column b int; alter table app.t rename "C" to d;'
+        " alter table app.t rename to t2; alter table app.t2 set schema old;"
+        " alter table other drop column x"
+    )
+    assert changes.going == {"app.t": {"a", "C"}, "public.other": {"x"}}
+    assert changes.renames == [("app.t", "app.t2"), ("app.t2", "old.t2")]
+    assert shape_changes("alter tabel x drop column y") == shape_changes("")
 
 
 def test_translated_script_runs_on_a_real_renamed_table(db_a: str) -> None:

@@ -51,17 +51,14 @@ def later_changes(scripts: list[str], tables: set[str]) -> LaterChanges:
         return out
     # Here, not at the top: the SQL parser takes a tenth of a second to import, which
     # every worker's start would pay for batches that seldom carry a script.
-    from pgferry.scripts.translate import ScriptTranslateError, columns_going, table_renames
+    from pgferry.scripts.translate import shape_changes
 
     final: dict[str, str] = {}
     for script in reversed(scripts):  # the last name is the provider's
-        for table, columns in columns_going(script).items():
+        changes = shape_changes(script)  # each script parsed once
+        for table, columns in changes.going.items():
             out.going.setdefault(table, set()).update(columns)
-        try:
-            renames = table_renames(script, None)
-        except ScriptTranslateError:
-            renames = []  # the script fails when it runs, with its own message
-        for old, new in renames:
+        for old, new in changes.renames:
             final[old] = final.get(new, new)
     out.renamed = {old: new for old, new in final.items() if old in tables}
     return out

@@ -19,7 +19,7 @@ What keeps the parts apart:
   told from the others' without a truncate): ``resync --merge-all`` copies every part again.
 * ``add-table --merge-all`` adds the table on every leaf of the set, in one transaction.
 * A queued script (``execute``) runs once in the database: a part whose sibling already ran
-  the same file skips it (:func:`script_applied`).
+  the same file skips it (:func:`script_ran`).
 * ``compare`` and ``repair`` leave merged tables alone: the table holds the other parts'
   rows, which repair would delete.
 """
@@ -134,9 +134,12 @@ def merged_tables(conn: psycopg.Connection, queue: str) -> set[str]:
     return parts_.mergeable(conn, queue)
 
 
-def script_applied(conn: psycopg.Connection, queue: str, name: str, sha256: str) -> bool:
-    """Whether another part of ``queue``'s merged set ran script ``name`` (same text) in
-    this database.  Waits, in the caller's transaction, for a part running it right now."""
+def script_ran(conn: psycopg.Connection, queue: str, name: str, sha256: str) -> str | None:
+    """The queue that already ran script ``name`` with this text in this database:
+    ``queue`` itself or another part of its merged set; None when none has.  Waits, in the
+    caller's transaction, for a part running it right now."""
+    if parts_.script_ran(conn, [queue], name, sha256):
+        return queue
     conn.execute(
         "select pg_advisory_xact_lock(hashtext('pgferry-merge-execute'), hashtext(%s))", (name,)
     )

@@ -80,13 +80,17 @@ def mergeable(conn: psycopg.Connection, queue: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def script_ran(conn: psycopg.Connection, queues: Sequence[str], name: str, sha256: str) -> bool:
-    """Whether one of ``queues`` ran script ``name`` with this text in this database."""
+def script_ran(
+    conn: psycopg.Connection, queues: Sequence[str], name: str, sha256: str
+) -> str | None:
+    """The first of ``queues`` that ran script ``name`` with this text in this database;
+    None when none has."""
     row = conn.execute(
         """
-        select exists (select 1 from ferry.applied_execute
-                        where queue_name = any(%s) and file_name = %s and file_hash = %s)
+        select queue_name from ferry.applied_execute
+         where queue_name = any(%s) and file_name = %s and file_hash = %s
+         order by queue_name limit 1
         """,
         (list(queues), name, sha256),
     ).fetchone()
-    return bool(row and row[0])
+    return row[0] if row else None

@@ -15,8 +15,10 @@ value on the next attribute line).  They say on which nodes the script applies:
 =====================  ==========================================================
 
 All listed objects present: the script runs; none: it is skipped on this node; a mix is an
-error, because running half of what the author meant is worse than stopping.  In
-``Local-*`` scripts, ``@name@`` tags are replaced by the node's local (quoted) table name.
+error, because running half of what the author meant is worse than stopping
+(:func:`applies_here`, with what the node has read from its registry and catalog by
+:func:`node_objects`).  In ``Local-*`` scripts, ``@name@`` tags are replaced by the node's
+local (quoted) table name.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pgferry.errors import PgferryError
+import psycopg
+
+from pgferry.errors import PgferryError, UsageError
+from pgferry.registry.names import split_name
 
 KNOWN_KEYS = (
     "local-table",
@@ -106,6 +111,65 @@ class NodeObjects:
     need_function: Callable[[str], bool]
     need_view: Callable[[str], bool]
     need_schema: Callable[[str], bool]
+
+
+def qualify_public(name: str) -> str:
+    """A header's object name with public's schema when it names none."""
+    try:
+        parts = split_name(name.strip())
+    except UsageError:
+        return name
+    return f"public.{name.strip()}" if len(parts) == 1 else name
+
+
+def node_objects(
+    conn: psycopg.Connection,
+    local_tables: set[str],
+    local_names: Mapping[str, str],
+    local_seqs: set[str] | frozenset[str] = frozenset(),
+) -> NodeObjects:
+    """Answer header attribute checks from this node's registry and catalog."""
+
+    def exists(query: str, name: str) -> bool:
+        row = conn.execute(query, (name,)).fetchone()
+        return bool(row and row[0])
+
+    def function_exists(spec: str) -> bool:
+        name, _, nargs = spec.partition("(")
+        count = int(nargs.rstrip(")") or 0) if nargs else 0
+        row = conn.execute(
+            """
+            select count(*) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+             where (format('%%I.%%I', n.nspname, p.proname) = %s or p.proname = %s)
+               and p.pronargs = %s
+            """,
+            (name.strip(), name.strip(), count),
+        ).fetchone()
+        return bool(row and row[0])
+
+    def relkind_exists(name: str, kinds: list[str]) -> bool:
+        # A bare name in a header is public's, as in the script (not the pinned path's).
+        row = conn.execute(
+            "select exists (select 1 from pg_class where oid = to_regclass(%s)"
+            " and relkind = any(%s))",
+            (qualify_public(name), kinds),
+        ).fetchone()
+        return bool(row and row[0])
+
+    return NodeObjects(
+        local_table=lambda n: n in local_tables,
+        local_sequence=lambda n: n in local_seqs,
+        local_destination=lambda n: (
+            n in local_tables and relkind_exists(local_names.get(n, n), ["r", "p"])
+        ),
+        need_table=lambda n: relkind_exists(n, ["r", "p"]),
+        need_sequence=lambda n: relkind_exists(n, ["S"]),
+        need_function=function_exists,
+        need_view=lambda n: relkind_exists(n, ["v", "m"]),
+        need_schema=lambda n: exists(
+            "select exists (select 1 from pg_namespace where nspname = %s)", n
+        ),
+    )
 
 
 def applies_here(attrs: ScriptAttrs, objects: NodeObjects) -> bool:

@@ -18,6 +18,7 @@ is a row of ``ferry.ddl_capture``.  Creating event triggers needs a superuser.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import psycopg
@@ -38,6 +39,15 @@ EVENT_TRIGGERS = (
 )  # fmt: skip
 CAPTURED = "ALTER TABLE, COMMENT ON TABLE / COLUMN"
 CAPTURED_INDEXES = "CREATE INDEX, DROP INDEX"
+# ferry.ddl_queue's name for the event: 'ddl ' and 12 hex digits of a random UUID.  Only
+# that function (the root's event triggers) names an event so; `execute` refuses a file
+# named like it.
+CAPTURED_NAME = re.compile(r"ddl [0-9a-f]{12}: ")
+
+
+def is_captured(file_name: str | None) -> bool:
+    """True for an EXECUTE event that capture-ddl queued (by its name's form)."""
+    return bool(file_name) and CAPTURED_NAME.match(file_name or "") is not None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What a captured DDL event may run on a subscriber, checked before it runs.
 
 ``capture-ddl`` queues the statement that changed a replicated table on the root as an
-``EXECUTE`` event named ``ddl <id>: <its start>`` (``ferry.ddl_queue``).  The root isolates
+``EXECUTE`` event named ``ddl <id>: <its start>`` (``ferry.ddl_queue``,
+:func:`pgferry.scripts.ddl_capture.is_captured`).  The root isolates
 the statement with a splitter written in SQL, since PostgreSQL's own parser (pglast) cannot
 run inside the server; so every subscriber parses the event's text again here and runs it
 only if it is exactly one ``ALTER TABLE``, ``COMMENT ON TABLE`` / ``COLUMN``,
@@ -13,8 +14,6 @@ with the rights of the local table's owner (``SET LOCAL ROLE``), never the worke
 
 from __future__ import annotations
 
-import re
-
 import pglast
 import psycopg
 from pglast import ast, enums, parse_sql
@@ -22,10 +21,6 @@ from pglast import ast, enums, parse_sql
 from pgferry.errors import PgferryError
 from pgferry.scripts.attrs import ScriptAttrs
 from pgferry.scripts.translate import comment_relation, qualified
-
-# ferry.ddl_queue's name: 'ddl ' and 12 hex digits of a random UUID.  Only that function
-# (the root's event triggers) names an event so; `execute` refuses a file named like it.
-CAPTURED_NAME = re.compile(r"ddl [0-9a-f]{12}: ")
 
 # ALTER TABLE subcommands a table's DDL may not carry to subscribers: they hand out the
 # table, switch off the subscriber's own triggers (deny, capture) or rules, change row
@@ -66,11 +61,6 @@ _RENAMES = (
 
 class DdlRefused(PgferryError):
     """A captured DDL event that is not one statement capture-ddl queues: not run."""
-
-
-def is_captured(file_name: str | None) -> bool:
-    """True for an EXECUTE event that capture-ddl queued (by its name's form)."""
-    return bool(file_name) and CAPTURED_NAME.match(file_name or "") is not None
 
 
 def _one_statement(text: str) -> ast.Node:
@@ -140,6 +130,15 @@ def captured_table(text: str, attrs: ScriptAttrs) -> str:
     return table
 
 
+def replicated_table(text: str, attrs: ScriptAttrs, replicated: set[str]) -> str:
+    """:func:`captured_table`, which must be one of the tables the queue replicated when
+    the statement was queued, or one this node replicates (``replicated``)."""
+    table = captured_table(text, attrs)
+    if table not in replicated:
+        raise DdlRefused(f"it is on {table}, which the queue does not replicate")
+    return table
+
+
 def check_local(conn: psycopg.Connection, statement: str, local: str) -> None:
     """Check ``statement``, as translated for this node, against the local table
     ``local``: it is on that table, and a ``DROP INDEX`` drops only that table's indexes
@@ -184,3 +183,13 @@ def table_owner(conn: psycopg.Connection, local: str) -> str:
             f" SET ROLE to it: grant {owner} to {worker}, or skip-event"
         )
     return str(owner)
+
+
+def owner_here(conn: psycopg.Connection, statements: list[str], local: str | None) -> str:
+    """The role the captured statement, as translated for this node (``statements``), runs
+    as: the owner of its local table ``local`` (None: not replicated here), once it is
+    checked against that table."""
+    if local is None or len(statements) != 1:
+        raise DdlRefused("it would run here on a table this node does not replicate")
+    check_local(conn, statements[0], local)
+    return table_owner(conn, local)

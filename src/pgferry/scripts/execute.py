@@ -5,8 +5,11 @@ On the root, each file runs in one transaction together with the insertion of an
 changes that came before and after it.  Each node runs a script once: it is recorded in
 ``ferry.applied_execute`` by file name and content hash.
 
-A script that ``capture-ddl`` queued (named ``ddl <id>: ...``) is checked by
-:mod:`.ddl_check` before it runs on a subscriber, and runs as the local table's owner.
+A subscriber replays a queued script at its place in a batch
+(:mod:`pgferry.apply.script_replay`) and runs its statements, as translated for the node,
+with :func:`run_queued`.  A script that ``capture-ddl`` queued (named ``ddl <id>: ...``) is
+checked by :mod:`.ddl_check` before it runs on a subscriber, and runs as the local table's
+owner.
 
 Event layout: ``ev_data`` = the script, ``ev_extra1`` = file name, ``ev_extra2`` = header
 attributes, ``ev_extra3`` = sha256 of the script, ``ev_extra4`` = JSON list of the tables the
@@ -16,10 +19,8 @@ do not have" from "a table unrelated to replication").
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,21 +28,21 @@ import psycopg
 from psycopg import sql
 
 from pgferry.db import SESSION_SETTINGS
-from pgferry.errors import NodeError, PgferryError, UsageError
-from pgferry.events import EXECUTE_EVENT
-from pgferry.node import capture, merge
+from pgferry.errors import NodeError, PgferryError
+from pgferry.events import EXECUTE_EVENT, script_hash
+from pgferry.node import capture
 from pgferry.node.model import require_node
 from pgferry.queue import api as queue_api
-from pgferry.registry import entries, names
-from pgferry.scripts import ddl_check
+from pgferry.registry import entries
+from pgferry.scripts import ddl_capture
 from pgferry.scripts.attrs import (
-    NodeObjects,
     ScriptAttrs,
     applies_here,
+    node_objects,
     parse_attrs,
     replace_tags,
 )
-from pgferry.scripts.translate import drop_index_here, plan_script, table_renames
+from pgferry.scripts.translate import plan_script, table_renames
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Script:
 
     @classmethod
     def from_text(cls, name: str, text: str) -> Script:
-        return cls(name, text, hashlib.sha256(text.encode()).hexdigest(), parse_attrs(text))
+        return cls(name, text, script_hash(text), parse_attrs(text))
 
 
 def load_script(path: str | Path) -> Script:
@@ -81,7 +82,7 @@ def _applied_hash(conn: psycopg.Connection, queue: str, name: str) -> str | None
     return row[0] if row else None
 
 
-def _record(conn: psycopg.Connection, queue: str, script: Script) -> None:
+def _record(conn: psycopg.Connection, queue: str, name: str, sha256: str, text: str) -> None:
     conn.execute(
         """
         insert into ferry.applied_execute (queue_name, file_name, file_hash, file_sql)
@@ -90,7 +91,7 @@ def _record(conn: psycopg.Connection, queue: str, script: Script) -> None:
             set file_hash = excluded.file_hash, file_sql = excluded.file_sql,
                 executed_at = now()
         """,
-        (queue, script.name, script.sha256, script.sql),
+        (queue, name, sha256, text),
     )
 
 
@@ -127,7 +128,7 @@ def execute_on_root(
     todo: list[tuple[Script, list[str]]] = []
     messages: list[str] = []
     for script in scripts:
-        if ddl_check.is_captured(script.name):
+        if ddl_capture.is_captured(script.name):
             raise PgferryError(
                 f"{script.name}: a script may not be named as capture-ddl names its"
                 " statements (ddl <id>: ...); rename the file"
@@ -159,7 +160,7 @@ def execute_on_root(
             # Functions of captures with options name the columns: made again for the
             # tables as the script left them (a spec they no longer meet fails the script).
             capture.refresh_specs(conn, queue)
-            _record(conn, queue, script)
+            _record(conn, queue, script.name, script.sha256, script.sql)
             queue_api.insert_event(
                 conn,
                 queue,
@@ -189,132 +190,24 @@ def _root_statements(
     return [p.sql for p in plan if p.run]
 
 
-def apply_script_event(
+def run_queued(
     conn: psycopg.Connection,
     queue: str,
+    name: str,
+    text: str,
+    sha256: str,
+    statements: list[str],
     *,
-    script_sql: str,
-    file_name: str,
-    attrs_text: str | None,
-    queue_tables_json: str | None,
-    local_names: Mapping[str, str],
-    local_seqs: set[str] | frozenset[str] = frozenset(),
-) -> bool:
-    """Run a queued script on a subscriber inside the caller's apply transaction.
-
-    ``local_names`` maps each table replicated here (source name) to its local name.
-    Returns False when the script was skipped (already applied or not for this node).
-    A captured DDL statement that :mod:`.ddl_check` refuses raises
-    :class:`~pgferry.scripts.ddl_check.DdlRefused` before anything runs.
-    """
-    script = Script.from_text(file_name, script_sql)
-    if _applied_hash(conn, queue, file_name) == script.sha256:
-        log.info("%s: already executed here, skipping", file_name)
-        return False
-    if merge.script_applied(conn, queue, file_name, script.sha256):
-        log.info("%s: already executed here by another part of the merged set", file_name)
-        return False
-    attrs = ScriptAttrs.from_text(attrs_text)
-    queue_tables = set(json.loads(queue_tables_json)) if queue_tables_json else set(local_names)
-    captured = ddl_check.is_captured(file_name)
-    source = ddl_check.captured_table(script_sql, attrs) if captured else None
-    if source is not None and source not in queue_tables and source not in local_names:
-        raise ddl_check.DdlRefused(f"it is on {source}, which the queue does not replicate")
-    if attrs:
-        if not applies_here(attrs, node_objects(conn, set(local_names), local_names, local_seqs)):
-            log.info("%s: does not need to run on this node", file_name)
-            _record(conn, queue, script)
-            return False
-        text = replace_tags(script_sql, local_names)
-        for table in attrs.values.get("local-table", [])[:1]:
-            text = drop_index_here(text, table, local_names.get(table, table))
-        statements = [p.sql for p in plan_script(text, queue_tables=set(), local_names={})]
-    else:
-        plan = plan_script(script_sql, queue_tables=queue_tables, local_names=local_names)
-        for step in plan:
-            if not step.run:
-                log.info("%s: skipped here (%s): %s", file_name, step.note, step.sql)
-            elif step.note:
-                log.info("%s: translated (%s)", file_name, step.note)
-        statements = [p.sql for p in plan if p.run]
-    log.info("Executing: %s", file_name)
-    if source is not None and statements:
-        _run_captured(conn, statements, local_names.get(source))
-    else:
-        _run_statements(conn, statements)
-    for old, new in table_renames(script_sql, queue_tables) if not attrs else []:
-        entries.rename_table(conn, queue, old, new)  # the source's new name, here too
-    _record(conn, queue, script)
-    log.info("Execute finished: %s", file_name)
-    return True
-
-
-def _run_captured(conn: psycopg.Connection, statements: list[str], local: str | None) -> None:
-    """Run a captured statement, translated for this node, as its local table's owner."""
-    if local is None or len(statements) != 1:
-        raise ddl_check.DdlRefused("it would run here on a table this node does not replicate")
-    ddl_check.check_local(conn, statements[0], local)
-    owner = ddl_check.table_owner(conn, local)
-    # The owner's rights, not the worker's (often a superuser): a default or a USING
-    # expression runs as the role that could have typed the statement here.
-    conn.execute(sql.SQL("set local role {}").format(sql.Identifier(owner)))
+    role: str | None = None,
+) -> None:
+    """Run the statements of the queued script ``name`` (``text``, ``sha256``), as planned for this
+    node, in the caller's (applying) transaction, and note the script as run here (also
+    when it has none to run here).  ``role``: whom they run as (a captured statement runs
+    as its local table's owner: a default or a USING expression runs as the role that
+    could have typed the statement here, not as the worker, often a superuser)."""
+    if role is not None:
+        conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
     _run_statements(conn, statements)
-    conn.execute("reset role")
-
-
-def qualify_public(name: str) -> str:
-    """A header's object name with public's schema when it names none."""
-    try:
-        parts = names.split_name(name.strip())
-    except UsageError:
-        return name
-    return f"public.{name.strip()}" if len(parts) == 1 else name
-
-
-def node_objects(
-    conn: psycopg.Connection,
-    local_tables: set[str],
-    local_names: Mapping[str, str],
-    local_seqs: set[str] | frozenset[str] = frozenset(),
-) -> NodeObjects:
-    """Answer header attribute checks from this node's registry and catalog."""
-
-    def exists(query: str, name: str) -> bool:
-        return bool(conn.execute(query, (name,)).fetchone()[0])
-
-    def function_exists(spec: str) -> bool:
-        name, _, nargs = spec.partition("(")
-        count = int(nargs.rstrip(")") or 0) if nargs else 0
-        row = conn.execute(
-            """
-            select count(*) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-             where (format('%%I.%%I', n.nspname, p.proname) = %s or p.proname = %s)
-               and p.pronargs = %s
-            """,
-            (name.strip(), name.strip(), count),
-        ).fetchone()
-        return bool(row[0])
-
-    def relkind_exists(name: str, kinds: list[str]) -> bool:
-        # A bare name in a header is public's, as in the script (not the pinned path's).
-        row = conn.execute(
-            "select exists (select 1 from pg_class where oid = to_regclass(%s)"
-            " and relkind = any(%s))",
-            (qualify_public(name), kinds),
-        ).fetchone()
-        return bool(row[0])
-
-    return NodeObjects(
-        local_table=lambda n: n in local_tables,
-        local_sequence=lambda n: n in local_seqs,
-        local_destination=lambda n: (
-            n in local_tables and relkind_exists(local_names.get(n, n), ["r", "p"])
-        ),
-        need_table=lambda n: relkind_exists(n, ["r", "p"]),
-        need_sequence=lambda n: relkind_exists(n, ["S"]),
-        need_function=function_exists,
-        need_view=lambda n: relkind_exists(n, ["v", "m"]),
-        need_schema=lambda n: exists(
-            "select exists (select 1 from pg_namespace where nspname = %s)", n
-        ),
-    )
+    if role is not None:
+        conn.execute("reset role")
+    _record(conn, queue, name, sha256, text)

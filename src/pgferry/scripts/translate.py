@@ -22,7 +22,7 @@ script runs and ``@name@`` tags give local names (see :mod:`pgferry.scripts.attr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pglast
 from pglast import ast, enums, parse_sql
@@ -72,9 +72,17 @@ def qualified(schema: str | None, relname: str) -> str:
 
 @dataclass(frozen=True)
 class PlannedStatement:
+    """One statement of a script as it runs on one node (or is skipped there).
+
+    ``moves``: the (old, new) registry names when it renames a replicated table or moves
+    it to another schema; the registry follows the source's new name whether the statement
+    runs here or not.
+    """
+
     sql: str
     run: bool
     note: str = ""
+    moves: tuple[str, str] | None = None
 
 
 class _Collector(Visitor):
@@ -135,12 +143,16 @@ def plan_script(
         if not named:
             plan.append(PlannedStatement(RawStream()(stmt), True))
             continue
+        moves = _rename(stmt)  # read before the names are rewritten below
+        moved = moves[0] if moves else ""
+        if moved not in queue_tables:
+            moves = None  # the registry follows replicated tables only
         local = [name for _, name in named if name in local_names]
         foreign = sorted({name for _, name in named if name not in local_names})
         if not local:
             plan.append(
                 PlannedStatement(
-                    RawStream()(stmt), False, f"not replicated here: {', '.join(foreign)}"
+                    RawStream()(stmt), False, f"not replicated here: {', '.join(foreign)}", moves
                 )
             )
             continue
@@ -156,11 +168,10 @@ def plan_script(
                     f"statement {number}: schema-qualified column reference "
                     f"{'.'.join(p or '*' for p in parts)}; use a table alias"
                 )
-        moved = _renamed_table(stmt) or ""
         if moved in local_names and local_names[moved] != moved:
             plan.append(
                 PlannedStatement(
-                    RawStream()(stmt), False, f"{local_names[moved]} keeps its local name"
+                    RawStream()(stmt), False, f"{local_names[moved]} keeps its local name", moves
                 )
             )
             continue
@@ -172,7 +183,7 @@ def plan_script(
                 renamed.append(f"{name} -> {target}")
         if commented is not None:
             _set_comment_relation(stmt, commented)
-        plan.append(PlannedStatement(RawStream()(stmt), True, "; ".join(renamed)))
+        plan.append(PlannedStatement(RawStream()(stmt), True, "; ".join(renamed), moves))
     return plan
 
 
@@ -196,37 +207,40 @@ def _set_comment_relation(stmt: ast.CommentStmt, rv: ast.RangeVar) -> None:
     stmt.object = (*table, ast.String(sval=rv.relname), *column)
 
 
-def _renamed_table(stmt: ast.Node) -> str | None:
-    """The table (registry form) a ``RENAME TO`` / ``SET SCHEMA`` statement moves, else None."""
+def _rename(stmt: ast.Node) -> tuple[str, str] | None:
+    """(old, new) registry names of the table a ``RENAME TO`` / ``SET SCHEMA`` statement
+    moves, else None."""
     table = enums.ObjectType.OBJECT_TABLE
     if isinstance(stmt, ast.RenameStmt) and stmt.renameType == table and stmt.relation:
-        return qualified(stmt.relation.schemaname, stmt.relation.relname)
+        schema = stmt.relation.schemaname
+        return qualified(schema, stmt.relation.relname), qualified(schema, stmt.newname)
     if isinstance(stmt, ast.AlterObjectSchemaStmt) and stmt.objectType == table and stmt.relation:
-        return qualified(stmt.relation.schemaname, stmt.relation.relname)
+        relname = stmt.relation.relname
+        return qualified(stmt.relation.schemaname, relname), qualified(stmt.newschema, relname)
     return None
 
 
-def table_renames(script: str, queue_tables: set[str] | None) -> list[tuple[str, str]]:
-    """(old, new) registry names of the replicated tables (of any table: None) that
-    ``script`` renames or moves to another schema, in order: the registry follows them."""
-    out = []
-    for raw in _statements(script):
-        stmt = raw.stmt
-        old = _renamed_table(stmt)
-        if old is None or (queue_tables is not None and old not in queue_tables):
-            continue
-        schema, relname = split_qualified(old)
-        if isinstance(stmt, ast.RenameStmt):
-            out.append((old, qualified(schema, stmt.newname)))
-        else:
-            out.append((old, qualified(stmt.newschema, relname)))
-    return out
+def table_renames(script: str, queue_tables: set[str]) -> list[tuple[str, str]]:
+    """(old, new) registry names of the replicated tables that ``script`` renames or moves
+    to another schema, in order: the registry follows them."""
+    renames = (_rename(raw.stmt) for raw in _statements(script))
+    return [r for r in renames if r is not None and r[0] in queue_tables]
 
 
-def columns_going(script: str) -> dict[str, set[str]]:
-    """Per table (registry form), the columns that ``script`` drops or renames: rows queued
-    before it still carry them, though the source no longer has them."""
-    out: dict[str, set[str]] = {}
+@dataclass
+class ShapeChanges:
+    """What a script changes of the shape of tables (registry names): the columns it drops
+    or renames, per table, and the tables it renames or moves (old, new), in order."""
+
+    going: dict[str, set[str]] = field(default_factory=dict)
+    renames: list[tuple[str, str]] = field(default_factory=list)
+
+
+def shape_changes(script: str) -> ShapeChanges:
+    """What ``script`` changes of the shape of any table: rows queued before it still carry
+    the columns it takes away, under the table's old name.  Nothing for a script that does
+    not parse (it fails when it runs, with its own message)."""
+    out = ShapeChanges()
     try:
         statements = _statements(script)
     except ScriptTranslateError:
@@ -236,12 +250,16 @@ def columns_going(script: str) -> dict[str, set[str]]:
         stmt = raw.stmt
         if isinstance(stmt, ast.RenameStmt) and stmt.renameType == column and stmt.relation:
             table = qualified(stmt.relation.schemaname, stmt.relation.relname)
-            out.setdefault(table, set()).add(stmt.subname)
+            out.going.setdefault(table, set()).add(stmt.subname)
         elif isinstance(stmt, ast.AlterTableStmt) and stmt.relation:
             table = qualified(stmt.relation.schemaname, stmt.relation.relname)
             for cmd in stmt.cmds or ():
                 if cmd.subtype == enums.AlterTableType.AT_DropColumn and cmd.name:
-                    out.setdefault(table, set()).add(cmd.name)
+                    out.going.setdefault(table, set()).add(cmd.name)
+        else:
+            moves = _rename(stmt)
+            if moves is not None:
+                out.renames.append(moves)
     return out
 
 
