@@ -13,7 +13,8 @@ import logging
 import psycopg
 import pytest
 
-from pgferry.apply.stage_apply import ApplyStats, record_divergence
+from pgferry.apply.batch_end import record_divergence
+from pgferry.apply.stage_apply import ApplyStats
 from pgferry.node import model, status
 
 TABLE = "create table public.t (id int primary key, v text)"

@@ -12,7 +12,8 @@ last; nothing here commits (the caller adds the tick record to the same transact
 
 Those statements also repair, silently, a subscriber that drifted: an update of a row
 missing here inserts it, a delete of one finds nothing.  Both are counted per table
-(:class:`ApplyStats`) and added to the node's totals by :func:`record_divergence`, so that
+(:class:`ApplyStats`) and added to the node's totals at the batch's end
+(:func:`pgferry.apply.batch_end.record_divergence`), so that
 drift shows in ``status`` and the log instead of being hidden by the next change.
 """
 
@@ -36,7 +37,6 @@ from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.handlers import Applied, Staged
-from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import entries
 from pgferry.registry.routes import Route
@@ -333,43 +333,3 @@ def apply_segment(
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
     return stats
-
-
-def record_divergence(
-    conn: psycopg.Connection,
-    queue: str,
-    consumer: str,
-    stats: ApplyStats,
-    *,
-    tick_id: int | None = None,
-) -> None:
-    """Add a batch's divergence to the node's totals, in the transaction that applied it
-    (a batch that rolls back counts nothing), and log it in one line; nothing when the
-    batch found none."""
-    if not stats.recreated and not stats.missing_deletes:
-        return
-    tables = sorted(stats.diverged)
-    model.add_divergence(
-        conn, queue, consumer, stats.recreated, stats.missing_deletes, ", ".join(tables)
-    )
-    log.warning(
-        "diverged%s: %s",
-        f" at tick {tick_id}" if tick_id is not None else "",
-        "; ".join(divergence_text(table, *stats.diverged[table]) for table in tables),
-    )
-
-
-def divergence_text(table: str, recreated: int, missing_deletes: int) -> str:
-    """'re-created 3 rows of public.t missing here, 1 delete found no row'."""
-    parts = []
-    if recreated:
-        parts.append(f"re-created {_rows(recreated)} of {table} missing here")
-    if missing_deletes:
-        deletes = f"{missing_deletes} delete{'s' if missing_deletes != 1 else ''}"
-        where = "" if recreated else f" of {table}"
-        parts.append(f"{deletes}{where} found no row")
-    return ", ".join(parts)
-
-
-def _rows(n: int) -> str:
-    return f"{n} row{'s' if n != 1 else ''}"
