@@ -34,7 +34,7 @@ from pgferry.apply.read import ReplayError
 from pgferry.apply.routes import RouteCache
 from pgferry.apply.script_shapes import later_changes
 from pgferry.apply.second_apply import SecondApply
-from pgferry.apply.segments import Reading, Segments, segment_plan
+from pgferry.apply.segments import Reading, Segments
 from pgferry.apply.shapes import TableShapes, plan_inputs
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
@@ -215,11 +215,18 @@ class Replayer:
                 summary=summary.rows,
                 batch_sql=batch_sql,
             )
+            plan = inputs.plan(
+                summary.rows,
+                routes,
+                reading.seqs,
+                ranges=reading.ranges,
+                whole_updates=reading.whole_updates,
+            )
             done_small = small_batch.apply_or_none(
                 local,
                 provider,
                 self.stages,
-                segment_plan(inputs, reading, routes, summary.rows),
+                plan,
                 batch_sql,
                 batch=batch,
                 node=node,

@@ -23,7 +23,6 @@ import psycopg
 
 from pgferry.apply import shapes
 from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import PlanInputs, SegmentPlan
 from pgferry.apply.prefetch import NextBatch, Prefetcher
 from pgferry.apply.readers import ReaderPool
 from pgferry.apply.script_shapes import LaterChanges
@@ -52,20 +51,17 @@ class Reading:
     consumer: str = ""
     read_next: int | None = None  # read the next batch meanwhile, of up to so many events
 
+    @property
+    def ranges(self) -> bool:
+        """Large tables are planned in ev_id ranges (read in parallel)."""
+        return self.read_ahead or self.use_spark
 
-def segment_plan(
-    inputs: PlanInputs, reading: Reading, routes: dict[str, Route], summary: list[SummaryRow]
-) -> SegmentPlan:
-    """The segment's plan, from its summary and what :func:`.shapes.plan_inputs` gave."""
-    return inputs.plan(
-        summary,
-        routes,
-        reading.seqs,
-        ranges=reading.read_ahead or reading.use_spark,
-        # A Spark task hands its whole part to the driver: there ranges bound memory.
-        # Two applying connections: a table in ranges starts its apply after a range.
-        whole_updates=not reading.use_spark and not reading.apart,
-    )
+    @property
+    def whole_updates(self) -> bool:
+        """Only tables that saw nothing but inserts are split into ranges: a Spark task
+        hands its whole part to the driver, there ranges bound memory; with two applying
+        connections a table in ranges starts its apply after a range."""
+        return not self.use_spark and not self.apart
 
 
 class Segments:
@@ -126,7 +122,13 @@ class Segments:
             batch_sql=batch_sql,
             later=later,
         )
-        plan = segment_plan(inputs, reading, routes, summary)
+        plan = inputs.plan(
+            summary,
+            routes,
+            reading.seqs,
+            ranges=reading.ranges,
+            whole_updates=reading.whole_updates,
+        )
         plan.tables = [w for w in plan.tables if w.table_name not in done]
         readers = None
         if use_spark and plan.tables:
