@@ -39,7 +39,7 @@ import psycopg
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import ReaderPool, split_table_parts
+from pgferry.apply.readers import ReaderPool
 from pgferry.apply.stage_apply import (
     ApplyStats,
     apply_parts,
@@ -325,10 +325,7 @@ def apply_segment_apart(
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     run: SecondRun | None = None
     try:
-        with split_table_parts(plan.tables, batch_sql, segment, readers=readers, second=apart) as (
-            mine,
-            theirs,
-        ):
+        with readers.split_parts(plan.tables, batch_sql, segment, apart) as (mine, theirs):
             run = second.start(
                 theirs, queue=queue, consumer=consumer, tick_id=tick_id, tick_time=tick_time
             )

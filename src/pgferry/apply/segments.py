@@ -24,7 +24,7 @@ import psycopg
 from pgferry.apply import shapes
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.prefetch import NextBatch, Prefetcher
-from pgferry.apply.readers import ReaderPool
+from pgferry.apply.readers import InlineReads, ReaderPool
 from pgferry.apply.script_shapes import LaterChanges
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.spark_session import WorkerSpark
@@ -130,11 +130,12 @@ class Segments:
             whole_updates=reading.whole_updates,
         )
         plan.tables = [w for w in plan.tables if w.table_name not in done]
+        # How the parts are read: inline, by reader threads (those started ahead taken
+        # when the plan asks for the same queries) or by Spark tasks.
         readers = None
         if use_spark and plan.tables:
             readers = self.spark.readers(reading.batch_id, self.provider_dsn, settings.read_parts)
         elif (reading.read_ahead or use_spark) and len(plan.tables) > 1:
-            # Reads started ahead are taken when the plan asks for the same queries.
             readers = self.reader_pool(settings)
             if reading.started and self.ahead.pool is not None:
                 readers = self.ahead.pool
@@ -142,8 +143,8 @@ class Segments:
             self.ahead.drop_reads()
         if reading.read_next is not None:
             if readers is not None and readers is self.readers:
-                # Started here (apply_segment takes them: the same queries), so that the
-                # next batch's reads wait for these.
+                # Started here (the apply takes them: the same queries), so that the next
+                # batch's reads wait for these.
                 readers.start_ahead(
                     [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
                 )
@@ -164,7 +165,7 @@ class Segments:
             self.ahead.start(
                 self.provider_dsn, settings.read_ahead, self.reader_pool(settings), want
             )
-        if reading.apart and isinstance(readers, ReaderPool) and self.second.available(local):
+        if reading.apart and readers is not None and self.second.available(local):
             active = [r for r in routes.values() if r.applies]
             apart = share_out(plan.tables, self.second.eligible(local, active))
             if apart:
@@ -188,9 +189,8 @@ class Segments:
             plan,
             batch_sql,
             segment,
-            provider=provider,
-            readers=readers,
             queue=reading.queue,
+            reads=readers if readers is not None else InlineReads(provider),
             tick_id=reading.tick_id,
             tick_time=reading.tick_time,
         )

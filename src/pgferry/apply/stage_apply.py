@@ -32,7 +32,7 @@ from psycopg import sql
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import ReaderPool, table_parts
+from pgferry.apply.readers import PartReads
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -312,22 +312,16 @@ def apply_segment(
     segment: Segment,
     *,
     queue: str,
-    provider: psycopg.Connection,
-    readers: ReaderPool | None = None,
+    reads: PartReads,
     tick_id: int = 0,
     tick_time: datetime | None = None,
 ) -> ApplyStats:
-    """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``.
-
-    Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
-    for small segments, inline on the worker's own ``provider`` connection
-    (:func:`pgferry.apply.readers.table_parts`).
-    """
+    """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``, each
+    part as ``reads`` hands it over (:mod:`pgferry.apply.readers`: inline on the worker's
+    own provider connection, or by threads or Spark tasks reading ahead of the apply)."""
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     try:
-        with table_parts(
-            plan.tables, batch_sql, segment, provider=provider, readers=readers
-        ) as parts:
+        with reads.parts(plan.tables, batch_sql, segment) as parts:
             stats.add(apply_parts(conn, stages, parts, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
