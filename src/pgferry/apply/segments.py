@@ -24,7 +24,7 @@ import psycopg
 from pgferry.apply import shapes
 from pgferry.apply.batch_sql import Segment, SummaryRow
 from pgferry.apply.prefetch import NextBatch, Prefetcher
-from pgferry.apply.readers import InlineReads, ReaderPool
+from pgferry.apply.readers import InlineReads, PartReads, ReaderPool
 from pgferry.apply.script_shapes import LaterChanges
 from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
 from pgferry.apply.spark_session import WorkerSpark
@@ -141,6 +141,18 @@ class Segments:
                 readers = self.ahead.pool
         if reading.started and readers is not self.ahead.pool:
             self.ahead.drop_reads()
+        # Some tables may go to the second connection (never a table of this one's).
+        apart = frozenset[str]()
+        if reading.apart and readers is not None and self.second.available(local):
+            active = [r for r in routes.values() if r.applies]
+            apart = share_out(plan.tables, self.second.eligible(local, active))
+        # The parts as read, for the apply to enter (no read starts before it does); with
+        # a second connection, as two streams.
+        split = None
+        if apart and readers is not None:
+            split = readers.split_parts(plan.tables, batch_sql, segment, apart)
+        reads: PartReads = readers if readers is not None else InlineReads(provider)
+        parts = reads.parts(plan.tables, batch_sql, segment)
         if reading.read_next is not None:
             if readers is not None and readers is self.readers:
                 # Started here (the apply takes them: the same queries), so that the next
@@ -165,32 +177,25 @@ class Segments:
             self.ahead.start(
                 self.provider_dsn, settings.read_ahead, self.reader_pool(settings), want
             )
-        if reading.apart and readers is not None and self.second.available(local):
-            active = [r for r in routes.values() if r.applies]
-            apart = share_out(plan.tables, self.second.eligible(local, active))
-            if apart:
-                return apply_segment_apart(
-                    local,
-                    self.stages,
-                    plan,
-                    batch_sql,
-                    segment,
-                    self.second,
-                    apart,
-                    readers,
-                    consumer=reading.consumer,
-                    queue=reading.queue,
-                    tick_id=reading.tick_id,
-                    tick_time=reading.tick_time,
-                )
+        if split is not None:
+            return apply_segment_apart(
+                local,
+                self.stages,
+                plan,
+                split,
+                self.second,
+                apart,
+                queue=reading.queue,
+                consumer=reading.consumer,
+                tick_id=reading.tick_id,
+                tick_time=reading.tick_time,
+            )
         return apply_segment(
             local,
             self.stages,
             plan,
-            batch_sql,
-            segment,
+            parts,
             queue=reading.queue,
-            reads=readers if readers is not None else InlineReads(provider),
             tick_id=reading.tick_id,
             tick_time=reading.tick_time,
         )

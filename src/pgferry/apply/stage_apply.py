@@ -23,16 +23,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import PartReads
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -308,21 +307,20 @@ def apply_segment(
     conn: psycopg.Connection,
     stages: StageTables,
     plan: SegmentPlan,
-    batch_sql: str,
-    segment: Segment,
+    parts: AbstractContextManager[Iterator[tuple[TableWork, Iterable[bytes]]]],
     *,
     queue: str,
-    reads: PartReads,
     tick_id: int = 0,
     tick_time: datetime | None = None,
 ) -> ApplyStats:
     """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``, each
-    part as ``reads`` hands it over (:mod:`pgferry.apply.readers`: inline on the worker's
-    own provider connection, or by threads or Spark tasks reading ahead of the apply)."""
+    of its ``parts`` as its read hands it over (:meth:`pgferry.apply.readers.PartReads.parts`:
+    inline on the worker's own provider connection, or by threads or Spark tasks reading
+    ahead of the apply; entered once the TRUNCATEs are done)."""
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     try:
-        with reads.parts(plan.tables, batch_sql, segment) as parts:
-            stats.add(apply_parts(conn, stages, parts, tick_id, tick_time))
+        with parts as read:
+            stats.add(apply_parts(conn, stages, read, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
