@@ -146,6 +146,12 @@ class Segments:
         if reading.apart and readers is not None and self.second.available(local):
             active = [r for r in routes.values() if r.applies]
             apart = share_out(plan.tables, self.second.eligible(local, active))
+        if reading.read_next is not None and readers is not None and readers is self.readers:
+            # Started now (the apply takes them: the same queries), so that the next
+            # batch's reads wait for these.
+            readers.start_ahead(
+                [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
+            )
         # The parts as read, for the apply to enter (no read starts before it does); with
         # a second connection, as two streams.
         split = None
@@ -154,12 +160,6 @@ class Segments:
         reads: PartReads = readers if readers is not None else InlineReads(provider)
         parts = reads.parts(plan.tables, batch_sql, segment)
         if reading.read_next is not None:
-            if readers is not None and readers is self.readers:
-                # Started here (the apply takes them: the same queries), so that the next
-                # batch's reads wait for these.
-                readers.start_ahead(
-                    [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
-                )
             # The next batch is read while this one is applied; its reads are planned as
             # this one's are (a large batch is read by Spark tasks instead).
             ahead_inputs = None
