@@ -71,14 +71,14 @@ class Segments:
     def __init__(
         self,
         spark: WorkerSpark,
-        shapes_: shapes.TableShapes,
+        table_shapes: shapes.TableShapes,
         stages: StageTables,
         second: SecondApply,
         ahead: Prefetcher,
     ) -> None:
         self.provider_dsn = ""
         self.spark = spark
-        self.shapes = shapes_
+        self.shapes = table_shapes
         self.stages = stages
         self.second = second
         self.ahead = ahead  # the next batch, read while this one is applied
