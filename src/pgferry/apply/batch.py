@@ -10,9 +10,9 @@ A batch runs one way through its stages, each a module of its own:
 3. ONE subscriber transaction, committed durably (:class:`~.batch_end.BatchTransaction`,
    the node's position held from its start): the segments between queued scripts in
    ev_id order (:mod:`.segments`), each script at its place (:mod:`.script_replay`);
-4. the batch's end in that transaction (:meth:`~.batch_end.BatchTransaction.end_batch`): the
-   removals, the divergence, the forwarding, the batch's tick recorded (the tick and the
-   rows commit together: that is what makes the apply exactly-once).
+4. the batch's end in that transaction (:meth:`~.batch_end.BatchTransaction.end_batch`):
+   the removals, the forwarding, the divergence, the batch's tick recorded (the tick and
+   the rows commit together: that is what makes the apply exactly-once).
 
 :class:`Replayer` keeps, between batches, the registry's routes, what was learnt of the
 tables' shapes, the stage tables, the reader connections and the next batch being read
