@@ -113,19 +113,19 @@ class BatchTransaction:
         # events before it); and the batch stays one segment (one summary).
         stale_consumers = removals_.apply_removals(local, node, removals) if removals else []
         stats.apply_seconds = time.monotonic() - staged_at
-        # Rows this batch found missing here (changed behind replication's back) are
-        # counted with its position; a chunked copy's catch-up meets such rows by design
-        # (docs/replication.md).
-        if catchup is not None:
-            if not catchup.chunked:
-                record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
-            handover.record_catchup(local, queue, catchup, batch.tick_id)
-        else:
+        if catchup is None:
             if node.node_type == "branch":
                 forward.forward_events(local, provider, queue, batch_sql, routes)
             if any(r.copy_snapshot for r in routes.values()):  # else nothing to clear
                 handover.clear_snapshots(local, queue, batch.tick_snapshot)
+        # Rows this batch found missing here (changed behind replication's back), counted
+        # with its position; a chunked copy's catch-up meets such rows by design
+        # (docs/replication.md).
+        if catchup is None or not catchup.chunked:
             record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
+        if catchup is not None:
+            handover.record_catchup(local, queue, catchup, batch.tick_id)
+        else:
             model.record_tick(
                 local,
                 queue,
