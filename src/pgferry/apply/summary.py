@@ -148,12 +148,12 @@ def summarize_with_reads(
         works = [work for work in plan.tables if small_batch.plain(work)]
     text, events = small_batch.read_form(batch_sql, prepared)
     queries = [small_batch.array_query(work.query(text, Segment())) for work in works]
-    summary_query = grouped_summary_query(text, seqs, Segment())
+    grouped = grouped_summary_query(text, seqs, Segment())
     try:
         with provider_named(provider):
             results = read_only_results(
                 provider,
-                [summary_query, *queries],
+                [grouped, *queries],
                 settings=summary_settings(estimate),
                 events=events,
             )
