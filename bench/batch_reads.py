@@ -33,7 +33,8 @@ from psycopg import sql
 
 from pgferry import schema
 from pgferry.apply.batch_sql import Segment, grouped_summary_query
-from pgferry.apply.read import GENERIC_PLAN, summary_settings
+from pgferry.apply.read import GENERIC_PLAN
+from pgferry.apply.summary import summary_settings
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import EVENT_RANGE_TYPES, BatchRule

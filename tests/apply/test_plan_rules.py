@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgferry.apply.batch_sql import SummaryRow
-from pgferry.apply.plan import apply_columns, count_removals, count_scripts, plan_segment
+from pgferry.apply.plan import apply_columns, plan_segment
+from pgferry.apply.summary import count_removals, count_scripts
 from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure

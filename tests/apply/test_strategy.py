@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from pgferry.apply.strategy import BatchFacts, Strategy, choose
+from pgferry.apply.strategy import BatchFacts, Strategy, choose, may_be_small
 from pgferry.apply.worker_settings import ReplaySettings
+from pgferry.node.model import NodeInfo
+from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure
 
@@ -96,3 +98,47 @@ def test_spark_is_asked_only_for_a_large_batch_it_could_take(facts: dict, asked:
 
     choose(replace(PLAIN, small=False, **facts), SETTINGS, ready)
     assert calls == ([1] if asked else [])
+
+
+def _node(node_type: str) -> NodeInfo:
+    return NodeInfo(
+        queue_name="q", node_type=node_type, node_name="n", worker_name="w",
+        combined_queue=None, provider_node="p", provider_location=None, location=None,
+        consumer_name="c", last_tick_id=None, paused=False,
+    )  # fmt: skip
+
+
+def _routes(copy_snapshot: str | None = None) -> dict[str, Route]:
+    route = Route(
+        table_name="public.t", dest_schema="public", dest_name="t", pk=("id",),
+        columns=("id", "v"), types=("integer", "text"), merge_state="ok",
+        copy_condition=None, copy_snapshot=copy_snapshot, skip_truncate=False,
+        dest_fq="public.t",
+    )  # fmt: skip
+    return {route.table_name: route}
+
+
+# Asked before the summary is read (whether the summary comes with the tables' reads):
+# (case, the node's own stream, estimate, node type, a copy filter, small)
+BEFORE_SUMMARY = [
+    ("the node's own stream, small", True, 100, "leaf", None, True),
+    ("at read_ahead_events", True, 2_000, "leaf", None, True),
+    ("above read_ahead_events", True, 2_001, "leaf", None, False),
+    ("size unknown", True, None, "leaf", None, False),
+    ("a copied group's catch-up", False, 100, "leaf", None, False),
+    ("a branch forwards its events", True, 100, "branch", None, False),
+    ("a table still filtered by its copy", True, 100, "leaf", "10:20:", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("main", "estimate", "node_type", "copy_snapshot", "small"),
+    [row[1:] for row in BEFORE_SUMMARY],
+    ids=[row[0] for row in BEFORE_SUMMARY],
+)
+def test_may_be_small_before_the_summary(
+    main: bool, estimate: int | None, node_type: str, copy_snapshot: str | None, small: bool
+) -> None:
+    routes = _routes(copy_snapshot)
+    got = may_be_small(main, estimate, SETTINGS.read_ahead_events, _node(node_type), routes)
+    assert got is small

@@ -90,7 +90,7 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
 
 def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
     """A backlog's first summary may use parallel workers: same rows, and the plan does."""
-    from pgferry.apply.read import PARALLEL_SUMMARY_EVENTS, summarize, summary_settings
+    from pgferry.apply.summary import PARALLEL_SUMMARY_EVENTS, summarize, summary_settings
 
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(

@@ -1,11 +1,11 @@
 """The plan of one batch segment: what it holds, per table, and in what order to read it.
 
-The segment's summary, read by :func:`pgferry.apply.read.summarize`, says which tables it
+The segment's summary, read by :func:`pgferry.apply.summary.summarize`, says which tables it
 touches, whether a table saw only inserts, its last TRUNCATE and the sequences' values
 (:class:`~pgferry.apply.batch_sql.SummaryRow`).  :func:`plan_segment` turns those rows into
 :class:`TableWork` items (one per table, or one per ev_id range of a large table, read in
 parallel) with the columns both sides share and the types the provider decodes them as,
-from what :class:`~pgferry.apply.read.TableShapes` read of the provider.  Nothing here
+from what :class:`~pgferry.apply.shapes.TableShapes` read of the provider.  Nothing here
 reads or writes a database: the planner only decides.
 """
 
@@ -79,9 +79,9 @@ class TableWork:
 @dataclass(frozen=True)
 class PlanInputs:
     """What planning a segment needs besides its summary: the tables' shapes as
-    :class:`~pgferry.apply.read.TableShapes` read them and the replay settings (gathered
+    :class:`~pgferry.apply.shapes.TableShapes` read them and the replay settings (gathered
     on the worker's thread, where the shapes are cached, by
-    :func:`pgferry.apply.segment_plans.plan_inputs`)."""
+    :func:`pgferry.apply.shapes.plan_inputs`)."""
 
     src_cols: dict[str, frozenset[str] | None]
     provider_types: dict[str, bool]
@@ -133,15 +133,6 @@ def apply_columns(route: Route, src: frozenset[str] | None) -> tuple[str, ...]:
         return cols
     exprs = route.handler.column_exprs()  # computed from other columns of the source
     return tuple(c for c in cols if c in src or c in route.pk or c in exprs)
-
-
-def count_scripts(summary: list[SummaryRow]) -> int:
-    return sum(row.scripts for row in summary)
-
-
-def count_removals(summary: list[SummaryRow]) -> int:
-    """Removals of tables or sequences in the segment (counted with ``removals=True``)."""
-    return sum(row.removals for row in summary)
 
 
 def plan_segment(

@@ -1,12 +1,11 @@
-"""Every read replay makes on the provider, and what it hands on.
+"""The reads replay makes on the provider, under the stages that ask for them.
 
-* What a batch segment holds: :func:`summarize` runs its summary query
-  (:mod:`pgferry.apply.batch_sql`) and gives :class:`~pgferry.apply.batch_sql.SummaryRow`
-  items, which the planner (:mod:`pgferry.apply.plan`, no I/O of its own) turns into work.
+* Queries in a read-only transaction of their own, on an idle autocommit connection sent
+  as one message (:func:`read_only_results`): a batch's summary (:mod:`.summary`), a
+  small batch's arrays (:mod:`.small_batch`), the columns a table's queued rows carry
+  (:mod:`.shapes`).
 * The rare events read apart, in ev_id order: queued scripts (:class:`ScriptEvent`) and
-  removals of tables and sequences (:class:`RemovalEvent`).
-* What the provider has of the replayed tables and of the subscriber's own column types
-  (:class:`TableShapes`, read once and kept between batches).
+  removals of tables and sequences (:class:`RemovalEvent`), read by :mod:`.summary`.
 * A table part's rows as COPY data (:func:`read_chunks`; :func:`read_part` is the body
   of a Spark task), read inline or ahead of the apply by :mod:`pgferry.apply.readers`.
 
@@ -39,20 +38,9 @@ from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from pgferry import copyio
-from pgferry.apply.batch_sql import (
-    Segment,
-    SummaryRow,
-    fold_summary,
-    grouped_summary_query,
-    summary_query,
-    summary_rows,
-)
 from pgferry.db import connect, describe, error_text
 from pgferry.errors import DatabaseError, PgferryError
-from pgferry.events import REMOVAL_EVENTS
-from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import EVENT_RANGE_TYPES, EventRange
-from pgferry.registry.routes import Route
 
 # Both ends of a typed COPY must agree on the text forms of dates, intervals and floats.
 TEXT_FORMAT = (
@@ -103,31 +91,6 @@ def read_only(conn: psycopg.Connection) -> Iterator[None]:
 def _idle_autocommit(conn: psycopg.Connection) -> bool:
     """Whether a read can open and commit its own transaction in the statement's message."""
     return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-
-
-# A summary's estimate can pass jit_above_cost while the batch holds a few events: JIT's
-# compilation (tens of milliseconds) would cost more than the query.
-NO_JIT = "set local jit = off"
-
-# A backlog's first summary runs while nothing else does (the batch's reads wait for it):
-# parallel workers may take its scan and grouping when the batch holds at least this many
-# events.  The planner cannot see that on its own: the event tables have no statistics, so
-# it takes a batch for a handful of rows.  Later summaries are not parallel: they run while
-# a batch is applied, beside it on the same cores.
-PARALLEL_SUMMARY_EVENTS = 50000
-PARALLEL_SUMMARY = (
-    "set local parallel_setup_cost = 0",
-    "set local parallel_tuple_cost = 0",
-    "set local min_parallel_table_scan_size = 0",
-)
-
-
-def summary_settings(alone_events: int | None = None) -> tuple[str, ...]:
-    """The SET LOCAL statements a summary runs after (see :func:`summarize`)."""
-    settings: tuple[str, ...] = ("set local enable_sort = off", NO_JIT)
-    if alone_events is not None and alone_events >= PARALLEL_SUMMARY_EVENTS:
-        settings += PARALLEL_SUMMARY
-    return settings
 
 
 @dataclass(frozen=True)
@@ -332,54 +295,6 @@ def read_part(provider_dsn: str, query: str, binary: bool = False) -> list[bytes
         raise DatabaseError(error_text(exc)) from None
 
 
-# --- what a segment holds ------------------------------------------------------------------
-
-
-def summarize(
-    provider: psycopg.Connection,
-    batch_sql: str,
-    routes: dict[str, Route],
-    sequences: Iterable[str],
-    segment: Segment,
-    *,
-    scripts: bool = False,
-    removals: bool = False,
-    alone_events: int | None = None,
-    prepared: PreparedBatch | None = None,
-) -> list[SummaryRow]:
-    """The summary rows of the segment (see :func:`pgferry.apply.batch_sql.summary_query`);
-    ``scripts`` and ``removals`` add the row that counts them.  ``alone_events``: the
-    segment's events, estimated, when nothing else of the worker runs beside the summary
-    (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`).  ``prepared``:
-    the batch's event query with its range as parameters, read instead of ``batch_sql``."""
-    active = [r for r in routes.values() if r.applies]
-    seqs = list(sequences)
-    if not active and not seqs and not scripts and not removals:
-        return []
-    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
-    # filters some table's events by transaction (only the per-table query can).
-    grouped = not any(r.copy_snapshot for r in active)
-    events = None
-    if prepared is not None:
-        batch_sql, events = prepared.sql, prepared.events
-    if grouped:
-        query = grouped_summary_query(batch_sql, seqs, segment)
-    else:
-        query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
-    try:
-        # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
-        # sort that the planner's row estimate for a batch (a handful) would choose, and
-        # spills to disk.
-        rows = read_only_rows(
-            provider, query, settings=summary_settings(alone_events), events=events
-        )
-    except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    if grouped:
-        return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
-    return summary_rows(rows)
-
-
 @dataclass(frozen=True)
 class ScriptEvent:
     """A queued script (an EXECUTE event): replayed at its place between the rows."""
@@ -399,111 +314,3 @@ class RemovalEvent:
     ev_type: str
     name: str | None  # the table or sequence
     origin: str | None  # the node that removed it
-
-
-def read_scripts(provider: psycopg.Connection, batch_sql: str) -> list[ScriptEvent]:
-    """The batch's queued scripts in ev_id order."""
-    return [ScriptEvent(*row) for row in queue_batches.scripts(provider, batch_sql)]
-
-
-def read_removals(provider: psycopg.Connection, batch_sql: str) -> list[RemovalEvent]:
-    """The batch's removals of tables and sequences in ev_id order."""
-    rows = queue_batches.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
-    return [RemovalEvent(*row) for row in rows]
-
-
-# --- what the provider has of the tables ---------------------------------------------------
-
-
-class TableShapes:
-    """What the provider has of the replayed tables (their columns) and of the subscriber's
-    own column types, read once and kept until :meth:`forget` (the provider or a table's
-    shape may have changed).
-
-    The provider's catalog shows its tables as they are now, which is not always the shape
-    of the rows still queued: a leaf behind may apply rows written before a RENAME COLUMN
-    or DROP COLUMN whose script is in a later batch (a queued script after the rows of
-    the same batch is :mod:`.script_shapes`' part).  Where a table's columns on the
-    subscriber are not all on the provider, the columns its queued rows carry are read
-    from one of them (:meth:`carried`) and replace the catalog's: every row queued
-    between two scripts carries the same columns, and replay forgets them after each
-    script."""
-
-    def __init__(self) -> None:
-        self._src_cols: dict[str, frozenset[str] | None] = {}
-        self._prov_types: dict[str, bool] = {}  # the provider has this local type
-        self._carried: dict[str, frozenset[str]] = {}  # registry name -> its rows' keys
-
-    def forget(self) -> None:
-        self._src_cols, self._prov_types, self._carried = {}, {}, {}
-
-    def carried(
-        self, provider: psycopg.Connection, batch_sql: str, rows: dict[str, int]
-    ) -> dict[str, frozenset[str]]:
-        """Per table of ``rows`` (registry name -> the ev_id of one of its row events in
-        ``batch_sql``), the columns its queued rows carry, read once until :meth:`forget`."""
-        wanted = {ev_id: t for t, ev_id in rows.items() if t not in self._carried}
-        if wanted:
-            self._carried.update(_row_keys(provider, batch_sql, wanted))
-        return {t: self._carried[t] for t in rows if t in self._carried}
-
-    def source_columns(
-        self, provider: psycopg.Connection, active: list[Route]
-    ) -> dict[str, frozenset[str] | None]:
-        """Per source table, its columns on the provider (None: the provider has no such
-        table)."""
-        for route in active:
-            name = route.source_type or route.table_name
-            if name not in self._src_cols:
-                self._src_cols[name] = _source_columns(provider, name)
-        renamed = {r.table_name: self._src_cols[r.source_type] for r in active if r.source_type}
-        if not renamed and not self._carried:
-            return self._src_cols
-        return {**self._src_cols, **renamed, **self._carried}
-
-    def provider_types(self, provider: psycopg.Connection, active: list[Route]) -> dict[str, bool]:
-        """Whether the provider has each of the subscriber's own column types."""
-        wanted = {t for r in active if not r.builtin_types for t in r.types}
-        missing = sorted(wanted - self._prov_types.keys())
-        if missing:
-            self._prov_types.update(_types_present(provider, missing))
-        return self._prov_types
-
-
-def _source_columns(conn: psycopg.Connection, table_name: str) -> frozenset[str] | None:
-    row = conn.execute(
-        """
-        select array_agg(attname) from pg_attribute
-         where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped
-        """,
-        (table_name,),
-    ).fetchone()
-    return frozenset(row[0]) if row and row[0] else None
-
-
-def _row_keys(
-    conn: psycopg.Connection, batch_sql: str, wanted: dict[int, str]
-) -> dict[str, frozenset[str]]:
-    """The keys of the row events of ``batch_sql`` with the ev_ids of ``wanted`` (ev_id ->
-    the table's registry name): the columns they carry."""
-    ids = ",".join(str(int(ev_id)) for ev_id in sorted(wanted))
-    # batch_sql is the queue's own text (with braces: no sql.SQL.format).  The limit ends
-    # the scan of a large batch once each row is found (each is a table's first).
-    query = (
-        "select e.ev_id, array(select json_object_keys(e.ev_data::json))"
-        f" from ({batch_sql}) e where e.ev_id = any(array[{ids}]::bigint[])"
-        f" limit {len(wanted)}"
-    )
-    try:
-        rows = read_only_rows(conn, query)
-    except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch's columns: {error_text(exc)}") from None
-    return {wanted[ev_id]: frozenset(keys) for ev_id, keys in rows if ev_id in wanted}
-
-
-def _types_present(conn: psycopg.Connection, type_names: list[str]) -> dict[str, bool]:
-    """Which of ``type_names`` (SQL text, as in ``Route.types``) exist on ``conn``."""
-    rows = conn.execute(
-        "select t, to_regtype(t) is not null from unnest(%s::text[]) as t", (type_names,)
-    ).fetchall()
-    return {name: bool(present) for name, present in rows}

@@ -1,23 +1,27 @@
 """Reading the table parts of a planned segment from the provider, ahead of the apply.
 
 A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
-:class:`~pgferry.apply.plan.TableWork`) is read in one of three ways:
+:class:`~pgferry.apply.plan.TableWork`) is read in one of three ways, each an object with
+the same small interface (:class:`PartReads`, whose ``parts`` hands the applier each part
+with its COPY data), chosen per segment by :mod:`pgferry.apply.segments`:
 
-* inline, on the worker's own provider connection, while the part is loaded (small
-  segments: a thread costs more than it saves), every part's COPY sent in one message
-  (:func:`pgferry.apply.read.read_many`: one round trip for all of them);
+* inline (:class:`InlineReads`), on the worker's own provider connection, while the part
+  is loaded (small segments: a thread costs more than it saves), every part's COPY sent in
+  one message (:func:`pgferry.apply.read.read_many`: one round trip for all of them);
 * by reader threads of a :class:`ReaderPool`, each on a provider connection of a
   :class:`psycopg_pool.ConnectionPool` kept between batches, ahead of the apply: while the
   subscriber applies one table, the next ones are being read;
-* by Spark tasks, one per part (:mod:`pgferry.apply.spark_session` submits them from the
-  same reader threads); each task runs :func:`pgferry.apply.read.read_part` on an executor.
+* by Spark tasks, one per part (a :class:`ReaderPool` that
+  :mod:`pgferry.apply.spark_session` makes submits them from the same reader threads);
+  each task runs :func:`pgferry.apply.read.read_part` on an executor.
 
 Reads may be started before the applier asks for them (:meth:`ReaderPool.start_ahead`:
 the next batch's, :mod:`pgferry.apply.prefetch`); the applier's :meth:`ReaderPool.stream`
 of the very same queries takes them over.  Every read is a COPY in a read-only
 transaction (:func:`pgferry.apply.read.read_chunks`).
-:func:`table_parts` hands the parts to the applier in the order their reads become ready,
-the ranges of one table in their own order.  The parts come from the plan; this module
+:meth:`ReaderPool.parts` hands the parts to the applier in the order their reads become
+ready, the ranges of one table in their own order (:meth:`ReaderPool.split_parts`: as two
+streams, for two applying connections).  The parts come from the plan; this module
 knows of them only what :class:`Part` says.
 """
 
@@ -130,6 +134,53 @@ RemoteRead = Callable[[str, bool], Iterable[bytes]]
 def _reader_conninfo(dsn: str) -> str:
     """``dsn`` with what :func:`pgferry.db.connect` adds to every connection."""
     return session_conninfo(dsn, APPLICATION_NAME)
+
+
+class Part(Protocol):
+    """What a reader needs of one part to read: its query, its table (parts of one table
+    are applied in their order) and whether its COPY is binary."""
+
+    @property
+    def table_name(self) -> str: ...
+
+    @property
+    def binary(self) -> bool: ...
+
+    def query(self, batch_sql: str, segment: Segment) -> str: ...
+
+
+P = TypeVar("P", bound=Part)
+
+
+class PartReads(Protocol):
+    """How a segment's parts are read, chosen per segment (:mod:`.segments`): inline
+    (:class:`InlineReads`), by reader threads or by Spark tasks (:class:`ReaderPool`)."""
+
+    def parts(
+        self, works: list[P], batch_sql: str, segment: Segment
+    ) -> contextlib.AbstractContextManager[Iterator[tuple[P, Iterable[bytes]]]]:
+        """The parts of ``works`` with their COPY data, in the order to apply them; reads
+        still running when the block exits are stopped."""
+        ...
+
+
+class InlineReads:
+    """Parts read on the worker's own provider connection while they are applied, in the
+    listed order (small segments: a thread costs more than it saves), every part's COPY
+    in one message: one round trip for all of a small batch's tables."""
+
+    def __init__(self, provider: psycopg.Connection) -> None:
+        self.provider = provider
+
+    @contextlib.contextmanager
+    def parts(
+        self, works: list[P], batch_sql: str, segment: Segment
+    ) -> Iterator[Iterator[tuple[P, Iterable[bytes]]]]:
+        streams = read_many(self.provider, [(w.query(batch_sql, segment), w.binary) for w in works])
+        try:
+            yield _in_order(works, streams)
+        finally:
+            streams.close()
 
 
 class ReaderPool:
@@ -279,6 +330,39 @@ class ReaderPool:
 
         return streams, wakeup, stop
 
+    @contextlib.contextmanager
+    def parts(
+        self, works: list[P], batch_sql: str, segment: Segment
+    ) -> Iterator[Iterator[tuple[P, Iterable[bytes]]]]:
+        """:meth:`PartReads.parts`: the tables in the order their reads become ready, the
+        ranges of one table in their own order."""
+        read, wakeup, stop = self.stream(
+            [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
+        )
+        try:
+            yield _ready_first(list(zip(works, read, strict=True)), wakeup)
+        finally:
+            stop()
+
+    @contextlib.contextmanager
+    def split_parts(
+        self, works: list[P], batch_sql: str, segment: Segment, second: frozenset[str]
+    ) -> Iterator[tuple[Iterator[tuple[P, Iterable[bytes]]], Iterator[tuple[P, Iterable[bytes]]]]]:
+        """:meth:`parts` as two streams of parts to apply on two connections at once: the
+        tables named in ``second``, and the others.  Each stream gives its tables in the
+        order their reads become ready."""
+        streams, wakeup, stop = self.stream(
+            [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
+        )
+        pairs = list(zip(works, streams, strict=True))
+        try:
+            yield (
+                _ready_first([p for p in pairs if p[0].table_name not in second], wakeup),
+                _ready_first([p for p in pairs if p[0].table_name in second], wakeup),
+            )
+        finally:
+            stop()
+
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no reader thread of this pool is at work (every query read, or
         stopped); False when ``timeout`` seconds passed first."""
@@ -290,79 +374,6 @@ class ReaderPool:
         if self._conns is not None:
             self._conns.close()
             self._conns = None
-
-
-class Part(Protocol):
-    """What a reader needs of one part to read: its query, its table (parts of one table
-    are applied in their order) and whether its COPY is binary."""
-
-    @property
-    def table_name(self) -> str: ...
-
-    @property
-    def binary(self) -> bool: ...
-
-    def query(self, batch_sql: str, segment: Segment) -> str: ...
-
-
-P = TypeVar("P", bound=Part)
-
-
-@contextlib.contextmanager
-def table_parts(
-    works: list[P],
-    batch_sql: str,
-    segment: Segment,
-    *,
-    provider: psycopg.Connection,
-    readers: ReaderPool | None = None,
-) -> Iterator[Iterator[tuple[P, Iterable[bytes]]]]:
-    """The parts of ``works`` with their COPY data, in the order to apply them.
-
-    Read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or, without
-    them, inline on the worker's own ``provider`` connection, in the listed order.  Reads
-    still running when the block exits are stopped.
-    """
-    if readers is None or not works:
-        # The parts' reads in one message: one round trip for all of a small batch's tables.
-        streams = read_many(provider, [(w.query(batch_sql, segment), w.binary) for w in works])
-        try:
-            yield _in_order(works, streams)
-        finally:
-            streams.close()
-        return
-    read, wakeup, stop = readers.stream(
-        [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
-    )
-    try:
-        yield _ready_first(list(zip(works, read, strict=True)), wakeup)
-    finally:
-        stop()
-
-
-@contextlib.contextmanager
-def split_table_parts(
-    works: list[P],
-    batch_sql: str,
-    segment: Segment,
-    *,
-    readers: ReaderPool,
-    second: frozenset[str],
-) -> Iterator[tuple[Iterator[tuple[P, Iterable[bytes]]], Iterator[tuple[P, Iterable[bytes]]]]]:
-    """:func:`table_parts` by ``readers``, as two streams of parts to apply on two
-    connections at once: the tables named in ``second``, and the others.  Each stream
-    gives its tables in the order their reads become ready."""
-    streams, wakeup, stop = readers.stream(
-        [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
-    )
-    pairs = list(zip(works, streams, strict=True))
-    try:
-        yield (
-            _ready_first([p for p in pairs if p[0].table_name not in second], wakeup),
-            _ready_first([p for p in pairs if p[0].table_name in second], wakeup),
-        )
-    finally:
-        stop()
 
 
 def _in_order(

@@ -1,11 +1,11 @@
 """Tables and sequences the provider removed, detached in a batch's apply transaction.
 
 A removal on a root or branch travels down as an event (:mod:`pgferry.node.tableops`
-``remove_tables``); :mod:`.batch` reads those of a batch (:func:`.read.read_removals`) and
-calls :func:`apply_removals` after every row of the batch.  The table's or sequence's
-registry row and triggers go; its rows and values stay.  The provider's copy consumers
-that only a removed table needed are returned, to be dropped after the commit (a consumer
-dropped before it would be missing if the transaction rolled back).
+``remove_tables``); :mod:`.summary` reads those of a batch (:func:`.summary.read_removals`)
+and :mod:`.batch_end` calls :func:`apply_removals` after every row of the batch.  The
+table's or sequence's registry row and triggers go; its rows and values stay.  The
+provider's copy consumers that only a removed table needed are returned, to be dropped after
+the commit (a consumer dropped before it would be missing if the transaction rolled back).
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def apply_removals(
             if seqops.removed_upstream(local, queue, name):
                 log.info("Sequence %s removed: %s no longer replicates it", name, source)
             continue
-        unused = _unused_copy_consumers(local, node, name)  # read before the row goes
+        # Read before the row goes: the provider consumers a copy of the table may hold
+        # that no other table of the node copies or catches up through (the one recorded,
+        # and the name CopyRun gives its group's, registered before it is recorded); none
+        # for a table in state ok (its copy's consumer went at the hand-over).
+        unused = copystate.unused_copy_consumers(local, queue, name, f"{node.consumer_name}.copy.")
         entry = tableops.removed_upstream(local, queue, name)
         if entry is None:
             continue  # never added here, or removed here already
@@ -51,15 +55,3 @@ def apply_removals(
         )
         stale += unused
     return stale
-
-
-def _unused_copy_consumers(
-    local: psycopg.Connection, node: model.NodeInfo, table: str
-) -> list[str]:
-    """The provider consumers a copy of ``table`` may hold that no other table of the node
-    copies or catches up through: the one recorded, and the name
-    :class:`~pgferry.apply.copyrun.CopyRun` gives its group's (registered before it is
-    recorded).  None for a table in state ok: its copy's consumer went at the hand-over."""
-    return copystate.unused_copy_consumers(
-        local, node.queue_name, table, f"{node.consumer_name}.copy."
-    )

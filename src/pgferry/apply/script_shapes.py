@@ -9,39 +9,16 @@ back, and with the table's current name for its row type.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
-from pgferry.registry.routes import Route
+from dataclasses import dataclass, field
 
 
 @dataclass
 class LaterChanges:
-    """Columns dropped or renamed per table, tables renamed (old -> the provider's name)."""
+    """Columns dropped or renamed per table, tables renamed (old -> the provider's name);
+    what a segment is read with because of them is :mod:`.shapes`' part."""
 
     going: dict[str, set[str]] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
-
-    def provider_routes(self, routes: dict[str, Route]) -> dict[str, Route]:
-        """``routes`` with each renamed table's row type under the name the provider
-        knows it by now (the only name it knows)."""
-        if not self.renamed:
-            return routes
-        return {
-            t: replace(r, source_type=self.renamed[t]) if t in self.renamed else r
-            for t, r in routes.items()
-        }
-
-    def columns_carried(
-        self, src_cols: dict[str, frozenset[str] | None]
-    ) -> dict[str, frozenset[str] | None]:
-        """The provider's columns of each table (today's) with those a later script takes
-        away added back: the rows before that script still carry them."""
-        if not self.going:
-            return src_cols
-        return {
-            t: (c | self.going.get(t, set())) if c is not None else None
-            for t, c in src_cols.items()
-        }
 
 
 def later_changes(scripts: list[str], tables: set[str]) -> LaterChanges:

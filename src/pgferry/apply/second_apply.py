@@ -32,14 +32,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 import psycopg
 
-from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import ReaderPool, split_table_parts
 from pgferry.apply.stage_apply import (
     ApplyStats,
     apply_parts,
@@ -53,6 +52,8 @@ from pgferry.handlers.api import Handler
 from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
+
+_Part = tuple[TableWork, Iterable[bytes]]  # a part with its COPY data, as read
 
 APPLICATION_NAME = "pgferry-worker second apply"
 
@@ -307,11 +308,9 @@ def apply_segment_apart(
     conn: psycopg.Connection,
     stages: StageTables,
     plan: SegmentPlan,
-    batch_sql: str,
-    segment: Segment,
+    parts: AbstractContextManager[tuple[Iterator[_Part], Iterator[_Part]]],
     second: SecondApply,
     apart: frozenset[str],
-    readers: ReaderPool,
     *,
     queue: str,
     consumer: str,
@@ -319,16 +318,15 @@ def apply_segment_apart(
     tick_time: datetime | None,
 ) -> ApplyStats:
     """:func:`pgferry.apply.stage_apply.apply_segment` with the tables named in
-    ``apart`` applied on the second connection meanwhile; returns when both are done and
-    the second transaction has committed (the caller's is still open)."""
+    ``apart`` applied on the second connection meanwhile (``parts``: as
+    :meth:`pgferry.apply.readers.ReaderPool.split_parts` reads them, this connection's and
+    the second's); returns when both are done and the second transaction has committed
+    (the caller's is still open)."""
     log.debug("tick %s: %s on the second connection", tick_id, ", ".join(sorted(apart)))
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     run: SecondRun | None = None
     try:
-        with split_table_parts(plan.tables, batch_sql, segment, readers=readers, second=apart) as (
-            mine,
-            theirs,
-        ):
+        with parts as (mine, theirs):
             run = second.start(
                 theirs, queue=queue, consumer=consumer, tick_id=tick_id, tick_time=tick_time
             )

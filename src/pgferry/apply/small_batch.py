@@ -36,20 +36,18 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_sql import Segment, SummaryRow, fold_summary, grouped_summary_query
-from pgferry.apply.plan import PlanInputs, SegmentPlan, TableWork
+from pgferry.apply.batch_end import record_divergence
+from pgferry.apply.batch_sql import Segment
+from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import (
     PreparedBatch,
     provider_named,
     read_only_results,
-    summarize,
-    summary_settings,
 )
 from pgferry.apply.stage_apply import (
     ApplyStats,
     applied_stats,
     apply_sequences,
-    record_divergence,
     staged_part,
     tagged_stats,
 )
@@ -57,7 +55,6 @@ from pgferry.apply.stages import StageTables
 from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
 from pgferry.queue.batches import Batch, EventRange
-from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +62,10 @@ log = logging.getLogger(__name__)
 def qualifies(plan: SegmentPlan) -> bool:
     """Every part of ``plan`` is a whole table applied by the default set-based apply on
     a unique key, and nothing is truncated."""
-    return not plan.truncate and all(_plain(work) for work in plan.tables)
+    return not plan.truncate and all(plain(work) for work in plan.tables)
 
 
-def _plain(work: TableWork) -> bool:
+def plain(work: TableWork) -> bool:
     route = work.route
     return (
         not work.events
@@ -89,78 +86,14 @@ ARRAY_BYTES = 16 * 1024 * 1024
 Arrays = dict[str, tuple[int, str | None]]  # an array read's query -> (rows, array)
 
 
-def may_qualify(
-    main: bool, estimate: int | None, read_ahead_events: int, node: model.NodeInfo,
-    routes: dict[str, Route],
-) -> bool:  # fmt: skip
-    """Whether a batch may be applied here, before its summary is read: the node's own
-    stream, read inline, not a branch's (forwarding), no copy filter."""
-    return (
-        main
-        and estimate is not None
-        and estimate <= read_ahead_events
-        and node.node_type != "branch"
-        and not any(r.copy_snapshot for r in routes.values())
-    )
-
-
-def summarize_with_reads(
-    provider: psycopg.Connection,
-    batch_sql: str,
-    routes: dict[str, Route],
-    seqs: list[str],
-    inputs: PlanInputs,
-    estimate: int | None,
-    recent: frozenset[str] | None = None,
-    prepared: PreparedBatch | None = None,
-) -> tuple[list[SummaryRow], Arrays]:
-    """The batch's summary (scripts and removals counted) and, in the same message, the
-    rows of up to :data:`GUESSED_TABLES` tables as :func:`apply_or_none` would read them,
-    whether the batch holds them or not: those of ``recent`` (the tables of the last
-    batch that had rows), else every table.  One round trip where the summary and the
-    reads took two, and a table read for nothing costs a read of the batch's few events.
-    A read that fails takes the summary alone with it.  ``prepared``: read with the
-    batch's range as parameters (the arrays' keys are then its texts)."""
-    active = [r for r in routes.values() if r.applies]
-    if recent is not None:
-        active = [r for r in active if r.table_name in recent]
-    works: list[TableWork] = []
-    # No event: no read (an idle node's batches).  Else each table as if it had updates:
-    # its columns and types.
-    if estimate and len(active) <= GUESSED_TABLES:
-        guess = [SummaryRow(r.table_name, row_events=1) for r in active]
-        plan = inputs.plan(guess, routes, seqs, ranges=False)
-        works = [work for work in plan.tables if _plain(work)]
-    text, events = _read_form(batch_sql, prepared)
-    queries = [_array_query(work.query(text, Segment())) for work in works]
-    summary_query = grouped_summary_query(text, seqs, Segment())
-    try:
-        with provider_named(provider):
-            results = read_only_results(
-                provider,
-                [summary_query, *queries],
-                settings=summary_settings(estimate),
-                events=events,
-            )
-    except psycopg.Error as exc:
-        if provider.broken:
-            raise
-        log.debug("reading a batch's summary with its tables: %s", exc)
-        summary = summarize(provider, batch_sql, routes, seqs, Segment(), scripts=True,
-                            removals=True, alone_events=estimate)  # fmt: skip
-        return summary, {}
-    summary = fold_summary(results[0], routes.values(), seqs, scripts=True, removals=True)
-    return summary, {q: _counted(rows) for q, rows in zip(queries, results[1:], strict=True)}
-
-
-def _read_form(batch_sql: str, prepared: PreparedBatch | None) -> tuple[str, EventRange | None]:
+def read_form(batch_sql: str, prepared: PreparedBatch | None) -> tuple[str, EventRange | None]:
     """The event query the reads are composed on, and its parameters' values if any."""
     if prepared is None:
         return batch_sql, None
     return prepared.sql, prepared.events
 
 
-def _array_query(query: str) -> str:
+def array_query(query: str) -> str:
     """A table's rows, counted, and as one array unless they are larger than
     :data:`ARRAY_BYTES` (the array is then NULL: the batch is applied table by table)."""
     return (
@@ -171,7 +104,7 @@ def _array_query(query: str) -> str:
     )
 
 
-def _counted(rows: list[tuple[Any, ...]]) -> tuple[int, str | None]:
+def counted(rows: list[tuple[Any, ...]]) -> tuple[int, str | None]:
     return (rows[0][0], rows[0][1]) if rows else (0, None)
 
 
@@ -185,10 +118,10 @@ def read_arrays(
     """Each table's ``(rows, array of the rows' text forms)``, in one read-only
     transaction: on an idle autocommit connection one message, one round trip.
     ``events``: ``batch_sql`` is the generic event query, these its parameters."""
-    queries = [_array_query(work.query(batch_sql, segment)) for work in works]
+    queries = [array_query(work.query(batch_sql, segment)) for work in works]
     with provider_named(provider):
         results = read_only_results(provider, queries, events=events) if queries else []
-    return [_counted(rows) for rows in results]
+    return [counted(rows) for rows in results]
 
 
 def apply_or_none(
@@ -203,17 +136,17 @@ def apply_or_none(
     arrays: Arrays | None = None,
     prepared: PreparedBatch | None = None,
 ) -> ApplyStats | None:
-    """Apply ``plan`` (the whole of ``batch``) and record its tick, committed, in two
-    round trips on ``local`` after one on ``provider`` (none when ``arrays`` holds the
-    reads; ``prepared`` as :func:`summarize_with_reads` read them).  None, with nothing
-    done, when the plan does not :func:`qualify <qualifies>`, a table's rows are larger
-    than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller applies
-    the batch table by table, whose error names the table."""
+    """Apply ``plan`` (the whole of ``batch``) and record its tick, committed, in two round
+    trips on ``local`` after one on ``provider`` (none when ``arrays`` holds the reads;
+    ``prepared`` as :func:`pgferry.apply.summary.summarize_with_reads` read them).  None,
+    with nothing done, when the plan does not :func:`qualify <qualifies>`, a table's rows
+    are larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller
+    applies the batch table by table, whose error names the table."""
     if not qualifies(plan):
         return None
     try:
         return _apply(
-            local, provider, stages, plan, _read_form(batch_sql, prepared), batch, node,
+            local, provider, stages, plan, read_form(batch_sql, prepared), batch, node,
             arrays or {},
         )  # fmt: skip
     except psycopg.Error as exc:
@@ -224,14 +157,14 @@ def apply_or_none(
         return None
 
 
-def _apply(  # apply_or_none's arguments; form: _read_form's
+def _apply(  # apply_or_none's arguments; form: read_form's
     local: psycopg.Connection, provider: psycopg.Connection, stages: StageTables,
     plan: SegmentPlan, form: tuple[str, EventRange | None], batch: Batch,
     node: model.NodeInfo, found: Arrays,
 ) -> ApplyStats | None:  # fmt: skip
     started = time.monotonic()
     text, events = form
-    wanted = [_array_query(work.query(text, Segment())) for work in plan.tables]
+    wanted = [array_query(work.query(text, Segment())) for work in plan.tables]
     missing = [(w, q) for w, q in zip(plan.tables, wanted, strict=True) if q not in found]
     if missing:  # the tables not read with the summary, in one message now
         late = read_arrays(provider, [w for w, _ in missing], text, Segment(), events)

@@ -12,7 +12,8 @@ last; nothing here commits (the caller adds the tick record to the same transact
 
 Those statements also repair, silently, a subscriber that drifted: an update of a row
 missing here inserts it, a delete of one finds nothing.  Both are counted per table
-(:class:`ApplyStats`) and added to the node's totals by :func:`record_divergence`, so that
+(:class:`ApplyStats`) and added to the node's totals at the batch's end
+(:func:`pgferry.apply.batch_end.record_divergence`), so that
 drift shows in ``status`` and the log instead of being hidden by the next change.
 """
 
@@ -22,21 +23,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import ReaderPool, table_parts
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.handlers import Applied, Staged
-from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import entries
 from pgferry.registry.routes import Route
@@ -308,68 +307,21 @@ def apply_segment(
     conn: psycopg.Connection,
     stages: StageTables,
     plan: SegmentPlan,
-    batch_sql: str,
-    segment: Segment,
+    parts: AbstractContextManager[Iterator[tuple[TableWork, Iterable[bytes]]]],
     *,
     queue: str,
-    provider: psycopg.Connection,
-    readers: ReaderPool | None = None,
     tick_id: int = 0,
     tick_time: datetime | None = None,
 ) -> ApplyStats:
-    """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``.
-
-    Rows are read by ``readers`` (threads, or Spark tasks, reading ahead of the apply) or,
-    for small segments, inline on the worker's own ``provider`` connection
-    (:func:`pgferry.apply.readers.table_parts`).
-    """
+    """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``, each
+    of its ``parts`` as its read hands it over (:meth:`pgferry.apply.readers.PartReads.parts`:
+    inline on the worker's own provider connection, or by threads or Spark tasks reading
+    ahead of the apply; entered once the TRUNCATEs are done)."""
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
     try:
-        with table_parts(
-            plan.tables, batch_sql, segment, provider=provider, readers=readers
-        ) as parts:
-            stats.add(apply_parts(conn, stages, parts, tick_id, tick_time))
+        with parts as read:
+            stats.add(apply_parts(conn, stages, read, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
     return stats
-
-
-def record_divergence(
-    conn: psycopg.Connection,
-    queue: str,
-    consumer: str,
-    stats: ApplyStats,
-    *,
-    tick_id: int | None = None,
-) -> None:
-    """Add a batch's divergence to the node's totals, in the transaction that applied it
-    (a batch that rolls back counts nothing), and log it in one line; nothing when the
-    batch found none."""
-    if not stats.recreated and not stats.missing_deletes:
-        return
-    tables = sorted(stats.diverged)
-    model.add_divergence(
-        conn, queue, consumer, stats.recreated, stats.missing_deletes, ", ".join(tables)
-    )
-    log.warning(
-        "diverged%s: %s",
-        f" at tick {tick_id}" if tick_id is not None else "",
-        "; ".join(divergence_text(table, *stats.diverged[table]) for table in tables),
-    )
-
-
-def divergence_text(table: str, recreated: int, missing_deletes: int) -> str:
-    """'re-created 3 rows of public.t missing here, 1 delete found no row'."""
-    parts = []
-    if recreated:
-        parts.append(f"re-created {_rows(recreated)} of {table} missing here")
-    if missing_deletes:
-        deletes = f"{missing_deletes} delete{'s' if missing_deletes != 1 else ''}"
-        where = "" if recreated else f" of {table}"
-        parts.append(f"{deletes}{where} found no row")
-    return ", ".join(parts)
-
-
-def _rows(n: int) -> str:
-    return f"{n} row{'s' if n != 1 else ''}"

@@ -2,11 +2,12 @@
 
 :func:`choose` is the whole decision, a pure function (the one question it asks outside,
 whether Spark is up, is asked only when its answer matters, as asking remembers that a large
-batch wanted Spark): a small batch in two round trips (``small``); else by Spark tasks
-(``use_spark``), by reader threads ahead of the apply (``read_ahead``) or inline; some
-tables on a second connection (``apart``); and the next batch read while this one is
-applied (``start_next``).  :mod:`pgferry.apply.batch` acts on the answer;
-tests/apply/test_strategy.py holds its table.
+batch wanted Spark; :func:`may_be_small` is its part asked before the summary is read,
+whether the summary comes with a small batch's reads): a small batch in two round trips
+(``small``); else by Spark tasks (``use_spark``), by reader threads ahead of the apply
+(``read_ahead``) or inline; some tables on a second connection (``apart``); and the next
+batch read while this one is applied (``start_next``).  :mod:`pgferry.apply.batch` acts on
+the answer; tests/apply/test_strategy.py holds its table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgferry.apply.worker_settings import ReplaySettings
+from pgferry.node import model
+from pgferry.registry.routes import Route
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class BatchFacts:
     scripts: bool  # it holds queued scripts
     removals: bool  # it holds removals of tables or sequences
     applies: bool  # some table of the batch is replayed here
-    small: bool  # small enough for the two round trips (small_batch.may_qualify)
+    small: bool  # small enough for the two round trips (may_be_small)
     second_left: bool  # a second connection may have applied tables of it already
     read_next: bool  # the worker would read the next batch meanwhile
 
@@ -38,6 +41,22 @@ class Strategy:
     read_ahead: bool  # its parts read by reader threads ahead of the apply (else inline)
     apart: bool  # some tables may go to the second connection (second_apply.py)
     start_next: bool  # the next batch is summarised and read while this one is applied
+
+
+def may_be_small(
+    main: bool, estimate: int | None, read_ahead_events: int, node: model.NodeInfo,
+    routes: dict[str, Route],
+) -> bool:  # fmt: skip
+    """Whether a batch may be applied in two round trips (:mod:`.small_batch`), asked
+    before its summary is read: the node's own stream, read inline, not a branch's
+    (forwarding), no copy filter."""
+    return (
+        main
+        and estimate is not None
+        and estimate <= read_ahead_events
+        and node.node_type != "branch"
+        and not any(r.copy_snapshot for r in routes.values())
+    )
 
 
 def choose(
