@@ -58,7 +58,7 @@ from pgferry.errors import PgferryError
 FIGURES = ("catchup_s", "worker_start_cmd_s", "root_backends_cpu_s", "leaf_backends_cpu_s")
 PREWARM = {
     "root": ("ferry_queue.event",),
-    "leaf": ("user_session", "user_login_rec", "user_logout_rec"),
+    "leaf": ("digoal_01.user_session", "digoal_01.user_login_rec", "digoal_01.user_logout_rec"),
 }
 
 
