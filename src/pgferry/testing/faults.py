@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql as q
 
 from pgferry.node import worker_health
+from pgferry.testing.cluster import LocalCluster
 from pgferry.testing.commands import run_pgferry
 from pgferry.testing.scenario import (
     BRANCHES,
@@ -76,18 +77,18 @@ class Faults:
         return f"SIGKILL {job}"
 
     def fault_restart_subscriber(self, rng: random.Random) -> str:
-        mode = rng.choice(("fast", "immediate"))
-        self.s.sub_cluster.stop(mode)
-        time.sleep(rng.uniform(0.5, 2.0))
-        self.s.sub_cluster.start()
-        return f"subscriber server stopped -m {mode}"
+        return self._restart(self.s.sub_cluster, "subscriber", rng)
 
     def fault_restart_provider(self, rng: random.Random) -> str:
+        return self._restart(self.s.root_cluster, "provider", rng)
+
+    @staticmethod
+    def _restart(cluster: LocalCluster, role: str, rng: random.Random) -> str:
         mode = rng.choice(("fast", "immediate"))
-        self.s.root_cluster.stop(mode)
+        cluster.stop(mode)
         time.sleep(rng.uniform(0.5, 2.0))
-        self.s.root_cluster.start()
-        return f"provider server stopped -m {mode}"
+        cluster.start()
+        return f"{role} server stopped -m {mode}"
 
     def fault_stop_ticker(self, rng: random.Random) -> str:
         self.s.stop("pgqd")
