@@ -1,15 +1,12 @@
 """What a segment is planned with, without a database: the routes and columns of the rows
-queued before a script that renames or drops (pgferry.apply.shapes), and whether a
-batch's segments are planned in ev_id ranges (pgferry.apply.segments.Reading)."""
+queued before a script that renames or drops (pgferry.apply.shapes).  Whether a batch's
+segments are planned in ev_id ranges is the strategy's (tests/apply/test_strategy.py)."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
 from pgferry.apply.script_shapes import LaterChanges
-from pgferry.apply.segments import Reading
 from pgferry.apply.shapes import columns_carried, provider_routes
 from pgferry.registry.routes import Route
 
@@ -55,26 +52,3 @@ def test_columns_a_later_script_takes_away_are_added_back() -> None:
     }
     assert columns_carried(src, LaterChanges()) is src
     assert columns_carried(src, None) is src
-
-
-READING = Reading(
-    queue="q", batch_id=1, tick_id=2, tick_time=None, batch_sql="select 1", seqs=[],
-    use_spark=False, read_ahead=False,
-)  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("how", "ranges", "whole_updates"),
-    [
-        ({}, False, True),  # inline: every table read whole
-        ({"read_ahead": True}, True, True),  # reader threads: inserts-only tables split
-        ({"use_spark": True}, True, False),  # Spark: ranges bound a task's memory
-        ({"read_ahead": True, "apart": True}, True, False),  # two connections
-    ],
-    ids=["inline", "readers", "spark", "readers-apart"],
-)
-def test_how_a_batch_is_read_decides_its_ranges(
-    how: dict, ranges: bool, whole_updates: bool
-) -> None:
-    reading = replace(READING, **how)
-    assert (reading.ranges, reading.whole_updates) == (ranges, whole_updates)

@@ -2,7 +2,9 @@
 database: small batches in two round trips, Spark for large ones when it is up, reader
 threads above ``replay_read_ahead_events``, the second connection above
 ``replay_second_events``, the next batch read meanwhile; and Spark asked only when its
-answer matters (asking remembers that a large batch wanted it)."""
+answer matters (asking remembers that a large batch wanted it).  Then what a segment of
+so many parts is read by, and what the strategy plans its tables in (ev_id ranges, and
+whether tables with updates are split)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from pgferry.apply.strategy import BatchFacts, Strategy, choose, may_be_small
+from pgferry.apply.strategy import BatchFacts, Reads, Strategy, choose, may_be_small
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node.model import NodeInfo
 from pgferry.registry.routes import Route
@@ -40,32 +42,32 @@ PLAIN = BatchFacts(
 
 
 def _chosen(how: Strategy) -> str:
-    """The strategy as the names of what it does: "small", "spark readers next", ..."""
-    names = ("small", "spark", "readers", "apart", "next")
-    flags = (how.small, how.use_spark, how.read_ahead, how.apart, how.start_next)
-    return " ".join(name for name, on in zip(names, flags, strict=True) if on) or "inline"
+    """The strategy as the names of what it does: "small inline", "spark next", ..."""
+    flags = {"small": how.small, "apart": how.apart, "next": how.start_next}
+    names = [name for name, on in flags.items() if on]
+    return " ".join([*names[:1], how.reads, *names[1:]] if how.small else [how.reads, *names])
 
 
 BIG, MID = {"estimate": 60_000, "small": False}, {"estimate": 10_000, "small": False}
 # (case, the batch's facts, Spark up, replay_second_events, what is chosen)
 TABLE = [
-    ("small", {}, True, 0, "small"),
-    ("small above read_ahead_events", {"estimate": 2_001}, True, 0, "small readers next"),
-    ("mid-sized", MID, True, 0, "readers next"),
-    ("large, Spark up", BIG, True, 0, "spark readers next"),
-    ("large, Spark down", BIG, False, 0, "readers next"),
-    ("size unknown: large", {**BIG, "estimate": None}, True, 0, "spark readers next"),
-    ("large with a script", {**BIG, "scripts": True}, True, 0, "readers"),
-    ("large, nothing applies", {**BIG, "applies": False}, True, 0, "readers next"),
+    ("small", {}, True, 0, "small inline"),
+    ("small above read_ahead_events", {"estimate": 2_001}, True, 0, "small threads next"),
+    ("mid-sized", MID, True, 0, "threads next"),
+    ("large, Spark up", BIG, True, 0, "spark next"),
+    ("large, Spark down", BIG, False, 0, "threads next"),
+    ("size unknown: large", {**BIG, "estimate": None}, True, 0, "spark next"),
+    ("large with a script", {**BIG, "scripts": True}, True, 0, "threads"),
+    ("large, nothing applies", {**BIG, "applies": False}, True, 0, "threads next"),
     ("small with a script", {"scripts": True}, True, 0, "inline"),
     ("small with a removal", {"removals": True}, True, 0, "inline"),
     ("small, second may have applied", {"second_left": True}, True, 0, "inline"),
-    ("above second_events", MID, False, 5_000, "readers apart next"),
-    ("at second_events", {**MID, "estimate": 5_000}, False, 5_000, "readers next"),
-    ("second, not beside Spark", BIG, True, 5_000, "spark readers next"),
-    ("second, not in a catch-up", {**MID, "main": False}, False, 5_000, "readers"),
-    ("next batch not asked for", {**MID, "read_next": False}, False, 0, "readers"),
-    ("a removal", {**MID, "removals": True}, False, 0, "readers"),
+    ("above second_events", MID, False, 5_000, "threads apart next"),
+    ("at second_events", {**MID, "estimate": 5_000}, False, 5_000, "threads next"),
+    ("second, not beside Spark", BIG, True, 5_000, "spark next"),
+    ("second, not in a catch-up", {**MID, "main": False}, False, 5_000, "threads"),
+    ("next batch not asked for", {**MID, "read_next": False}, False, 0, "threads"),
+    ("a removal", {**MID, "removals": True}, False, 0, "threads"),
 ]
 
 
@@ -142,3 +144,41 @@ def test_may_be_small_before_the_summary(
     routes = _routes(copy_snapshot)
     got = may_be_small(main, estimate, SETTINGS.read_ahead_events, _node(node_type), routes)
     assert got is small
+
+
+# (case, the batch's reads, the segment's parts, what reads them)
+SEGMENT_READS = [
+    ("inline stays inline", "inline", 5, "inline"),
+    ("one part: no thread", "threads", 1, "inline"),
+    ("several parts: threads", "threads", 2, "threads"),
+    ("nothing to read", "threads", 0, "inline"),
+    ("Spark reads even one part", "spark", 1, "spark"),
+    ("Spark, nothing to read", "spark", 0, "inline"),
+]
+
+
+@pytest.mark.parametrize(
+    ("reads", "parts", "expected"),
+    [row[1:] for row in SEGMENT_READS],
+    ids=[row[0] for row in SEGMENT_READS],
+)
+def test_what_reads_a_segment(reads: Reads, parts: int, expected: str) -> None:
+    how = Strategy(small=False, reads=reads, apart=False, start_next=False)
+    assert how.segment_reads(parts) == expected
+
+
+@pytest.mark.parametrize(
+    ("reads", "apart", "ranges", "whole_updates"),
+    [
+        ("inline", False, False, True),  # every table read whole
+        ("threads", False, True, True),  # reader threads: inserts-only tables split
+        ("spark", False, True, False),  # Spark: ranges bound a task's memory
+        ("threads", True, True, False),  # two connections
+    ],
+    ids=["inline", "threads", "spark", "threads-apart"],
+)
+def test_what_the_strategy_plans_its_tables_in(
+    reads: Reads, apart: bool, ranges: bool, whole_updates: bool
+) -> None:
+    how = Strategy(small=False, reads=reads, apart=apart, start_next=False)
+    assert (how.ranges, how.whole_updates) == (ranges, whole_updates)

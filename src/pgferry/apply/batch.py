@@ -26,7 +26,7 @@ import time
 
 import psycopg
 
-from pgferry.apply import handover, script_replay, small_batch, strategy
+from pgferry.apply import handover, script_replay, strategy
 from pgferry.apply.batch_end import BatchTransaction
 from pgferry.apply.batch_sql import Segment
 from pgferry.apply.prefetch import Ahead, Prefetcher
@@ -36,6 +36,7 @@ from pgferry.apply.script_shapes import later_changes
 from pgferry.apply.second_apply import SecondApply
 from pgferry.apply.segments import Reading, Segments
 from pgferry.apply.shapes import TableShapes, plan_inputs
+from pgferry.apply.small_batch import SmallBatch
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.stages import StageTables
@@ -198,10 +199,17 @@ class Replayer:
         )  # fmt: skip
         how = strategy.choose(facts, settings, lambda: self.spark.ready(start=False))
         reading = Reading(
-            node.queue_name, batch.batch_id, batch.tick_id, batch.tick_time, batch_sql,
-            list(seqs), how.use_spark, how.read_ahead, started, how.apart, node.consumer_name,
-            read_next if how.start_next else None,
-        )  # fmt: skip
+            queue=node.queue_name,
+            batch_id=batch.batch_id,
+            tick_id=batch.tick_id,
+            tick_time=batch.tick_time,
+            batch_sql=batch_sql,
+            seqs=list(seqs),
+            how=how,
+            started=started,
+            consumer=node.consumer_name,
+            read_next=read_next if how.start_next else None,
+        )
         if local.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Else the block below would be a savepoint, and its end no commit of the tick.
             raise ReplayError("the node's connection is in a transaction before the batch")
@@ -219,20 +227,18 @@ class Replayer:
                 summary.rows,
                 routes,
                 reading.seqs,
-                ranges=reading.ranges,
-                whole_updates=reading.whole_updates,
+                ranges=how.ranges,
+                whole_updates=how.whole_updates,
             )
-            done_small = small_batch.apply_or_none(
-                local,
+            whole = SmallBatch(
                 provider,
                 self.stages,
-                plan,
-                batch_sql,
-                batch=batch,
-                node=node,
+                batch,
+                node,
                 arrays=summary.arrays,
                 prepared=summary.prepared,
             )
+            done_small = whole.apply(local, plan, whole.read(plan, batch_sql))
             if done_small is not None:  # else applied table by table below
                 done_small.summary_seconds = summary.seconds
                 self._recent = frozenset(done_small.tables) or self._recent
@@ -286,5 +292,5 @@ class Replayer:
         for consumer_name in stale_consumers:
             handover.drop_consumer(provider, node.queue_name, consumer_name)
         stats.summary_seconds = summary.seconds
-        stats.spark = how.use_spark
+        stats.spark = how.spark
         return stats

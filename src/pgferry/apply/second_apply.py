@@ -37,17 +37,12 @@ from datetime import datetime
 
 import psycopg
 
+from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import ReplayError
-from pgferry.apply.stage_apply import (
-    ApplyStats,
-    apply_parts,
-    apply_sequences,
-    apply_table,
-    apply_truncates,
-)
+from pgferry.apply.readers import ReaderPool
+from pgferry.apply.stage_apply import ApplyStats, apply_segment_beside, apply_table
 from pgferry.apply.stages import StageTables
-from pgferry.db import connect, error_text
+from pgferry.db import connect
 from pgferry.handlers.api import Handler
 from pgferry.registry.routes import Route
 
@@ -237,7 +232,7 @@ class SecondApply:
 
 class SecondRun:
     """One batch's tables on the second connection: applied, recorded in
-    ``ferry.applied_part`` and committed in a thread; :meth:`join` returns what it did or
+    ``ferry.applied_part`` and committed in a thread; :meth:`outcome` returns what it did or
     raises what failed it, :meth:`abort` stops it (the main transaction failed)."""
 
     def __init__(
@@ -270,7 +265,7 @@ class SecondRun:
                     applied[work.table_name][1].add(done)
                     self.stats.add(done)
                 self._record(applied)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by join()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by outcome()
             self.error = exc
             self.owner.stages.reset()  # stages made in the failed transaction are gone
 
@@ -287,7 +282,7 @@ class SecondRun:
                 rows,
             )
 
-    def join(self) -> ApplyStats:
+    def outcome(self) -> ApplyStats:
         self.thread.join()
         if self.error is not None:
             raise self.error
@@ -304,39 +299,55 @@ class SecondRun:
             self.owner.close()  # cut off mid-statement: a new connection next time
 
 
-def apply_segment_apart(
-    conn: psycopg.Connection,
-    stages: StageTables,
-    plan: SegmentPlan,
-    parts: AbstractContextManager[tuple[Iterator[_Part], Iterator[_Part]]],
-    second: SecondApply,
-    apart: frozenset[str],
-    *,
-    queue: str,
-    consumer: str,
-    tick_id: int,
-    tick_time: datetime | None,
-) -> ApplyStats:
-    """:func:`pgferry.apply.stage_apply.apply_segment` with the tables named in
-    ``apart`` applied on the second connection meanwhile (``parts``: as
-    :meth:`pgferry.apply.readers.ReaderPool.split_parts` reads them, this connection's and
-    the second's); returns when both are done and the second transaction has committed
-    (the caller's is still open)."""
-    log.debug("tick %s: %s on the second connection", tick_id, ", ".join(sorted(apart)))
-    stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
-    run: SecondRun | None = None
-    try:
-        with parts as (mine, theirs):
-            run = second.start(
-                theirs, queue=queue, consumer=consumer, tick_id=tick_id, tick_time=tick_time
-            )
-            stats.add(apply_parts(conn, stages, mine, tick_id, tick_time))
-            stats.add(run.join())
-    except BaseException as exc:
-        if run is not None:
-            run.abort()
-        if isinstance(exc, psycopg.Error):
-            raise ReplayError(error_text(exc)) from None
-        raise
-    stats.sequences = apply_sequences(conn, queue, plan.sequences)
-    return stats
+class TwoConnections:
+    """A segment's parts read by reader threads (``pool``) as two streams and applied on
+    two connections at once: the tables named in ``apart`` on the second one
+    (:class:`SecondApply`), the others on the worker's
+    (:func:`pgferry.apply.stage_apply.apply_segment_beside`, the caller's transaction,
+    still open when the second has committed)."""
+
+    def __init__(
+        self,
+        pool: ReaderPool,
+        stages: StageTables,
+        second: SecondApply,
+        apart: frozenset[str],
+        *,
+        queue: str,
+        consumer: str,
+        tick_id: int,
+        tick_time: datetime | None,
+    ) -> None:
+        self.pool, self.stages, self.second, self.apart = pool, stages, second, apart
+        self.queue, self.consumer = queue, consumer
+        self.tick_id, self.tick_time = tick_id, tick_time
+
+    def read(
+        self, plan: SegmentPlan, batch_sql: str, segment: Segment
+    ) -> AbstractContextManager[tuple[Iterator[_Part], Iterator[_Part]]]:
+        return self.pool.split_parts(plan.tables, batch_sql, segment, self.apart)
+
+    def apply(
+        self,
+        conn: psycopg.Connection,
+        plan: SegmentPlan,
+        parts: AbstractContextManager[tuple[Iterator[_Part], Iterator[_Part]]],
+    ) -> ApplyStats:
+        log.debug(
+            "tick %s: %s on the second connection", self.tick_id, ", ".join(sorted(self.apart))
+        )
+        return apply_segment_beside(
+            conn, self.stages, plan, parts, self,
+            queue=self.queue, tick_id=self.tick_id, tick_time=self.tick_time,
+        )  # fmt: skip
+
+    def start(self, parts: Iterator[_Part]) -> SecondRun:
+        """The second connection's parts, applied in a thread (called by the apply once the
+        reads are entered)."""
+        return self.second.start(
+            parts,
+            queue=self.queue,
+            consumer=self.consumer,
+            tick_id=self.tick_id,
+            tick_time=self.tick_time,
+        )

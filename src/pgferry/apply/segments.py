@@ -3,33 +3,38 @@ the batch's transaction.
 
 A segment's replay runs one way through its stages: what the provider has of its tables
 (:func:`pgferry.apply.shapes.plan_inputs`, with the segment's summary), its plan
-(:meth:`~pgferry.apply.plan.PlanInputs.plan`), the readers of its parts (inline, reader
-threads or Spark tasks, :mod:`.readers`; the next batch's reads started meanwhile,
-:mod:`.prefetch`) and the apply of the parts as they arrive, on the worker's connection
-(:func:`pgferry.apply.stage_apply.apply_segment`) or shared with a second one
-(:func:`pgferry.apply.second_apply.apply_segment_apart`).
+(:meth:`~pgferry.apply.plan.PlanInputs.plan`), the way it is replayed, made from the
+batch's :class:`~pgferry.apply.strategy.Strategy` and the reader threads kept here (a
+:class:`~pgferry.apply.stage_apply.SegmentWay`: its parts read inline, by reader threads
+or by Spark tasks, :mod:`.readers`, and applied on the worker's connection,
+:class:`~pgferry.apply.stage_apply.OneConnection`, or shared with a second one,
+:class:`~pgferry.apply.second_apply.TwoConnections`), the next batch's reads started
+meanwhile (:mod:`.prefetch`), then the way's ``read`` and ``apply``.
 
-:class:`Reading` is what the batch's strategy (:mod:`.strategy`) decided for all of its
-segments; :class:`Segments` keeps between batches what the segments are read with (the
-reader threads' pool).
+:class:`Reading` is what the batch's strategy decided for all of its segments;
+:class:`Segments` keeps between batches what the segments are read with (the reader
+threads' pool).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
 from pgferry.apply import shapes
 from pgferry.apply.batch_sql import Segment, SummaryRow
+from pgferry.apply.plan import SegmentPlan
 from pgferry.apply.prefetch import NextBatch, Prefetcher
-from pgferry.apply.readers import InlineReads, PartReads, ReaderPool
+from pgferry.apply.readers import InlineReads, ReaderPool
 from pgferry.apply.script_shapes import LaterChanges
-from pgferry.apply.second_apply import SecondApply, apply_segment_apart, share_out
+from pgferry.apply.second_apply import SecondApply, TwoConnections, share_out
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats, apply_segment
+from pgferry.apply.stage_apply import ApplyStats, OneConnection, SegmentWay
 from pgferry.apply.stages import StageTables
+from pgferry.apply.strategy import Reads, Strategy
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.registry.routes import Route
 
@@ -44,24 +49,10 @@ class Reading:
     tick_time: datetime | None
     batch_sql: str
     seqs: list[str]
-    use_spark: bool  # by Spark tasks (the session is up and the batch is large)
-    read_ahead: bool  # by reader threads ahead of the apply (else inline)
+    how: Strategy  # what strategy.choose decided for the batch
     started: bool = False  # its reads were started while the batch before it was applied
-    apart: bool = False  # some tables may go to the second connection (second_apply.py)
     consumer: str = ""
     read_next: int | None = None  # read the next batch meanwhile, of up to so many events
-
-    @property
-    def ranges(self) -> bool:
-        """Large tables are planned in ev_id ranges (read in parallel)."""
-        return self.read_ahead or self.use_spark
-
-    @property
-    def whole_updates(self) -> bool:
-        """Only tables that saw nothing but inserts are split into ranges: a Spark task
-        hands its whole part to the driver, there ranges bound memory; with two applying
-        connections a table in ranges starts its apply after a range."""
-        return not self.use_spark and not self.apart
 
 
 class Segments:
@@ -109,7 +100,7 @@ class Segments:
     ) -> ApplyStats:
         """Apply one segment of ``reading``'s batch (``summary``: its own) in the open
         transaction on ``local``; the tables in ``done`` were applied already."""
-        batch_sql, use_spark = reading.batch_sql, reading.use_spark
+        batch_sql, how = reading.batch_sql, reading.how
         # The provider's catalog already shows what scripts later in the batch change.
         routes = shapes.provider_routes(routes, later)
         inputs = shapes.plan_inputs(
@@ -126,39 +117,18 @@ class Segments:
             summary,
             routes,
             reading.seqs,
-            ranges=reading.ranges,
-            whole_updates=reading.whole_updates,
+            ranges=how.ranges,
+            whole_updates=how.whole_updates,
         )
         plan.tables = [w for w in plan.tables if w.table_name not in done]
-        # How the parts are read: inline, by reader threads (those started ahead taken
-        # when the plan asks for the same queries) or by Spark tasks.
-        readers = None
-        if use_spark and plan.tables:
-            readers = self.spark.readers(reading.batch_id, self.provider_dsn, settings.read_parts)
-        elif (reading.read_ahead or use_spark) and len(plan.tables) > 1:
-            readers = self.reader_pool(settings)
-            if reading.started and self.ahead.pool is not None:
-                readers = self.ahead.pool
-        if reading.started and readers is not self.ahead.pool:
-            self.ahead.drop_reads()
-        # Some tables may go to the second connection (never a table of this one's).
-        apart = frozenset[str]()
-        if reading.apart and readers is not None and self.second.available(local):
-            active = [r for r in routes.values() if r.applies]
-            apart = share_out(plan.tables, self.second.eligible(local, active))
-        if reading.read_next is not None and readers is not None and readers is self.readers:
+        pool = self._pool(settings, reading, how.segment_reads(len(plan.tables)))
+        way = self._way(local, provider, reading, routes, plan, pool)
+        if reading.read_next is not None and pool is not None and pool is self.readers:
             # Started now (the apply takes them: the same queries), so that the next
             # batch's reads wait for these.
-            readers.start_ahead(
+            pool.start_ahead(
                 [(w.table_name, w.query(batch_sql, segment), w.binary) for w in plan.tables]
             )
-        # The parts as read, for the apply to enter (no read starts before it does); with
-        # a second connection, as two streams.
-        split = None
-        if apart and readers is not None:
-            split = readers.split_parts(plan.tables, batch_sql, segment, apart)
-        reads: PartReads = readers if readers is not None else InlineReads(provider)
-        parts = reads.parts(plan.tables, batch_sql, segment)
         if reading.read_next is not None:
             # The next batch is read while this one is applied; its reads are planned as
             # this one's are (a large batch is read by Spark tasks instead).
@@ -177,25 +147,45 @@ class Segments:
             self.ahead.start(
                 self.provider_dsn, settings.read_ahead, self.reader_pool(settings), want
             )
-        if split is not None:
-            return apply_segment_apart(
-                local,
-                self.stages,
-                plan,
-                split,
-                self.second,
-                apart,
-                queue=reading.queue,
-                consumer=reading.consumer,
-                tick_id=reading.tick_id,
-                tick_time=reading.tick_time,
-            )
-        return apply_segment(
-            local,
-            self.stages,
-            plan,
-            parts,
-            queue=reading.queue,
-            tick_id=reading.tick_id,
-            tick_time=reading.tick_time,
-        )
+        # The parts as the way reads them, handed to its apply, which enters them (no read
+        # starts before it does).
+        return way.apply(local, plan, way.read(plan, batch_sql, segment))
+
+    def _pool(self, settings: ReplaySettings, reading: Reading, reads: Reads) -> ReaderPool | None:
+        """The readers of a segment read by threads (those started ahead taken when the
+        plan asks for the same queries) or Spark tasks; None: read inline."""
+        pool = None
+        if reads == "spark":
+            pool = self.spark.readers(reading.batch_id, self.provider_dsn, settings.read_parts)
+        elif reads == "threads":
+            pool = self.reader_pool(settings)
+            if reading.started and self.ahead.pool is not None:
+                pool = self.ahead.pool
+        if reading.started and pool is not self.ahead.pool:
+            self.ahead.drop_reads()
+        return pool
+
+    def _way(
+        self,
+        local: psycopg.Connection,
+        provider: psycopg.Connection,
+        reading: Reading,
+        routes: dict[str, Route],
+        plan: SegmentPlan,
+        pool: ReaderPool | None,
+    ) -> SegmentWay[Any]:
+        """The segment's way: its parts read by ``pool`` (else inline) and applied on the
+        worker's connection, or some tables on the second one (never a table of this
+        one's) when the strategy allows it and any may go there."""
+        stages, queue = self.stages, reading.queue
+        tick_id, tick_time = reading.tick_id, reading.tick_time
+        if reading.how.apart and pool is not None and self.second.available(local):
+            active = [r for r in routes.values() if r.applies]
+            apart = share_out(plan.tables, self.second.eligible(local, active))
+            if apart:
+                return TwoConnections(
+                    pool, stages, self.second, apart, queue=queue, consumer=reading.consumer,
+                    tick_id=tick_id, tick_time=tick_time,
+                )  # fmt: skip
+        reads = pool if pool is not None else InlineReads(provider)
+        return OneConnection(reads, stages, queue=queue, tick_id=tick_id, tick_time=tick_time)

@@ -31,6 +31,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -124,88 +125,120 @@ def read_arrays(
     return [counted(rows) for rows in results]
 
 
-def apply_or_none(
-    local: psycopg.Connection,
-    provider: psycopg.Connection,
-    stages: StageTables,
-    plan: SegmentPlan,
-    batch_sql: str,
-    *,
-    batch: Batch,
-    node: model.NodeInfo,
-    arrays: Arrays | None = None,
-    prepared: PreparedBatch | None = None,
-) -> ApplyStats | None:
-    """Apply ``plan`` (the whole of ``batch``) and record its tick, committed, in two round
-    trips on ``local`` after one on ``provider`` (none when ``arrays`` holds the reads;
-    ``prepared`` as :func:`pgferry.apply.summary.summarize_with_reads` read them).  None,
-    with nothing done, when the plan does not :func:`qualify <qualifies>`, a table's rows
-    are larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller
-    applies the batch table by table, whose error names the table."""
-    if not qualifies(plan):
-        return None
-    try:
-        return _apply(
-            local, provider, stages, plan, read_form(batch_sql, prepared), batch, node,
-            arrays or {},
-        )  # fmt: skip
-    except psycopg.Error as exc:
-        if local.broken or provider.broken:
-            raise
-        stages.reset()  # stages created in the rolled-back transaction are gone
-        log.debug("batch %s: applied table by table after: %s", batch.batch_id, exc)
-        return None
+@dataclass
+class ArrayReads:
+    """What :meth:`SmallBatch.read` read: each table's ``(rows, array)``, in the plan's
+    order, with the query it was read by and which of them were read after the summary."""
+
+    read: list[tuple[int, str | None]]
+    wanted: list[str]
+    late: set[str]
+    started: float  # when the read began (the apply's time counts from it)
+    seconds: float  # how long it took
 
 
-def _apply(  # apply_or_none's arguments; form: read_form's
-    local: psycopg.Connection, provider: psycopg.Connection, stages: StageTables,
-    plan: SegmentPlan, form: tuple[str, EventRange | None], batch: Batch,
-    node: model.NodeInfo, found: Arrays,
-) -> ApplyStats | None:  # fmt: skip
-    started = time.monotonic()
-    text, events = form
-    wanted = [array_query(work.query(text, Segment())) for work in plan.tables]
-    missing = [(w, q) for w, q in zip(plan.tables, wanted, strict=True) if q not in found]
-    if missing:  # the tables not read with the summary, in one message now
-        late = read_arrays(provider, [w for w, _ in missing], text, Segment(), events)
-        found = {**found, **{q: got for (_, q), got in zip(missing, late, strict=True)}}
-    read = [found[query] for query in wanted]
-    read_late = {q for _, q in missing}
-    read_s = time.monotonic() - started
-    if any(rows and array is None for rows, array in read):
-        log.debug("batch %s: rows too large for one array", batch.batch_id)
-        return None
-    queue, consumer = node.queue_name, node.consumer_name
-    stats = ApplyStats(small=True)
-    with local.pipeline(), local.transaction():
-        stages.new_transaction()
-        counts: list[tuple[TableWork, Callable[[], Applied]]] = []
-        for work, (rows, array) in zip(plan.tables, read, strict=True):
-            if rows:
-                stage = _load(local, stages, work, array)
-                part = staged_part(local, work, stage, rows, batch.tick_id, batch.tick_time)
-                counts.append((work, upsert.queue_rows(part)))
-            else:
-                stats.tables.add(work.table_name)
-        stats.sequences = apply_sequences(local, queue, plan.sequences)
-        # Its result is the first one read: everything above is sent with it.
-        model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
-                          batch.prev_tick_id, node.provider_node,
-                          tables=sorted({w.table_name for w in plan.tables}))  # fmt: skip
-        for work, applied in counts:
-            stats.add(tagged_stats(work.route, applied_stats(applied())))
-        if log.isEnabledFor(logging.DEBUG):
-            for work, query, (rows, _) in zip(plan.tables, wanted, read, strict=True):
-                log.debug(
-                    "  %s: %d rows (%s, then with the batch's other tables: staged and"
-                    " applied in one round trip)", work.table_name, rows,
-                    f"read wait {read_s:.3f}s" if query in read_late else "read with the summary",
-                )  # fmt: skip
-        stats.apply_seconds = time.monotonic() - started
-        record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
-        commit_at = time.monotonic()
-    stats.commit_seconds = time.monotonic() - commit_at
-    return stats
+class SmallBatch:
+    """A batch's whole apply in two round trips, as a way with the same two steps as a
+    segment's (:class:`~pgferry.apply.stage_apply.SegmentWay`): :meth:`read`, then
+    :meth:`apply`, which records the batch's tick and commits.  Either declines (None, with
+    nothing done) when the plan does not :func:`qualify <qualifies>`, a table's rows are
+    larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller
+    applies the batch table by table, whose error names the table.  ``arrays``: the reads
+    made with the summary; ``prepared``: its generic event query
+    (:func:`pgferry.apply.summary.summarize_with_reads`)."""
+
+    def __init__(
+        self,
+        provider: psycopg.Connection,
+        stages: StageTables,
+        batch: Batch,
+        node: model.NodeInfo,
+        *,
+        arrays: Arrays | None = None,
+        prepared: PreparedBatch | None = None,
+    ) -> None:
+        self.provider, self.stages, self.batch, self.node = provider, stages, batch, node
+        self.arrays, self.prepared = arrays, prepared
+
+    def read(self, plan: SegmentPlan, batch_sql: str) -> ArrayReads | None:
+        """The plan's tables as arrays: those the summary did not read, in one message on
+        the provider now (``batch_sql``: the batch's event query)."""
+        if not qualifies(plan):
+            return None
+        try:
+            return self._read(plan, read_form(batch_sql, self.prepared))
+        except psycopg.Error as exc:
+            if self.provider.broken:
+                raise
+            log.debug("batch %s: applied table by table after: %s", self.batch.batch_id, exc)
+            return None
+
+    def _read(self, plan: SegmentPlan, form: tuple[str, EventRange | None]) -> ArrayReads | None:
+        started = time.monotonic()
+        text, events = form
+        found = self.arrays or {}
+        wanted = [array_query(work.query(text, Segment())) for work in plan.tables]
+        missing = [(w, q) for w, q in zip(plan.tables, wanted, strict=True) if q not in found]
+        if missing:  # the tables not read with the summary, in one message now
+            late = read_arrays(self.provider, [w for w, _ in missing], text, Segment(), events)
+            found = {**found, **{q: got for (_, q), got in zip(missing, late, strict=True)}}
+        read = [found[query] for query in wanted]
+        read_s = time.monotonic() - started
+        if any(rows and array is None for rows, array in read):
+            log.debug("batch %s: rows too large for one array", self.batch.batch_id)
+            return None
+        return ArrayReads(read, wanted, {q for _, q in missing}, started, read_s)
+
+    def apply(
+        self, local: psycopg.Connection, plan: SegmentPlan, read: ArrayReads | None
+    ) -> ApplyStats | None:
+        """Apply ``plan`` (the whole batch) from ``read`` and record its tick, committed, in
+        two round trips on ``local``; None when the read or this apply declined."""
+        if read is None:
+            return None
+        try:
+            return self._apply(local, plan, read)
+        except psycopg.Error as exc:
+            if local.broken or self.provider.broken:
+                raise
+            self.stages.reset()  # stages created in the rolled-back transaction are gone
+            log.debug("batch %s: applied table by table after: %s", self.batch.batch_id, exc)
+            return None
+
+    def _apply(self, local: psycopg.Connection, plan: SegmentPlan, got: ArrayReads) -> ApplyStats:
+        batch, node, stages = self.batch, self.node, self.stages
+        queue, consumer = node.queue_name, node.consumer_name
+        stats = ApplyStats(small=True)
+        with local.pipeline(), local.transaction():
+            stages.new_transaction()
+            counts: list[tuple[TableWork, Callable[[], Applied]]] = []
+            for work, (rows, array) in zip(plan.tables, got.read, strict=True):
+                if rows:
+                    stage = _load(local, stages, work, array)
+                    part = staged_part(local, work, stage, rows, batch.tick_id, batch.tick_time)
+                    counts.append((work, upsert.queue_rows(part)))
+                else:
+                    stats.tables.add(work.table_name)
+            stats.sequences = apply_sequences(local, queue, plan.sequences)
+            # Its result is the first one read: everything above is sent with it.
+            model.record_tick(local, queue, consumer, batch.tick_id, batch.tick_time,
+                              batch.prev_tick_id, node.provider_node,
+                              tables=sorted({w.table_name for w in plan.tables}))  # fmt: skip
+            for work, applied in counts:
+                stats.add(tagged_stats(work.route, applied_stats(applied())))
+            if log.isEnabledFor(logging.DEBUG):
+                for work, query, (rows, _) in zip(plan.tables, got.wanted, got.read, strict=True):
+                    log.debug(
+                        "  %s: %d rows (%s, then with the batch's other tables: staged and"
+                        " applied in one round trip)", work.table_name, rows,
+                        f"read wait {got.seconds:.3f}s" if query in got.late
+                        else "read with the summary",
+                    )  # fmt: skip
+            stats.apply_seconds = time.monotonic() - got.started
+            record_divergence(local, queue, consumer, stats, tick_id=batch.tick_id)
+            commit_at = time.monotonic()
+        stats.commit_seconds = time.monotonic() - commit_at
+        return stats
 
 
 def _load(

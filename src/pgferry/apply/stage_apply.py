@@ -26,12 +26,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol, TypeVar
 
 import psycopg
 from psycopg import sql
 
+from pgferry.apply.batch_sql import Segment
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
+from pgferry.apply.readers import PartReads
 from pgferry.apply.stages import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
@@ -303,11 +306,80 @@ class _Merge:
         return tagged_stats(route, stats)
 
 
+Parts = Iterator[tuple[TableWork, Iterable[bytes]]]  # parts with their COPY data, as read
+R = TypeVar("R")
+
+
+class SegmentWay(Protocol[R]):
+    """One way of replaying a segment's planned parts (what :mod:`.segments` makes of the
+    batch's :class:`~pgferry.apply.strategy.Strategy`): :meth:`read` gives the parts'
+    reads, not yet started, and :meth:`apply` enters them and applies them in the open
+    transaction.  :class:`OneConnection` on the worker's connection,
+    :class:`~pgferry.apply.second_apply.TwoConnections` shared with a second one."""
+
+    def read(
+        self, plan: SegmentPlan, batch_sql: str, segment: Segment
+    ) -> AbstractContextManager[R]: ...
+
+    def apply(
+        self, conn: psycopg.Connection, plan: SegmentPlan, parts: AbstractContextManager[R]
+    ) -> ApplyStats: ...
+
+
+class OneConnection:
+    """A segment's parts read one of three ways (``reads``: inline, reader threads or Spark
+    tasks, :mod:`.readers`) and applied on the worker's connection."""
+
+    def __init__(
+        self,
+        reads: PartReads,
+        stages: StageTables,
+        *,
+        queue: str,
+        tick_id: int,
+        tick_time: datetime | None,
+    ) -> None:
+        self.reads, self.stages = reads, stages
+        self.queue, self.tick_id, self.tick_time = queue, tick_id, tick_time
+
+    def read(
+        self, plan: SegmentPlan, batch_sql: str, segment: Segment
+    ) -> AbstractContextManager[Parts]:
+        return self.reads.parts(plan.tables, batch_sql, segment)
+
+    def apply(
+        self, conn: psycopg.Connection, plan: SegmentPlan, parts: AbstractContextManager[Parts]
+    ) -> ApplyStats:
+        return apply_segment(
+            conn, self.stages, plan, parts,
+            queue=self.queue, tick_id=self.tick_id, tick_time=self.tick_time,
+        )  # fmt: skip
+
+
+class Run(Protocol):
+    """Parts being applied on another connection (:class:`Beside`)."""
+
+    def outcome(self) -> ApplyStats:
+        """Wait for them: what they did, or the error that failed them."""
+        ...
+
+    def abort(self) -> None:
+        """Stop them: this connection's apply failed."""
+        ...
+
+
+class Beside(Protocol):
+    """Another connection that applies some of a segment's parts meanwhile
+    (:class:`~pgferry.apply.second_apply.TwoConnections`)."""
+
+    def start(self, parts: Parts) -> Run: ...
+
+
 def apply_segment(
     conn: psycopg.Connection,
     stages: StageTables,
     plan: SegmentPlan,
-    parts: AbstractContextManager[Iterator[tuple[TableWork, Iterable[bytes]]]],
+    parts: AbstractContextManager[Parts],
     *,
     queue: str,
     tick_id: int = 0,
@@ -323,5 +395,37 @@ def apply_segment(
             stats.add(apply_parts(conn, stages, read, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
+    stats.sequences = apply_sequences(conn, queue, plan.sequences)
+    return stats
+
+
+def apply_segment_beside(
+    conn: psycopg.Connection,
+    stages: StageTables,
+    plan: SegmentPlan,
+    parts: AbstractContextManager[tuple[Parts, Parts]],
+    beside: Beside,
+    *,
+    queue: str,
+    tick_id: int,
+    tick_time: datetime | None,
+) -> ApplyStats:
+    """:func:`apply_segment` with ``parts`` as two streams (this connection's, and those
+    ``beside`` applies on its own connection meanwhile, started once the TRUNCATEs are done
+    and the reads entered); returns when both are done (``beside``'s transaction has
+    committed, the caller's is still open)."""
+    stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
+    run: Run | None = None
+    try:
+        with parts as (mine, theirs):
+            run = beside.start(theirs)
+            stats.add(apply_parts(conn, stages, mine, tick_id, tick_time))
+            stats.add(run.outcome())
+    except BaseException as exc:
+        if run is not None:
+            run.abort()
+        if isinstance(exc, psycopg.Error):
+            raise ReplayError(error_text(exc)) from None
+        raise
     stats.sequences = apply_sequences(conn, queue, plan.sequences)
     return stats

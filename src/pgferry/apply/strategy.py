@@ -3,17 +3,27 @@
 :func:`choose` is the whole decision, a pure function (the one question it asks outside,
 whether Spark is up, is asked only when its answer matters, as asking remembers that a large
 batch wanted Spark; :func:`may_be_small` is its part asked before the summary is read,
-whether the summary comes with a small batch's reads): a small batch in two round trips
-(``small``); else by Spark tasks (``use_spark``), by reader threads ahead of the apply
-(``read_ahead``) or inline; some tables on a second connection (``apart``); and the next
-batch read while this one is applied (``start_next``).  :mod:`pgferry.apply.batch` acts on
-the answer; tests/apply/test_strategy.py holds its table.
+whether the summary comes with a small batch's reads).  Its answer, a :class:`Strategy`,
+only describes the ways; the objects that replay hold what they run on:
+
+* ``small``: the whole batch in two round trips first (:class:`~.small_batch.SmallBatch`,
+  made by :mod:`pgferry.apply.batch`); when it declines, table by table as below;
+* ``reads``: how each segment's parts are read, :meth:`Strategy.segment_reads` for a
+  segment of so many parts: inline, by reader threads ahead of the apply, or by Spark
+  tasks (:mod:`.readers`, the objects :mod:`pgferry.apply.segments` hands out);
+* ``apart``: the parts applied on two connections (:class:`~.second_apply.TwoConnections`)
+  instead of one (:class:`~.stage_apply.OneConnection`); both are a segment's
+  :class:`~.stage_apply.SegmentWay`, ``read`` then ``apply``;
+* ``start_next``: the next batch read while this one is applied (:mod:`.prefetch`).
+
+tests/apply/test_strategy.py holds its table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node import model
@@ -34,13 +44,45 @@ class BatchFacts:
     read_next: bool  # the worker would read the next batch meanwhile
 
 
+# How a segment's parts are read: on the worker's provider connection, by reader threads
+# ahead of the apply, or by Spark tasks.
+Reads = Literal["inline", "threads", "spark"]
+
+
 @dataclass(frozen=True)
 class Strategy:
-    small: bool  # the whole apply in two round trips (small_batch.py)
-    use_spark: bool  # its parts read by Spark tasks
-    read_ahead: bool  # its parts read by reader threads ahead of the apply (else inline)
+    """What :func:`choose` decided for every segment of a batch (a description: the
+    objects that carry it out are made from it where their resources are kept)."""
+
+    small: bool  # the whole apply in two round trips first (small_batch.py)
+    reads: Reads  # how a segment's parts are read when it has several (segment_reads)
     apart: bool  # some tables may go to the second connection (second_apply.py)
     start_next: bool  # the next batch is summarised and read while this one is applied
+
+    @property
+    def spark(self) -> bool:
+        return self.reads == "spark"
+
+    @property
+    def ranges(self) -> bool:
+        """Large tables are planned in ev_id ranges (read in parallel)."""
+        return self.reads != "inline"
+
+    @property
+    def whole_updates(self) -> bool:
+        """Only tables that saw nothing but inserts are split into ranges: a Spark task
+        hands its whole part to the driver, there ranges bound memory; with two applying
+        connections a table in ranges starts its apply after a range."""
+        return self.reads != "spark" and not self.apart
+
+    def segment_reads(self, parts: int) -> Reads:
+        """How a segment of ``parts`` planned parts is read: Spark tasks for any, threads
+        only for more than one (a thread costs more than it saves), else inline."""
+        if self.reads == "spark" and parts:
+            return "spark"
+        if self.reads != "inline" and parts > 1:
+            return "threads"
+        return "inline"
 
 
 def may_be_small(
@@ -85,4 +127,5 @@ def choose(
         facts.read_next and facts.main and read_ahead and not facts.scripts and not facts.removals
     )
     small = facts.small and not (use_spark or facts.scripts or facts.removals or facts.second_left)
-    return Strategy(small, use_spark, read_ahead, apart, start_next)
+    reads: Reads = "spark" if use_spark else "threads" if read_ahead else "inline"
+    return Strategy(small, reads, apart, start_next)
