@@ -34,13 +34,14 @@ from pgferry.apply.read import ReplayError
 from pgferry.apply.routes import RouteCache
 from pgferry.apply.script_shapes import later_changes
 from pgferry.apply.second_apply import SecondApply
-from pgferry.apply.segments import Reading, Segments
+from pgferry.apply.segments import Segments
 from pgferry.apply.shapes import TableShapes, plan_inputs
 from pgferry.apply.small_batch import SmallBatch
 from pgferry.apply.spark_session import WorkerSpark
 from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.stages import StageTables
 from pgferry.apply.summary import read_summary, summarize
+from pgferry.apply.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.handlers.api import HandlerContext
 from pgferry.node import model
@@ -65,18 +66,19 @@ class Replayer:
         self.stages = StageTables()
         self.second = SecondApply()  # a large batch's second connection to the node
         self.ahead = Prefetcher()  # the next batch, read while this one is applied
-        self.segments = Segments(spark, self.shapes, self.stages, self.second, self.ahead)
+        self.ways = Ways(spark, self.shapes, self.stages, self.second, self.ahead)
+        self.segments = Segments(self.shapes, self.ways)
         self._routes = RouteCache(handlers)
         self._recent: frozenset[str] | None = None  # the tables of the last small batch
 
     # --- state kept between batches ------------------------------------------------------
     @property
     def provider_dsn(self) -> str:
-        return self.segments.provider_dsn
+        return self.ways.provider_dsn
 
     def use_provider(self, dsn: str) -> None:
         """A new provider connection: what it has may differ."""
-        self.segments.provider_dsn = dsn
+        self.ways.provider_dsn = dsn
         self.forget_shapes()
         self.close_readers()
 
@@ -87,7 +89,7 @@ class Replayer:
         self.second.forget_tables()
 
     def close_readers(self) -> None:
-        self.segments.close_readers()
+        self.ways.close_readers()
 
     def use_node(self, dsn: str) -> None:
         """A new connection to the node: the second one follows it."""

@@ -131,9 +131,7 @@ class Prefetch:
             whole_updates = not (0 < plan_inputs.second_events < count)
             plan = plan_inputs.plan(summary, routes, seqs, ranges=True, whole_updates=whole_updates)
             if len(plan.tables) > 1 and self._wait_reads_done():
-                queries = [(w.table_name, w.query(batch_sql, Segment()), w.binary)
-                           for w in plan.tables]  # fmt: skip
-                self._pool.start_ahead(queries)
+                self._pool.start_ahead(plan.tables, batch_sql, Segment())
                 reads = True
         return Ahead(queue, consumer, prev, tick, batch_sql, summary, routes, seqs, reads)
 

@@ -3,7 +3,7 @@
 A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
 :class:`~pgferry.apply.plan.TableWork`) is read in one of three ways, each an object with
 the same small interface (:class:`PartReads`, whose ``parts`` hands the applier each part
-with its COPY data), chosen per segment by :mod:`pgferry.apply.segments`:
+with its COPY data), chosen per segment by :mod:`pgferry.apply.ways`:
 
 * inline (:class:`InlineReads`), on the worker's own provider connection, while the part
   is loaded (small segments: a thread costs more than it saves), every part's COPY sent in
@@ -153,7 +153,7 @@ P = TypeVar("P", bound=Part)
 
 
 class PartReads(Protocol):
-    """How a segment's parts are read, chosen per segment (:mod:`.segments`): inline
+    """How a segment's parts are read, chosen per segment (:mod:`.ways`): inline
     (:class:`InlineReads`), by reader threads or by Spark tasks (:class:`ReaderPool`)."""
 
     def parts(
@@ -234,11 +234,13 @@ class ReaderPool:
                 conn.close()
         self._conns.putconn(conn)
 
-    def start_ahead(self, queries: Sequence[tuple[str, str, bool]]) -> None:
-        """Start reading ``queries`` now, for a later :meth:`stream` of the very same
-        queries (the next batch's parts, read while this one is applied)."""
+    def start_ahead(self, works: list[P], batch_sql: str, segment: Segment) -> None:
+        """Start reading the parts of ``works`` now, for a later :meth:`parts` (or
+        :meth:`stream`) of the very same queries: the next batch's parts, read while this
+        one is applied, or this segment's before the next batch's are."""
+        queries = [(w.table_name, w.query(batch_sql, segment), w.binary) for w in works]
         self.drop_ahead()
-        self._ahead = (list(queries), self._start(queries))
+        self._ahead = (queries, self._start(queries))
 
     def has_ahead(self) -> bool:
         """Reads started ahead that no :meth:`stream` took yet."""

@@ -1,4 +1,7 @@
-"""Applying a planned segment on the subscriber, inside the caller's transaction.
+"""Applying a planned segment on the worker's connection to the subscriber, inside the
+caller's transaction: a segment's way (:class:`SegmentWay`, its ``read`` and ``apply``) of
+one connection (:class:`OneConnection`), and the apply that another connection shares
+(:func:`apply_segment_beside`, :class:`Beside`: :mod:`.second_apply`).
 
 Each table part's COPY data is loaded unchanged into a temporary stage table with the
 destination's column types, or for a handler that takes events the event columns
@@ -311,7 +314,7 @@ R = TypeVar("R")
 
 
 class SegmentWay(Protocol[R]):
-    """One way of replaying a segment's planned parts (what :mod:`.segments` makes of the
+    """One way of replaying a segment's planned parts (what :mod:`.ways` makes of the
     batch's :class:`~pgferry.apply.strategy.Strategy`): :meth:`read` gives the parts'
     reads, not yet started, and :meth:`apply` enters them and applies them in the open
     transaction.  :class:`OneConnection` on the worker's connection,
@@ -395,7 +398,10 @@ def apply_segment(
             stats.add(apply_parts(conn, stages, read, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
-    stats.sequences = apply_sequences(conn, queue, plan.sequences)
+    # As apply_sequences, written out: the apply runs one way, its sequences last.
+    for seq_name, value in sorted(plan.sequences.items()):
+        entries.advance_seq(conn, queue, seq_name, value)
+    stats.sequences = len(plan.sequences)
     return stats
 
 
@@ -427,5 +433,8 @@ def apply_segment_beside(
         if isinstance(exc, psycopg.Error):
             raise ReplayError(error_text(exc)) from None
         raise
-    stats.sequences = apply_sequences(conn, queue, plan.sequences)
+    # As apply_sequences, written out: the apply runs one way, its sequences last.
+    for seq_name, value in sorted(plan.sequences.items()):
+        entries.advance_seq(conn, queue, seq_name, value)
+    stats.sequences = len(plan.sequences)
     return stats

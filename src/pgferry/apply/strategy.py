@@ -10,7 +10,7 @@ only describes the ways; the objects that replay hold what they run on:
   made by :mod:`pgferry.apply.batch`); when it declines, table by table as below;
 * ``reads``: how each segment's parts are read, :meth:`Strategy.segment_reads` for a
   segment of so many parts: inline, by reader threads ahead of the apply, or by Spark
-  tasks (:mod:`.readers`, the objects :mod:`pgferry.apply.segments` hands out);
+  tasks (:mod:`.readers`, the objects :mod:`pgferry.apply.ways` hands out);
 * ``apart``: the parts applied on two connections (:class:`~.second_apply.TwoConnections`)
   instead of one (:class:`~.stage_apply.OneConnection`); both are a segment's
   :class:`~.stage_apply.SegmentWay`, ``read`` then ``apply``;
