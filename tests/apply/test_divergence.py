@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pgferry.apply.batch_end import record_divergence
-from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.node import model, status
 
 TABLE = "create table public.t (id int primary key, v text)"

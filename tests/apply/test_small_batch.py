@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from pgferry.apply import small_batch
-from pgferry.apply.stage_apply import ApplyStats
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.errors import PgferryError
 
 TABLES = {

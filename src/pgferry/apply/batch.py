@@ -29,18 +29,18 @@ import psycopg
 from pgferry.apply import handover, script_replay, strategy
 from pgferry.apply.batch_end import BatchTransaction
 from pgferry.apply.batch_sql import Segment
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.apply.prefetch import Ahead, Prefetcher
 from pgferry.apply.read import ReplayError
 from pgferry.apply.routes import RouteCache
 from pgferry.apply.script_shapes import later_changes
-from pgferry.apply.second_apply import SecondApply
 from pgferry.apply.segments import Segments
 from pgferry.apply.shapes import TableShapes, plan_inputs
 from pgferry.apply.small_batch import SmallBatch
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats
-from pgferry.apply.stages import StageTables
+from pgferry.apply.stage_tables import StageTables
 from pgferry.apply.summary import read_summary, summarize
+from pgferry.apply.two_connections import SecondApply
 from pgferry.apply.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.handlers.api import HandlerContext

@@ -1,7 +1,7 @@
 """One batch's apply transaction on the node, and the batch's end inside it.
 
 :class:`BatchTransaction` is the transaction that applies a batch (:mod:`.batch`): on
-entry it begins, the stage tables learn it (:class:`~pgferry.apply.stages.StageTables`)
+entry it begins, the stage tables learn it (:class:`~pgferry.apply.stage_tables.StageTables`)
 and, for the node's own stream, the node's position is held against a pause or a move
 until it ends (:func:`pgferry.node.model.hold_position`); its exit commits.  Between the
 two the segments and scripts are applied, then :meth:`BatchTransaction.end_batch` closes the
@@ -23,10 +23,10 @@ import psycopg
 
 from pgferry.apply import forward, handover
 from pgferry.apply import removals as removals_
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.apply.read import RemovalEvent
-from pgferry.apply.second_apply import SecondApply
-from pgferry.apply.stage_apply import ApplyStats
-from pgferry.apply.stages import StageTables
+from pgferry.apply.stage_tables import StageTables
+from pgferry.apply.two_connections import SecondApply
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import copystate

@@ -30,9 +30,9 @@ from pgferry.apply import handover, positions
 from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copyrun import CopyRun
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.apply.read import set_text_format
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.db import connect

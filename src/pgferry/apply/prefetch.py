@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import psycopg
 
 from pgferry.apply.batch_sql import Segment, SummaryRow
+from pgferry.apply.part_reads import ReaderPool
 from pgferry.apply.plan import PlanInputs
 from pgferry.apply.read import APPLICATION_NAME, set_text_format
-from pgferry.apply.readers import ReaderPool
 from pgferry.apply.summary import count_scripts, summarize
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches

@@ -2,7 +2,7 @@
 when the registry changed.
 
 Reading every route costs a catalog read per table; the registry's signature, one
-statement (read with the loop's other reads, :mod:`pgferry.apply.loop_reads`), says when
+statement (read with the loop's other reads, :mod:`pgferry.apply.loop_state`), says when
 that is needed.
 """
 

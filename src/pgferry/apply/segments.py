@@ -16,8 +16,8 @@ import psycopg
 
 from pgferry.apply import shapes
 from pgferry.apply.batch_sql import Segment, SummaryRow
+from pgferry.apply.one_connection import ApplyStats
 from pgferry.apply.script_shapes import LaterChanges
-from pgferry.apply.stage_apply import ApplyStats
 from pgferry.apply.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.registry.routes import Route

@@ -39,20 +39,20 @@ from psycopg import sql
 
 from pgferry.apply.batch_end import record_divergence
 from pgferry.apply.batch_sql import Segment
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import (
-    PreparedBatch,
-    provider_named,
-    read_only_results,
-)
-from pgferry.apply.stage_apply import (
+from pgferry.apply.one_connection import (
     ApplyStats,
     applied_stats,
     apply_sequences,
     staged_part,
     tagged_stats,
 )
-from pgferry.apply.stages import StageTables
+from pgferry.apply.plan import SegmentPlan, TableWork
+from pgferry.apply.read import (
+    PreparedBatch,
+    provider_named,
+    read_only_results,
+)
+from pgferry.apply.stage_tables import StageTables
 from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
 from pgferry.queue.batches import Batch, EventRange
@@ -139,7 +139,7 @@ class ArrayReads:
 
 class SmallBatch:
     """A batch's whole apply in two round trips, as a way with the same two steps as a
-    segment's (:class:`~pgferry.apply.stage_apply.SegmentWay`): :meth:`read`, then
+    segment's (:class:`~pgferry.apply.one_connection.SegmentWay`): :meth:`read`, then
     :meth:`apply`, which records the batch's tick and commits.  Either declines (None, with
     nothing done) when the plan does not :func:`qualify <qualifies>`, a table's rows are
     larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller

@@ -22,9 +22,9 @@ process) is used but never stopped.
 Where the read path runs:
 
 * On the driver (the worker process): everything in this module except the task function.
-  :meth:`WorkerSpark.readers` gives a :class:`~pgferry.apply.readers.ReaderPool` whose reader
+  :meth:`WorkerSpark.readers` gives a :class:`~pgferry.apply.part_reads.ReaderPool` whose reader
   threads each submit a one-task job per table part and collect its COPY data; the driver
-  loads it into the stage table (:mod:`pgferry.apply.stage_apply`).
+  loads it into the stage table (:mod:`pgferry.apply.one_connection`).
 * On executors: the task function made by :func:`_read_task`; it opens a provider
   connection of its own and runs :func:`pgferry.apply.read.read_part`.
 * Picklable: the task function and what it holds, which is the provider's connection
@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 
 from pgferry import settings
 from pgferry.apply import read
+from pgferry.apply.part_reads import ReaderPool
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import ReaderPool
 from pgferry.config import Config
 from pgferry.daemon import exc_message
 from pgferry.pipeline.spark_errors import job_error

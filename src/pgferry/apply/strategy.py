@@ -10,10 +10,10 @@ only describes the ways; the objects that replay hold what they run on:
   made by :mod:`pgferry.apply.batch`); when it declines, table by table as below;
 * ``reads``: how each segment's parts are read, :meth:`Strategy.segment_reads` for a
   segment of so many parts: inline, by reader threads ahead of the apply, or by Spark
-  tasks (:mod:`.readers`, the objects :mod:`pgferry.apply.ways` hands out);
-* ``apart``: the parts applied on two connections (:class:`~.second_apply.TwoConnections`)
-  instead of one (:class:`~.stage_apply.OneConnection`); both are a segment's
-  :class:`~.stage_apply.SegmentWay`, ``read`` then ``apply``;
+  tasks (:mod:`.part_reads`, the objects :mod:`pgferry.apply.ways` hands out);
+* ``apart``: the parts applied on two connections (:class:`~.two_connections.TwoConnections`)
+  instead of one (:class:`~.one_connection.OneConnection`); both are a segment's
+  :class:`~.one_connection.SegmentWay`, ``read`` then ``apply``;
 * ``start_next``: the next batch read while this one is applied (:mod:`.prefetch`).
 
 tests/apply/test_strategy.py holds its table.
@@ -56,7 +56,7 @@ class Strategy:
 
     small: bool  # the whole apply in two round trips first (small_batch.py)
     reads: Reads  # how a segment's parts are read when it has several (segment_reads)
-    apart: bool  # some tables may go to the second connection (second_apply.py)
+    apart: bool  # some tables may go to the second connection (two_connections.py)
     start_next: bool  # the next batch is summarised and read while this one is applied
 
     @property

@@ -30,7 +30,7 @@ import psycopg
 from pgferry.apply import (
     forward,
     idle,
-    loop_reads,
+    loop_state,
     positions,
     publish_seqs,
     reconcile,
@@ -39,9 +39,9 @@ from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
 from pgferry.apply.lake_bound import WHOLE, LakeBound
-from pgferry.apply.loop_reads import LoopReads
+from pgferry.apply.loop_state import LoopReads
+from pgferry.apply.one_connection import ApplyStats, log_batch
 from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_apply import ApplyStats, log_batch
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message
@@ -198,7 +198,7 @@ class Worker(Service):
                 model.require_node(local, self.settings.queue)
             self._node_seen_on = local
         # On the autocommit connection: one statement, no transaction to open and commit.
-        node, reads = loop_reads.read_loop(lock, self.settings.queue)
+        node, reads = loop_state.read_loop(lock, self.settings.queue)
         # Whom the next idle loops look for on the provider (nobody: nothing to take).
         self._idle.consumer = (
             node.consumer_name

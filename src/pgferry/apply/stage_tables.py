@@ -4,7 +4,7 @@ one for the events of every table whose handler takes events.
 
 A batch's rows reach the subscriber as COPY data of the provider's read, loaded unchanged
 into a stage with the destination's column types (:func:`load_stage`); the table's handler
-then applies the stage set-based (:mod:`pgferry.apply.stage_apply`).  The ranges of a table
+then applies the stage set-based (:mod:`pgferry.apply.one_connection`).  The ranges of a table
 read apart are merged into its stage by one statement (:func:`merge_ranges`).
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgferry.apply import loop_reads
+from pgferry.apply import loop_state
 from pgferry.errors import NodeError
 from pgferry.node import model, seqops
 from pgferry.registry import routes
@@ -16,10 +16,10 @@ from pgferry.registry import routes
 
 def _reads(pair, queue: str | None = None):
     with psycopg.connect(pair.leaf_dsn, autocommit=True) as conn:
-        return loop_reads.read_loop(conn, queue or pair.queue)
+        return loop_state.read_loop(conn, queue or pair.queue)
 
 
-def test_the_loop_reads_what_each_module_reads_alone(pair) -> None:
+def test_the_loop_state_what_each_module_reads_alone(pair) -> None:
     for side in (pair.root, pair.leaf):
         side('create table public."Mixed T" (id int primary key)')
         side("create sequence public.s1")

@@ -1,11 +1,11 @@
 """Applying a planned segment on the worker's connection to the subscriber, inside the
 caller's transaction: a segment's way (:class:`SegmentWay`, its ``read`` and ``apply``) of
 one connection (:class:`OneConnection`), and the apply that another connection shares
-(:func:`apply_segment_beside`, :class:`Beside`: :mod:`.second_apply`).
+(:func:`apply_segment_beside`, :class:`Beside`: :mod:`.two_connections`).
 
 Each table part's COPY data is loaded unchanged into a temporary stage table with the
 destination's column types, or for a handler that takes events the event columns
-(:class:`~pgferry.apply.stages.StageTables`), then handed to the table's handler
+(:class:`~pgferry.apply.stage_tables.StageTables`), then handed to the table's handler
 (:mod:`pgferry.handlers`), which applies it set-based: the default one with one
 ``DELETE ... USING`` for the deleted keys and one ``INSERT`` (``ON CONFLICT DO UPDATE``, or
 a plain insert when the table saw only inserts).  The ranges of a table merged here
@@ -35,10 +35,10 @@ import psycopg
 from psycopg import sql
 
 from pgferry.apply.batch_sql import Segment
+from pgferry.apply.part_reads import PartReads
 from pgferry.apply.plan import SegmentPlan, TableWork
 from pgferry.apply.read import ReplayError
-from pgferry.apply.readers import PartReads
-from pgferry.apply.stages import StageTables, load_stage, merge_ranges
+from pgferry.apply.stage_tables import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.handlers import Applied, Staged
@@ -318,7 +318,7 @@ class SegmentWay(Protocol[R]):
     batch's :class:`~pgferry.apply.strategy.Strategy`): :meth:`read` gives the parts'
     reads, not yet started, and :meth:`apply` enters them and applies them in the open
     transaction.  :class:`OneConnection` on the worker's connection,
-    :class:`~pgferry.apply.second_apply.TwoConnections` shared with a second one."""
+    :class:`~pgferry.apply.two_connections.TwoConnections` shared with a second one."""
 
     def read(
         self, plan: SegmentPlan, batch_sql: str, segment: Segment
@@ -331,7 +331,7 @@ class SegmentWay(Protocol[R]):
 
 class OneConnection:
     """A segment's parts read one of three ways (``reads``: inline, reader threads or Spark
-    tasks, :mod:`.readers`) and applied on the worker's connection."""
+    tasks, :mod:`.part_reads`) and applied on the worker's connection."""
 
     def __init__(
         self,
@@ -373,7 +373,7 @@ class Run(Protocol):
 
 class Beside(Protocol):
     """Another connection that applies some of a segment's parts meanwhile
-    (:class:`~pgferry.apply.second_apply.TwoConnections`)."""
+    (:class:`~pgferry.apply.two_connections.TwoConnections`)."""
 
     def start(self, parts: Parts) -> Run: ...
 
@@ -389,7 +389,7 @@ def apply_segment(
     tick_time: datetime | None = None,
 ) -> ApplyStats:
     """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``, each
-    of its ``parts`` as its read hands it over (:meth:`pgferry.apply.readers.PartReads.parts`:
+    of its ``parts`` as its read hands it over (:meth:`pgferry.apply.part_reads.PartReads.parts`:
     inline on the worker's own provider connection, or by threads or Spark tasks reading
     ahead of the apply; entered once the TRUNCATEs are done)."""
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))
