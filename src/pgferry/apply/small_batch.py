@@ -170,6 +170,7 @@ class SmallBatch:
         except psycopg.Error as exc:
             if self.provider.broken:
                 raise
+            self.stages.reset()  # as after any failure here
             log.debug("batch %s: applied table by table after: %s", self.batch.batch_id, exc)
             return None
 
