@@ -126,11 +126,7 @@ def _read(
             results = read_only_results(provider, texts[:1], settings=settings, events=events)
         except psycopg.Error as exc:
             raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    # Each table's rows counted, and as one array unless too large (then NULL).
-    arrays = {
-        q: (r[0][0], r[0][1]) if r else (0, None)
-        for q, r in zip(reads or [], results[1:], strict=True)
-    }
+    arrays = {q: small_batch.counted(r) for q, r in zip(reads or [], results[1:], strict=True)}
     return query.rows(results[0]), arrays
 
 
