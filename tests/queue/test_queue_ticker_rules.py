@@ -171,3 +171,45 @@ def test_late_commit_ticks_after_many_idle_rounds(
     while (batch := take_batch(qconn, "q", "c")) is not None:
         events += [row[5] for row in batch]
     assert events == ["late"]
+
+
+def test_late_events_one_check_for_the_ticker_and_the_waits(
+    qdb: str, qconn: psycopg.Connection, scalar: Scalar
+) -> None:
+    # ferry_queue.late_events: the events committed now that a tick's snapshot does not
+    # see, from its xip list and above its xmax; tick_due asks it whether there is one,
+    # wait-root (queue.ticks.late_events) how many.
+    from pgferry.queue.ticks import late_events
+
+    _queue(scalar, ticker_max_lag="1 hour", ticker_idle_period="1 hour")
+    with psycopg.connect(qdb) as running, psycopg.connect(qdb) as open_after:
+        for i in range(3):
+            running.execute("select ferry_queue.insert_event('q', 't', %s)", (f"xip{i}",))
+        first = tick(qconn, "q")  # sees none of them: `running` is in its xip list
+        running.commit()
+        for i in range(2):  # a transaction after the tick, committed
+            scalar("select ferry_queue.insert_event('q', 't', %s)", f"above{i}")
+        open_after.execute("select ferry_queue.insert_event('q', 't', 'open')")
+
+        def check(limit: int, steps: int | None) -> str:
+            return scalar(
+                "select l.events || '/' || l.whole || '/' || l.later"
+                "  from ferry_queue.queue q join ferry_queue.tick t on t.tick_queue = q.queue_id,"
+                "       ferry_queue.late_events(q.queue_id, t.tick_snapshot,"
+                "                               pg_current_snapshot(), %s, %s) l"
+                " where q.queue_name = 'q' and t.tick_id = %s",
+                limit,
+                steps,
+                first,
+            )
+
+        assert check(1000, None) == "5/true/false"  # the open one's event is not seen yet
+        assert check(4, None) == "4/false/false"  # counting stops at the limit
+        assert check(1, 100) == "1/false/false"  # the ticker's question: is there one
+        assert check(1000, 0) == "3/false/false"  # nothing above xmax looked at
+        assert late_events(qconn, "q", first) == 5
+        open_after.commit()
+    assert late_events(qconn, "q", first) == 6
+    # A tick that sees them all leaves none late.
+    newest = tick(qconn, "q")
+    assert late_events(qconn, "q", newest) == 0

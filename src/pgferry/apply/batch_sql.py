@@ -8,7 +8,8 @@ provider while it reads, so what comes back is small and ready to load:
   later rows count) and, for a sequence, its highest value; for the node's own stream one
   more row counts the queued scripts and the removals of tables and sequences.
   :func:`grouped_summary_query` with :func:`fold_summary` gives the same rows faster
-  when no table's copy hand-over filters events.
+  when no table's copy hand-over filters events; :func:`segment_summary` chooses between
+  the two and gives the query with the reading of its answer (:class:`SummaryQuery`).
 * :func:`table_query`: one table's rows, collapsed to the last event per primary key
   (``DISTINCT ON`` over the typed key) and decoded on the provider with the subscriber's
   column types, as ``(op, col1, col2, ...)`` where op is ``I`` (insert), ``U`` (upsert)
@@ -290,6 +291,54 @@ def fold_summary(
     if scripts_n or removals_n:
         out.append(SummaryRow(None, scripts=scripts_n, removals=removals_n))
     return out
+
+
+@dataclass(frozen=True)
+class SummaryQuery:
+    """A segment's summary as one query and the way its answer is read: the grouped query
+    folded here (:func:`grouped_summary_query`, :func:`fold_summary`), or, when some
+    table's copy hand-over filters events by transaction, the per-table query
+    (:func:`summary_query`, :func:`summary_rows`)."""
+
+    text: str
+    grouped: bool
+    routes: tuple[Route, ...]  # the tables that apply
+    sequences: tuple[str, ...]
+    scripts: bool
+    removals: bool
+
+    def rows(self, result: Iterable[tuple[Any, ...]]) -> list[SummaryRow]:
+        """The summary rows of this query's answer."""
+        if self.grouped:
+            return fold_summary(
+                result, self.routes, self.sequences, scripts=self.scripts, removals=self.removals
+            )
+        return summary_rows(result)
+
+
+def segment_summary(
+    batch_sql: str,
+    routes: Iterable[Route],
+    sequences: Iterable[str],
+    segment: Segment,
+    *,
+    scripts: bool = False,
+    removals: bool = False,
+) -> SummaryQuery | None:
+    """The segment's summary query (None: nothing to summarize: no table, sequence,
+    script or removal asked for)."""
+    active = tuple(r for r in routes if r.applies)
+    seqs = tuple(sequences)
+    if not active and not seqs and not scripts and not removals:
+        return None
+    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
+    # filters some table's events by transaction (only the per-table query can).
+    grouped = not any(r.copy_snapshot for r in active)
+    if grouped:
+        text = grouped_summary_query(batch_sql, seqs, segment)
+    else:
+        text = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
+    return SummaryQuery(text, grouped, active, seqs, scripts, removals)
 
 
 def _on_source(route: Route, expr: str) -> sql.Composable:

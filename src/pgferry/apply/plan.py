@@ -38,7 +38,7 @@ class TableWork:
     span: Segment | None = None  # an ev_id range of the segment, when the table is split
     order: int = 0  # ranges of one table apply in this order
     # The table's ranges are staged apart and merged on the subscriber, each key's last
-    # row kept, before its handler applies them once (stage_apply.apply_parts).
+    # row kept, before its handler applies them once (one_connection.apply_parts).
     merge: bool = False
     ranges: int = 1  # how many ranges the table is split into
     binary: bool = False  # COPY in binary format (same built-in types on both sides)
@@ -88,7 +88,7 @@ class PlanInputs:
     binary: bool
     range_events: int
     read_ahead_events: int  # smaller batches are read inline: no reads ahead
-    second_events: int = 0  # larger batches are applied on two connections (second_apply)
+    second_events: int = 0  # larger batches are applied on two connections (two_connections)
     merge_ranges: bool = False  # tables with updates in ranges too, merged on the subscriber
 
     def plan(

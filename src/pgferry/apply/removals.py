@@ -1,11 +1,12 @@
 """Tables and sequences the provider removed, detached in a batch's apply transaction.
 
 A removal on a root or branch travels down as an event (:mod:`pgferry.node.tableops`
-``remove_tables``); :mod:`.summary` reads those of a batch (:func:`.summary.read_removals`)
-and :mod:`.batch_end` calls :func:`apply_removals` after every row of the batch.  The
-table's or sequence's registry row and triggers go; its rows and values stay.  The
-provider's copy consumers that only a removed table needed are returned, to be dropped after
-the commit (a consumer dropped before it would be missing if the transaction rolled back).
+``remove_tables``); :mod:`.summary` reads those of a batch with its scripts, in one query
+(:func:`.summary.read_summary`), and :mod:`.batch_end` calls :func:`apply_removals` after
+every row of the batch.  The table's or sequence's registry row and triggers go; its rows
+and values stay.  The provider's copy consumers that only a removed table needed are
+returned, to be dropped after the commit (a consumer dropped before it would be missing if
+the transaction rolled back).
 """
 
 from __future__ import annotations

@@ -45,9 +45,30 @@ class TableShapes:
         self._src_cols: dict[str, frozenset[str] | None] = {}
         self._prov_types: dict[str, bool] = {}  # the provider has this local type
         self._carried: dict[str, frozenset[str]] = {}  # registry name -> its rows' keys
+        # registry name -> (its route, the provider's columns, short): see short_tables.
+        self._short: dict[str, tuple[Route, frozenset[str] | None, bool]] = {}
 
     def forget(self) -> None:
-        self._src_cols, self._prov_types, self._carried = {}, {}, {}
+        self._src_cols, self._prov_types, self._carried, self._short = {}, {}, {}, {}
+
+    def short_tables(
+        self, active: list[Route], src_cols: dict[str, frozenset[str] | None]
+    ) -> frozenset[str]:
+        """The tables of ``active`` with columns here that the provider's ``src_cols``
+        lack (the plan's rule, :func:`~pgferry.apply.plan.apply_columns`): a column of the
+        subscriber's own, one a later script renamed or dropped on the provider while its
+        rows wait here, or the whole table renamed there (no columns).  Decided again only
+        for a table whose route or columns changed."""
+        out = []
+        for route in active:
+            src = src_cols.get(route.table_name)
+            known = self._short.get(route.table_name)
+            if known is None or known[0] is not route or known[1] is not src:
+                short = src is None or apply_columns(route, src) != apply_columns(route, None)
+                known = self._short[route.table_name] = (route, src, short)
+            if known[2]:
+                out.append(route.table_name)
+        return frozenset(out)
 
     def carried(
         self, provider: psycopg.Connection, batch_sql: str, rows: dict[str, int]
@@ -126,7 +147,10 @@ def plan_inputs(
     src_cols = shapes.source_columns(provider, active)
     types = shapes.provider_types(provider, active)
     if summary is not None:
-        doubtful = _doubtful(summary, routes, src_cols)
+        # Which tables lack columns on the provider is decided first, for every table:
+        # the summary then only picks those it has rows of.
+        short = shapes.short_tables(active, src_cols)
+        doubtful = _doubtful(summary, routes, short)
         if doubtful:
             src_cols = {**src_cols, **shapes.carried(provider, batch_sql, doubtful)}
     return PlanInputs(
@@ -141,24 +165,17 @@ def plan_inputs(
 
 
 def _doubtful(
-    summary: list[SummaryRow],
-    routes: dict[str, Route],
-    src_cols: dict[str, frozenset[str] | None],
+    summary: list[SummaryRow], routes: dict[str, Route], short: frozenset[str]
 ) -> dict[str, int]:
     """The segment's tables with rows whose columns here are not all on the provider
-    (name -> the ev_id of one of its row events): a column of the subscriber's own, or
-    one a later script renamed or dropped on the provider while its rows wait here, or
-    the whole table renamed there."""
+    (``short``, :meth:`TableShapes.short_tables`): name -> the ev_id of one of its row
+    events."""
     out = {}
     for row in summary:
         route = routes.get(row.name) if row.name else None
         if route is None or not route.applies or route.handler.mode == "events":
             continue
-        src = src_cols.get(route.table_name)
-        if not row.row_events or row.first is None:
-            continue
-        # None: no such table on the provider (a later script renamed it).
-        if src is None or apply_columns(route, src) != apply_columns(route, None):
+        if row.row_events and row.first is not None and route.table_name in short:
             out[route.table_name] = row.first
     return out
 

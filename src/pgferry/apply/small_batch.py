@@ -145,7 +145,7 @@ class SmallBatch:
     larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller
     applies the batch table by table, whose error names the table.  ``arrays``: the reads
     made with the summary; ``prepared``: its generic event query
-    (:func:`pgferry.apply.summary.summarize_with_reads`)."""
+    (:func:`pgferry.apply.summary.read_summary`)."""
 
     def __init__(
         self,

@@ -1,18 +1,21 @@
 """What a batch holds, read on the provider before anything of it is applied: the first
 stage of a batch's replay (:mod:`.batch`).
 
-:func:`read_summary` gives a :class:`BatchSummary`: the batch's summary rows
-(:func:`summarize`: one row per table or sequence, the queries are
-:mod:`pgferry.apply.batch_sql`'s, and one row that counts the queued scripts and the
-removals), then those scripts and removals themselves in ev_id order.  A small batch's
-summary comes with the rows of its likely tables, read in the same message
-(:func:`summarize_with_reads`); what was read ahead while the batch before it was applied
-(:mod:`.prefetch`) serves instead when it is this very batch.  Nothing here writes: the
-strategy (:mod:`.strategy`) and the segments (:mod:`.segments`) act on what it read.
+:func:`read_summary` gives a :class:`BatchSummary` as a pipeline: the queries are
+composed first (a small batch's likely tables' reads, then the summary's,
+:func:`pgferry.apply.batch_sql.segment_summary`), run in one read-only message and
+folded into summary rows (one row per table or sequence, and one row that counts the
+queued scripts and the removals); then, only when some were counted, the scripts and
+removals themselves, in ev_id order, in one query (:func:`pgferry.queue.batches.rare_events`).
+What was read ahead while the batch before it was applied (:mod:`.prefetch`) serves
+instead of the summary when it is this very batch.  :func:`summarize` reads one
+segment's summary alone.  Nothing here writes: the strategy (:mod:`.strategy`) and the
+segments (:mod:`.segments`) act on what it read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -21,14 +24,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from pgferry.apply import shapes, small_batch
-from pgferry.apply.batch_sql import (
-    Segment,
-    SummaryRow,
-    fold_summary,
-    grouped_summary_query,
-    summary_query,
-    summary_rows,
-)
+from pgferry.apply.batch_sql import Segment, SummaryQuery, SummaryRow, segment_summary
 from pgferry.apply.plan import PlanInputs, TableWork
 from pgferry.apply.read import (
     PreparedBatch,
@@ -37,13 +33,12 @@ from pgferry.apply.read import (
     ScriptEvent,
     provider_named,
     read_only_results,
-    read_only_rows,
 )
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.db import error_text
-from pgferry.events import REMOVAL_EVENTS
+from pgferry.events import EXECUTE_EVENT, REMOVAL_EVENTS
 from pgferry.queue import batches as queue_batches
-from pgferry.queue.batches import Batch
+from pgferry.queue.batches import Batch, EventRange, RareEvent
 from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
@@ -90,103 +85,49 @@ def summarize(
     segment's events, estimated, when nothing else of the worker runs beside the summary
     (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`).  ``prepared``:
     the batch's event query with its range as parameters, read instead of ``batch_sql``."""
-    active = [r for r in routes.values() if r.applies]
-    seqs = list(sequences)
-    if not active and not seqs and not scripts and not removals:
-        return []
-    # Grouped on the provider's plain columns and folded here, unless a copy hand-over
-    # filters some table's events by transaction (only the per-table query can).
-    grouped = not any(r.copy_snapshot for r in active)
-    events = None
-    if prepared is not None:
-        batch_sql, events = prepared.sql, prepared.events
-    if grouped:
-        query = grouped_summary_query(batch_sql, seqs, segment)
-    else:
-        query = summary_query(batch_sql, active, seqs, segment, scripts=scripts, removals=removals)
+    text = batch_sql if prepared is None else prepared.sql
+    events = None if prepared is None else prepared.events
+    query = segment_summary(
+        text, routes.values(), sequences, segment, scripts=scripts, removals=removals
+    )
+    rows, _ = _read(provider, query, None, events, alone_events)
+    return rows
+
+
+def _read(
+    provider: psycopg.Connection,
+    query: SummaryQuery | None,
+    reads: list[str] | None,
+    events: EventRange | None,
+    estimate: int | None,
+) -> tuple[list[SummaryRow], small_batch.Arrays]:
+    """The summary rows of ``query`` and, in the same message, the rows of ``reads`` (a
+    small batch's likely tables, each :func:`small_batch.array_query`'s; None: the summary
+    alone).  When some are read beside it, a read that fails takes the summary alone with
+    it, and the summary is read again alone."""
+    if query is None:
+        return [], {}
+    texts = [query.text, *(reads or [])]
+    settings = summary_settings(estimate)
     try:
         # Read-only: copy conditions run here.  Few groups, many rows: hashing beats the
         # sort that the planner's row estimate for a batch (a handful) would choose, and
         # spills to disk.
-        rows = read_only_rows(
-            provider, query, settings=summary_settings(alone_events), events=events
-        )
+        with provider_named(provider) if reads is not None else contextlib.nullcontext():
+            results = read_only_results(provider, texts, settings=settings, events=events)
     except psycopg.Error as exc:
-        raise ReplayError(f"reading the batch: {error_text(exc)}") from None
-    if grouped:
-        return fold_summary(rows, active, seqs, scripts=scripts, removals=removals)
-    return summary_rows(rows)
-
-
-def summarize_with_reads(
-    provider: psycopg.Connection,
-    batch_sql: str,
-    routes: dict[str, Route],
-    seqs: list[str],
-    inputs: PlanInputs,
-    estimate: int | None,
-    recent: frozenset[str] | None = None,
-    prepared: PreparedBatch | None = None,
-) -> tuple[list[SummaryRow], small_batch.Arrays]:
-    """The batch's summary (scripts and removals counted) and, in the same message, the rows
-    of up to :data:`~pgferry.apply.small_batch.GUESSED_TABLES` tables as
-    :func:`~pgferry.apply.small_batch.apply_or_none` would read them, whether the batch
-    holds them or not: those of ``recent`` (the tables of the last batch that had rows),
-    else every table.  One round trip where the summary and the reads took two, and a table
-    read for nothing costs a read of the batch's few events.  A read that fails takes the
-    summary alone with it.  ``prepared``: read with the batch's range as parameters (the
-    arrays' keys are then its texts)."""
-    active = [r for r in routes.values() if r.applies]
-    if recent is not None:
-        active = [r for r in active if r.table_name in recent]
-    works: list[TableWork] = []
-    # No event: no read (an idle node's batches).  Else each table as if it had updates:
-    # its columns and types.
-    if estimate and len(active) <= small_batch.GUESSED_TABLES:
-        guess = [SummaryRow(r.table_name, row_events=1) for r in active]
-        plan = inputs.plan(guess, routes, seqs, ranges=False)
-        works = [work for work in plan.tables if small_batch.plain(work)]
-    text, events = small_batch.read_form(batch_sql, prepared)
-    queries = [small_batch.array_query(work.query(text, Segment())) for work in works]
-    grouped = grouped_summary_query(text, seqs, Segment())
-    try:
-        with provider_named(provider):
-            results = read_only_results(
-                provider,
-                [grouped, *queries],
-                settings=summary_settings(estimate),
-                events=events,
-            )
-    except psycopg.Error as exc:
+        if reads is None:
+            raise ReplayError(f"reading the batch: {error_text(exc)}") from None
         if provider.broken:
             raise
         log.debug("reading a batch's summary with its tables: %s", exc)
-        summary = summarize(
-            provider,
-            batch_sql,
-            routes,
-            seqs,
-            Segment(),
-            scripts=True,
-            removals=True,
-            alone_events=estimate,
-        )
-        return summary, {}
-    summary = fold_summary(results[0], routes.values(), seqs, scripts=True, removals=True)
-    return summary, {
-        q: small_batch.counted(rows) for q, rows in zip(queries, results[1:], strict=True)
-    }
-
-
-def read_scripts(provider: psycopg.Connection, batch_sql: str) -> list[ScriptEvent]:
-    """The batch's queued scripts in ev_id order."""
-    return [ScriptEvent(*row) for row in queue_batches.scripts(provider, batch_sql)]
-
-
-def read_removals(provider: psycopg.Connection, batch_sql: str) -> list[RemovalEvent]:
-    """The batch's removals of tables and sequences in ev_id order."""
-    rows = queue_batches.events_of_types(provider, batch_sql, REMOVAL_EVENTS)
-    return [RemovalEvent(*row) for row in rows]
+        reads = []
+        try:
+            results = read_only_results(provider, texts[:1], settings=settings, events=events)
+        except psycopg.Error as exc:
+            raise ReplayError(f"reading the batch: {error_text(exc)}") from None
+    arrays = {q: small_batch.counted(r) for q, r in zip(reads or [], results[1:], strict=True)}
+    return query.rows(results[0]), arrays
 
 
 @dataclass
@@ -220,40 +161,75 @@ def read_summary(
     recent: frozenset[str] | None,
 ) -> BatchSummary:
     """One read of the batch's summary (``ahead``: the summary read ahead), then its
-    scripts and removals (the node's own stream only: ``main``).  ``small``: the batch may
-    be applied in two round trips (:func:`pgferry.apply.strategy.may_be_small`), its
-    likely tables are read with the summary (``recent``: the tables of the last small
-    batch)."""
+    scripts and removals together (the node's own stream only: ``main``).  ``small``: the
+    batch may be applied in two round trips (:func:`pgferry.apply.strategy.may_be_small`),
+    its likely tables are read with the summary (``recent``: the tables of the last small
+    batch), in the same message: one round trip where the summary and the reads took two,
+    and a table read for nothing costs a read of the batch's few events."""
     at = time.monotonic()
     prepared = None
     if batch.events is not None and estimate is not None and estimate <= settings.read_ahead_events:
         # Read inline: with the batch's range as parameters (see pgferry.apply.read).
         prepared = PreparedBatch(queue_batches.generic_event_sql(provider), batch.events)
-    arrays: small_batch.Arrays = {}
-    if ahead is not None:
-        rows = ahead
-    elif small:  # the tables' reads in the summary's message
+    works: list[TableWork] = []
+    if ahead is None and small:
         inputs = shapes.plan_inputs(table_shapes, settings, provider, local, routes)
-        rows, arrays = summarize_with_reads(
-            provider, batch_sql, routes, seqs, inputs, estimate, recent, prepared
+        works = _likely_tables(routes, seqs, inputs, estimate, recent)
+    rows: list[SummaryRow] = ahead or []
+    arrays: small_batch.Arrays = {}
+    if ahead is None:
+        # The event query the reads are composed on, and its parameters' values if any.
+        text = batch_sql if prepared is None else prepared.sql
+        events = None if prepared is None else prepared.events
+        reads = None
+        if small:  # the likely tables' reads, in the summary's message
+            reads = [small_batch.array_query(work.query(text, Segment())) for work in works]
+        # The small path counts scripts and removals on every stream, as the summary read
+        # ahead does (pgferry.apply.prefetch).
+        counts = main or small
+        query = segment_summary(
+            text, routes.values(), seqs, Segment(), scripts=counts, removals=counts
         )
-    else:
         # Nothing of this batch runs beside its summary: its reads wait for it.
-        rows = summarize(
-            provider,
-            batch_sql,
-            routes,
-            seqs,
-            Segment(),
-            scripts=main,
-            removals=main,
-            alone_events=estimate,
-            prepared=prepared,
-        )
+        rows, arrays = _read(provider, query, reads, events, estimate)
     seconds = time.monotonic() - at
-    scripts = read_scripts(provider, batch_sql) if main and count_scripts(rows) else []
-    removals = read_removals(provider, batch_sql) if main and count_removals(rows) else []
+    rare: list[RareEvent] = []
+    if main and any(row.scripts or row.removals for row in rows):
+        rare = queue_batches.rare_events(provider, batch_sql, (EXECUTE_EVENT, *REMOVAL_EVENTS))
+    scripts = [
+        ScriptEvent(e.ev_id, e.ev_data or "", e.ev_extra1 or "", e.ev_extra2, e.ev_extra4)
+        for e in rare
+        if e.ev_type == EXECUTE_EVENT
+    ]
+    removals = [
+        RemovalEvent(e.ev_id, e.ev_type, e.ev_extra1, e.ev_extra2)
+        for e in rare
+        if e.ev_type in REMOVAL_EVENTS
+    ]
     return BatchSummary(rows, scripts, removals, seconds, arrays, prepared)
+
+
+def _likely_tables(
+    routes: dict[str, Route],
+    seqs: list[str],
+    inputs: PlanInputs,
+    estimate: int | None,
+    recent: frozenset[str] | None,
+) -> list[TableWork]:
+    """The tables a small batch's summary reads beside it, as
+    :meth:`pgferry.apply.small_batch.SmallBatch.read` would read them, whether the batch
+    holds them or not: up to :data:`~pgferry.apply.small_batch.GUESSED_TABLES` of those
+    of ``recent`` (the tables of the last batch that had rows), else of every table.  No
+    event: no read (an idle node's batches)."""
+    active = [r for r in routes.values() if r.applies]
+    if recent is not None:
+        active = [r for r in active if r.table_name in recent]
+    if not estimate or len(active) > small_batch.GUESSED_TABLES:
+        return []
+    # Each table as if it had updates: its columns and types.
+    guess = [SummaryRow(r.table_name, row_events=1) for r in active]
+    plan = inputs.plan(guess, routes, seqs, ranges=False)
+    return [work for work in plan.tables if small_batch.plain(work)]
 
 
 def count_scripts(summary: list[SummaryRow]) -> int:

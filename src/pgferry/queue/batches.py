@@ -6,9 +6,10 @@ Named functions over the batch part of ``ferry_queue``'s SQL API: taking the nex
 :func:`batch_tick` also answers before a batch is opened), describing it (:class:`Batch`,
 the one description of an open batch, with its event query in both forms: every value
 inlined, and :func:`generic_event_sql` with the :class:`EventRange` as parameters),
-reading its events (a cursor, the queued scripts, rare event types), retrying an event
-and finishing the batch, with or without waking the ticker.  Queues, consumers, events
-and capture are in :mod:`pgferry.queue.api`; ticks in :mod:`pgferry.queue.ticks`.
+reading its events (a cursor; its rare events, queued scripts and removals, in one
+query), retrying an event and finishing the batch, with or without waking the ticker.
+Queues, consumers, events and capture are in :mod:`pgferry.queue.api`; ticks in
+:mod:`pgferry.queue.ticks`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
-
-from pgferry.events import EXECUTE_EVENT
+from psycopg.rows import class_row
 
 # The ticker daemon listens here (force_tick notifies it too): a notification runs its round.
 TICKER_WAKE_CHANNEL = "ferry_queue_ticker"
@@ -439,25 +439,25 @@ def _message(statements: Sequence[sql.Composable], flush: bool) -> sql.Composed:
     return sql.SQL("; ").join(statements if flush else [_NO_FLUSH, *statements])
 
 
-def scripts(conn: psycopg.Connection, batch_sql: str) -> list[tuple[Any, ...]]:
-    """The batch's queued scripts (EXECUTE events) in order: barriers for replay.
+@dataclass(frozen=True)
+class RareEvent:
+    """One of a batch's rare events (:func:`rare_events`): a queued script or a removal."""
 
-    Rows: (ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4).
-    """
+    ev_id: int
+    ev_type: str
+    ev_data: str | None
+    ev_extra1: str | None
+    ev_extra2: str | None
+    ev_extra4: str | None
+
+
+def rare_events(conn: psycopg.Connection, batch_sql: str, types: Sequence[str]) -> list[RareEvent]:
+    """The batch's events of the given ``types`` in ev_id order, every kind in one query
+    (rare events, read only when the batch's summary counted some: queued scripts are
+    barriers for replay, removals of tables and sequences)."""
     query = sql.SQL(
-        "select ev_id, ev_data, ev_extra1, ev_extra2, ev_extra4 from ({}) e"
-        " where e.ev_type = {} order by e.ev_id"
-    ).format(sql.SQL(batch_sql), sql.Literal(EXECUTE_EVENT))
-    return conn.execute(query).fetchall()
-
-
-def events_of_types(
-    conn: psycopg.Connection, batch_sql: str, types: Sequence[str]
-) -> list[tuple[int, str, str | None, str | None]]:
-    """The batch's events of the given ``types`` in ev_id order, as rows
-    ``(ev_id, ev_type, ev_extra1, ev_extra2)`` (rare events, read only when present)."""
-    query = sql.SQL(
-        "select ev_id, ev_type, ev_extra1, ev_extra2 from ({}) e"
+        "select ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra4 from ({}) e"
         " where e.ev_type = any({}) order by e.ev_id"
     ).format(sql.SQL(batch_sql), sql.Literal(list(types)))
-    return conn.execute(query).fetchall()
+    with conn.cursor(row_factory=class_row(RareEvent)) as cur:
+        return cur.execute(query).fetchall()

@@ -124,34 +124,21 @@ def tick_marks(conn: psycopg.Connection, queue: str) -> dict[int, tuple[datetime
 
 def late_events(conn: psycopg.Connection, queue: str, tick_id: int) -> int:
     """Events of ``queue`` committed by now that tick ``tick_id`` does not take (at most
-    1,000 counted).  A transaction that had taken its event ids but not committed when the
-    tick was made is counted in the tick's event position, so no event shows as waiting
-    after it commits, yet the tick's snapshot does not see it: its events come with the
-    next tick.  Such a transaction is in the tick snapshot's running list or at or above
-    its xmax; both are index probes on ``ev_txid``."""
+    1,000 counted): those of a transaction that had taken its event ids but not committed
+    when the tick was made, which come with the next tick (``ferry_queue.late_events``, the
+    check the ticker makes too)."""
     row = conn.execute(
         """
-        with t as (
-            select q.queue_id, t.tick_snapshot as snap, pg_current_snapshot() as now
-              from ferry_queue.queue q
-              join ferry_queue.tick t on t.tick_queue = q.queue_id
-             where q.queue_name = %s and t.tick_id = %s)
-        select (select count(*) from (
-                    select 1 from t, ferry_queue.event e
-                     where e.ev_part between t.queue_id * 10 and t.queue_id * 10 + 9
-                       and e.ev_txid in (select pg_snapshot_xip(t.snap))
-                       and pg_visible_in_snapshot(e.ev_txid, t.now)
-                     limit 1000) x)
-             + (select count(*) from (
-                    select 1 from t, ferry_queue.event e
-                     where e.ev_part between t.queue_id * 10 and t.queue_id * 10 + 9
-                       and e.ev_txid >= pg_snapshot_xmax(t.snap)
-                       and pg_visible_in_snapshot(e.ev_txid, t.now)
-                     limit 1000) y)
+        select l.events
+          from ferry_queue.queue q
+          join ferry_queue.tick t on t.tick_queue = q.queue_id
+         cross join lateral ferry_queue.late_events(
+                q.queue_id, t.tick_snapshot, pg_current_snapshot(), 1000, null) l
+         where q.queue_name = %s and t.tick_id = %s
         """,
         (queue, tick_id),
     ).fetchone()
-    return 0 if row is None else min(int(row[0]), 1000)
+    return 0 if row is None else int(row[0])
 
 
 # --- holds: positions that keep ticks and events without reading -------------------------

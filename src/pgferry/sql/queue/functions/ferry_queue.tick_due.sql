@@ -6,7 +6,8 @@
 --     ticker_max_lag old, or a consumer waits for the next tick (it has finished the last one
 --     and holds no open batch: its events are then taken at once).  Without: a tick every ticker_idle_period, and also, once
 --     ticker_max_lag has passed, when a transaction that was running at the last tick has
---     committed events since (its events were counted before that tick but not visible in it).
+--     committed events since (its events were counted before that tick but not visible in it:
+--     ferry_queue.late_events).
 --     That late-commit check is remembered for the session once settled (setting
 --     ferry_queue.late_<queue id> = '<tick id>:<xmax>' while pending, '<tick id>:settled'): no
 --     write, no transaction id.  Generic plans: the lookups are index probes whatever the
@@ -21,7 +22,7 @@
 --         waiting boolean
 --
 -- Tables:
---     ferry_queue.event
+--     ferry_queue.event (through ferry_queue.late_events)
 --     ferry_queue.queue
 --     ferry_queue.subscription
 --     ferry_queue.tick
@@ -33,10 +34,9 @@ declare
     v_new   bigint;
     v_lag   interval;
     v_now   pg_snapshot;
-    v_x     xid8;
-    v_n     integer := 0;
     v_key   text := 'ferry_queue.late_' || q.queue_id;
     v_memo  text;
+    v_late  record;   -- ferry_queue.late_events' answer
     v_whole boolean := false;  -- the walk above xmax saw every event there
     v_later boolean := false;  -- it met a transaction that committed after v_now
 begin
@@ -70,37 +70,14 @@ begin
         if v_memo = v_last.tick_id || ':settled' then
             return;
         end if;
-        -- Late commits: a transaction running at the last tick is in its snapshot's xip
-        -- list or at or above its xmax.  Those in the list that have committed since are
-        -- found from the snapshots and looked up in the ev_txid index; above xmax the
-        -- index is walked one transaction at a time (few: the writers of that moment).
+        -- Late commits (ferry_queue.late_events): is there one, looking at 100
+        -- transactions above the tick's xmax at most.  Called as an expression: a SELECT
+        -- from the function would take twice as long as the whole check.
         v_now := pg_current_snapshot();
-        for v_x in select x from pg_snapshot_xip(v_last.tick_snapshot) x
-                    where pg_visible_in_snapshot(x, v_now) loop
-            if exists (select 1 from ferry_queue.event e
-                        where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
-                          and e.ev_txid = v_x) then
-                due := true;
-                exit;
-            end if;
-        end loop;
-        v_x := pg_snapshot_xmax(v_last.tick_snapshot);
-        while not due and v_n < 100 loop
-            select e.ev_txid into v_x from ferry_queue.event e
-             where e.ev_part between q.queue_id * 10 and q.queue_id * 10 + 9
-               and e.ev_txid >= v_x
-             order by e.ev_txid limit 1;
-            if not found then
-                v_whole := true;
-                exit;
-            end if;
-            -- Visible now: committed since the tick.  Otherwise still running (or rolled
-            -- back): look past it.
-            due := pg_visible_in_snapshot(v_x, v_now);
-            v_later := v_later or not due;
-            v_x := (v_x::text::bigint + 1)::text::xid8;
-            v_n := v_n + 1;
-        end loop;
+        v_late := ferry_queue.late_events(q.queue_id, v_last.tick_snapshot, v_now, 1, 100);
+        due := v_late.events > 0;
+        v_whole := v_late.whole;
+        v_later := v_late.later;
         waiting := due;
         if due then
             return;
