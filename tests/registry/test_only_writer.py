@@ -116,9 +116,6 @@ ALLOWED = {
     ("testing/", "ferry"),
     ("testing/", "ferry_node"),
     ("testing/", "ferry_queue"),
-    # The main stream's next tick, chosen while a batch is applied: the same rule as the
-    # queue's batch in queue/batches.py, to become one queue function with it.
-    ("apply/prefetch.py", "ferry_queue"),
     # A copy's progress and the keys a running copy dropped are one statement each with
     # the registry's rows; pipeline/ sits above registry/, which cannot call it.
     ("registry/entries.py", "ferry_copy"),

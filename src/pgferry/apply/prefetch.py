@@ -7,8 +7,8 @@ and the one the worker will choose next.  So while batch N is applied, a thread
 (:class:`Prefetch`) asks the queue for that tick by the rule the worker's batches are
 taken with (:func:`pgferry.queue.batches.batch_tick`: the first tick closing
 ``batch_min_events`` events, else the last one), builds the event query of the tick range
-(``ferry_queue.tick_range_sql``, whose text ``ferry_queue.batch_event_sql`` gives the
-batch once open),
+(:func:`pgferry.queue.batches.tick_range_event_sql`, whose text
+:func:`~pgferry.queue.batches.batch_event_sql` gives the batch once open),
 summarises it, and once no read of batch N is left running starts reading its tables on a
 reader pool of its own.
 
@@ -43,16 +43,6 @@ log = logging.getLogger(__name__)
 
 READS_WAIT = 60.0  # seconds the next batch's reads wait for the current one's at most
 _ANY = 2**31 - 1  # next_batch_upto's count that no tick closes: the batch ends at its tick
-
-# The event query of the consumer's batch (prev, next]: the text batch_event_sql gives the
-# batch once it is open (both are ferry_queue.tick_range_sql; the apply compares them).
-_EVENT_SQL = """
-select ferry_queue.tick_range_sql(q.queue_id, s.sub_id, %(prev)s, %(next)s, false)
-  from ferry_queue.queue q
-  join ferry_queue.subscription s on s.sub_queue = q.queue_id
- where q.queue_name = %(queue)s and s.sub_consumer = %(consumer)s
-"""
-
 
 def choose_tick(
     conn: psycopg.Connection, queue: str, prev: int, min_events: int
@@ -119,12 +109,10 @@ class Prefetch:
         if chosen is None:
             return None
         tick, count = chosen
-        row = conn.execute(
-            _EVENT_SQL, {"prev": prev, "next": tick, "queue": queue, "consumer": consumer}
-        ).fetchone()
-        if row is None or row[0] is None or self._cancelled.is_set():
+        # The text batch_event_sql gives the batch once it is open: the apply compares them.
+        batch_sql = queue_batches.tick_range_event_sql(conn, queue, consumer, prev, tick)
+        if batch_sql is None or self._cancelled.is_set():
             return None
-        batch_sql = row[0]
         summary = summarize(conn, batch_sql, routes, seqs, Segment(), scripts=True, removals=True)
         reads = False
         if plan_inputs and count > plan_inputs.read_ahead_events and not count_scripts(summary):

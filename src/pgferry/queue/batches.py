@@ -377,6 +377,22 @@ def batch_info(conn: psycopg.Connection, batch_id: int, *, event_sql: bool = Fal
     return _batch_of_row(row)
 
 
+def tick_range_event_sql(
+    conn: psycopg.Connection, queue: str, consumer: str, prev: int, tick: int
+) -> str | None:
+    """The event query of ``consumer``'s batch (``prev``, ``tick``] before it is opened:
+    the very text :func:`batch_event_sql` gives once it is (both are
+    ``ferry_queue.tick_range_sql``); None when the queue or consumer is not there."""
+    row = conn.execute(
+        "select ferry_queue.tick_range_sql(q.queue_id, s.sub_id, %s, %s, false)"
+        " from ferry_queue.queue q"
+        " join ferry_queue.subscription s on s.sub_queue = q.queue_id"
+        " where q.queue_name = %s and s.sub_consumer = %s",
+        (prev, tick, queue, consumer),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
 def batch_event_sql(conn: psycopg.Connection, batch_id: int, *, ordered: bool = False) -> str:
     """A SELECT of the batch's events that any connection can run unchanged.
 
