@@ -4,7 +4,7 @@ range as parameters (prepared once, generic plan), by batch size.
 One throw-away cluster, one queue and consumer.  For each size, a batch of that many row
 events (one transaction, three tables) is queued behind ``--backlog`` events of earlier
 batches still in the event table, ticked and opened; its summary (the grouped summary the
-worker reads, ``apply/batch_sql.py``) is then run ``--reps`` times each way, timed by the
+worker reads, ``apply/replay/batch_sql.py``) is then run ``--reps`` times each way, timed by the
 server (``EXPLAIN (ANALYZE)``: planning and execution apart):
 
 * ``literal``: the text with the range inlined (``batch_event_sql``), as every batch
@@ -32,9 +32,9 @@ import psycopg
 from psycopg import sql
 
 from pgferry import schema
-from pgferry.apply.batch_sql import Segment, grouped_summary_query
-from pgferry.apply.read import GENERIC_PLAN
-from pgferry.apply.summary import summary_settings
+from pgferry.apply.replay.batch_sql import Segment, grouped_summary_query
+from pgferry.apply.replay.read import GENERIC_PLAN
+from pgferry.apply.replay.summary import summary_settings
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import EVENT_RANGE_TYPES, BatchRule

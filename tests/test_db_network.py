@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from pgferry.apply.part_reads import ReaderPool
+from pgferry.apply.replay.part_reads import ReaderPool
 from pgferry.db import NETWORK_DEFAULTS, connect
 
 

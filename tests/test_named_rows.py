@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgferry.apply.batch_sql import Segment, SummaryRow, summary_query, summary_rows
 from pgferry.apply.handover import CopyGroup
+from pgferry.apply.replay.batch_sql import Segment, SummaryRow, summary_query, summary_rows
 from pgferry.queue import batches
 from pgferry.registry.routes import Route
 

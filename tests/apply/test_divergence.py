@@ -13,8 +13,8 @@ import logging
 import psycopg
 import pytest
 
-from pgferry.apply.batch_end import record_divergence
-from pgferry.apply.one_connection import ApplyStats
+from pgferry.apply.replay.batch_end import record_divergence
+from pgferry.apply.replay.one_connection import ApplyStats
 from pgferry.node import model, status
 
 TABLE = "create table public.t (id int primary key, v text)"
@@ -56,7 +56,7 @@ def test_replay_counts_rows_missing_here(pair, caplog) -> None:
     pair.leaf("set session_replication_role = replica; delete from t where id in (1, 2, 9)")
     pair.root("update t set v = 'changed' where id in (1, 2, 3)")  # 1, 2 are re-created
     pair.root("delete from t where id in (9, 10)")  # 9 finds no row
-    with caplog.at_level(logging.WARNING, logger="pgferry.apply.batch_end"):
+    with caplog.at_level(logging.WARNING, logger="pgferry.apply.replay.batch_end"):
         pair.catch_up(worker)
     # A batch that also inserts into the table is not counted: a key new in the batch
     # arrives collapsed as an update or a delete, like a missing row would.

@@ -14,10 +14,10 @@ import logging
 import psycopg
 import pytest
 
-from pgferry.apply.one_connection import ApplyStats, apply_parts
-from pgferry.apply.plan import TableWork
-from pgferry.apply.read import ReplayError
-from pgferry.apply.stage_tables import StageTables
+from pgferry.apply.replay.one_connection import ApplyStats, apply_parts
+from pgferry.apply.replay.plan import TableWork
+from pgferry.apply.replay.read import ReplayError
+from pgferry.apply.replay.stage_tables import StageTables
 from pgferry.registry.routes import Route
 
 TABLE = "create table public.t (id int primary key, v text, n int)"
@@ -52,7 +52,7 @@ def test_ranges_merged_apply_what_a_whole_read_does(make_pair, caplog, merge: st
         update t set n = n + 10 where id in (5, 6, 200);
         """
     )
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.one_connection"):
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.replay.one_connection"):
         pair.catch_up(worker)
     pair.same("t")
     merged = [r.getMessage() for r in caplog.records if "ranges merged" in r.getMessage()]

@@ -1,7 +1,7 @@
 """The planner's rules, without a database: the ev_id ranges of a split table, the columns
 and types a part is read with, which tables truncate, which are merged on the subscriber.
 
-:func:`pgferry.apply.plan.plan_segment` takes a segment's summary rows and the routes and
+:func:`pgferry.apply.replay.plan.plan_segment` takes a segment's summary rows and the routes and
 decides only; these tests give it rows as a summary query would return them.
 """
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgferry.apply.batch_sql import SummaryRow
-from pgferry.apply.plan import apply_columns, plan_segment
-from pgferry.apply.summary import count_removals, count_scripts
+from pgferry.apply.replay.batch_sql import SummaryRow
+from pgferry.apply.replay.plan import apply_columns, plan_segment
+from pgferry.apply.replay.summary import count_removals, count_scripts
 from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure

@@ -1,11 +1,11 @@
-"""The next batch read while this one is applied (apply/prefetch.py): a catch-up of many
+"""The next batch read while this one is applied (apply/replay/prefetch.py): a catch-up of many
 batches takes each next batch as read ahead, and the tables end equal on both sides."""
 
 from __future__ import annotations
 
 import logging
 
-from pgferry.apply.batch import Replayer
+from pgferry.apply.replay.batch import Replayer
 
 TABLES = ("public.a", "public.b")
 
@@ -39,7 +39,7 @@ def test_catch_up_takes_each_next_batch_as_read_ahead(pair, monkeypatch, caplog)
     monkeypatch.setattr(Replayer, "apply", spy)
     # Small multi-tick batches (about two ticks each), read by reader threads.
     worker = pair.worker(pgq_batch_collect_events="60", replay_read_ahead_events="0")
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.batch"):
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.replay.batch"):
         pair.catch_up(worker)
     taken = [a for a in used if a is not None]
     assert len(used) >= 4

@@ -17,9 +17,9 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from pgferry import schema
-from pgferry.apply.batch_sql import Segment, grouped_summary_query
-from pgferry.apply.one_connection import ApplyStats
-from pgferry.apply.read import GENERIC_PLAN, read_only_results
+from pgferry.apply.replay.batch_sql import Segment, grouped_summary_query
+from pgferry.apply.replay.one_connection import ApplyStats
+from pgferry.apply.replay.read import GENERIC_PLAN, read_only_results
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import EVENT_RANGE_TYPES, Batch, BatchRule

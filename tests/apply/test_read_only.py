@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgferry.apply.read import read_chunks, read_only, read_only_rows
+from pgferry.apply.replay.read import read_chunks, read_only, read_only_rows
 
 
 def _setup(db: str) -> None:

@@ -214,7 +214,8 @@ def test_removed_while_copying(pair, monkeypatch, state: str | None) -> None:
     """The leaf's copy of t never finishes before the root removes t: t ends removed, its
     rows are left alone and the copy's consumer on the root is gone."""
     import pgferry.pipeline.copy as copy_mod
-    from pgferry.apply import copies, spark_session
+    from pgferry.apply import copies
+    from pgferry.apply.replay import spark_session
 
     for side in (pair.root, pair.leaf):
         side(DDL.format("t"))

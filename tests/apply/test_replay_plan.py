@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.plan import plan_segment
+from pgferry.apply.replay.batch_sql import Segment, SummaryRow
+from pgferry.apply.replay.plan import plan_segment
 from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pgferry.apply.script_shapes import LaterChanges, later_changes
+from pgferry.apply.replay.script_shapes import LaterChanges, later_changes
 
 pytestmark = pytest.mark.pure
 

@@ -1,5 +1,5 @@
 """What a segment is planned with, without a database: the routes and columns of the rows
-queued before a script that renames or drops (pgferry.apply.shapes), and the tables
+queued before a script that renames or drops (pgferry.apply.replay.shapes), and the tables
 whose rows may carry other columns than the provider's catalog says.  Whether a
 batch's segments are planned in ev_id ranges is the strategy's
 (tests/apply/test_strategy.py)."""
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from pgferry.apply.script_shapes import LaterChanges
-from pgferry.apply.shapes import TableShapes, columns_carried, provider_routes
+from pgferry.apply.replay.script_shapes import LaterChanges
+from pgferry.apply.replay.shapes import TableShapes, columns_carried, provider_routes
 from pgferry.registry.routes import Route
 
 pytestmark = pytest.mark.pure

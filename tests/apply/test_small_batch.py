@@ -1,4 +1,4 @@
-"""A small batch's subscriber transaction in two round trips (pgferry.apply.small_batch).
+"""A small batch's subscriber transaction in two round trips (pgferry.apply.replay.small_batch).
 
 Every kind of change of a few tables, names that need quoting, the rows a subscriber
 drifted from (counted as the table-by-table apply counts them), a batch that fails there
@@ -12,8 +12,8 @@ import logging
 
 import pytest
 
-from pgferry.apply import small_batch
-from pgferry.apply.one_connection import ApplyStats
+from pgferry.apply.replay import small_batch
+from pgferry.apply.replay.one_connection import ApplyStats
 from pgferry.errors import PgferryError
 
 TABLES = {
@@ -132,7 +132,7 @@ def test_tables_read_with_the_summary_or_after_it(pair, caplog, monkeypatch, gue
     def read(change: str) -> list[tuple[str, str]]:
         caplog.clear()
         pair.root(change)
-        with caplog.at_level(logging.DEBUG, logger="pgferry.apply.small_batch"):
+        with caplog.at_level(logging.DEBUG, logger="pgferry.apply.replay.small_batch"):
             pair.catch_up(worker)
         messages = [r.getMessage() for r in caplog.records]
         lines = [m for m in messages if m.startswith("  ") and " rows (" in m]

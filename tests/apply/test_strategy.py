@@ -1,4 +1,4 @@
-"""The table of how a batch is replayed (:func:`pgferry.apply.strategy.choose`), without a
+"""The table of how a batch is replayed (:func:`pgferry.apply.replay.strategy.choose`), without a
 database: small batches in two round trips, Spark for large ones when it is up, reader
 threads above ``replay_read_ahead_events``, the second connection above
 ``replay_second_events``, the next batch read meanwhile; and Spark asked only when its
@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from pgferry.apply.strategy import BatchFacts, Reads, Strategy, choose, may_be_small
+from pgferry.apply.replay.strategy import BatchFacts, Reads, Strategy, choose, may_be_small
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.node.model import NodeInfo
 from pgferry.registry.routes import Route

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from pgferry.apply.batch_sql import (
+from pgferry.apply.replay.batch_sql import (
     Segment,
     SummaryRow,
     fold_summary,
@@ -95,7 +95,7 @@ def test_grouped_summary_matches_per_table_summary(db_a: str, pg_a) -> None:
 
 def test_large_batch_summary_in_parallel_says_the_same(db_a: str, pg_a) -> None:
     """A backlog's first summary may use parallel workers: same rows, and the plan does."""
-    from pgferry.apply.summary import PARALLEL_SUMMARY_EVENTS, summarize, summary_settings
+    from pgferry.apply.replay.summary import PARALLEL_SUMMARY_EVENTS, summarize, summary_settings
 
     with connect(pg_a.connstr(db_a), autocommit=True) as conn:
         conn.execute(

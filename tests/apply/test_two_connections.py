@@ -130,7 +130,7 @@ def test_a_batch_stays_on_one_connection(make_pair, caplog, second) -> None:
         pair.leaf("drop table ferry.applied_part")
     worker = pair.catch_up(pair.worker())
     _batch(pair, 1)
-    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.two_connections"):
+    with caplog.at_level(logging.DEBUG, logger="pgferry.apply.replay.two_connections"):
         pair.catch_up(worker)
     _same(pair)
     assert not [r for r in caplog.records if "second connection" in r.getMessage()]

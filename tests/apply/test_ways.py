@@ -1,4 +1,4 @@
-"""What a batch's strategy is made into for one segment (pgferry.apply.ways.Ways.make),
+"""What a batch's strategy is made into for one segment (pgferry.apply.replay.ways.Ways.make),
 without a database: the reads inline on the worker's provider connection, or the reader
 threads' pool kept between batches, and the worker's one connection when the second one
 is not there.  Nothing is read: a way's reads start when its apply enters them."""
@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.one_connection import OneConnection
-from pgferry.apply.part_reads import InlineReads, ReaderPool
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.prefetch import Prefetcher
-from pgferry.apply.shapes import TableShapes
-from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_tables import StageTables
-from pgferry.apply.strategy import Reads, Strategy
-from pgferry.apply.two_connections import SecondApply
-from pgferry.apply.ways import Reading, Ways
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.one_connection import OneConnection
+from pgferry.apply.replay.part_reads import InlineReads, ReaderPool
+from pgferry.apply.replay.plan import SegmentPlan, TableWork
+from pgferry.apply.replay.prefetch import Prefetcher
+from pgferry.apply.replay.shapes import TableShapes
+from pgferry.apply.replay.spark_session import WorkerSpark
+from pgferry.apply.replay.stage_tables import StageTables
+from pgferry.apply.replay.strategy import Reads, Strategy
+from pgferry.apply.replay.two_connections import SecondApply
+from pgferry.apply.replay.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.config import Config
 from pgferry.registry.routes import Route

@@ -43,7 +43,7 @@ def test_unreachable_master_replays_on_the_driver(pair, caplog, copies_need_spar
     # Every batch counts as large, so each one asks for Spark; retries come fast.
     worker = pair.worker(spark_master=bad, replay_local_events="0", spark_idle_timeout="0.5")
     worker.may_warm_spark = True
-    caplog.set_level(logging.WARNING, logger="pgferry.apply.spark_session")
+    caplog.set_level(logging.WARNING, logger="pgferry.apply.replay.spark_session")
 
     def failures() -> list[str]:
         return [r.getMessage() for r in caplog.records if START_FAILED in r.getMessage()]
@@ -129,7 +129,7 @@ def test_small_copy_needs_no_master(pair) -> None:
 def test_spark_remote_is_left_to_the_commands(pair, spark, caplog, copies_need_spark) -> None:
     """A worker whose ini names a Spark Connect server copies on its spark_master (here the
     process's local session) and says so once: the server is not asked at all."""
-    caplog.set_level(logging.INFO, logger="pgferry.apply.spark_session")
+    caplog.set_level(logging.INFO, logger="pgferry.apply.replay.spark_session")
     pair.root(TABLE.format(t="items"))
     pair.leaf(TABLE.format(t="items"))
     pair.root("insert into items select g, 'a' from generate_series(1, 300) g")

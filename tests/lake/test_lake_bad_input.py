@@ -149,7 +149,7 @@ def test_key_changed_add_table(lake_pair, fmt) -> None:
 
 
 def test_key_changed_resync_and_replay(lake_pair) -> None:
-    from pgferry.apply.read import ReplayError
+    from pgferry.apply.replay.read import ReplayError
 
     pair = _pair(lake_pair)
     pair.root("insert into t values (1, 'a')")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from pgferry.apply.read import read_only_results
+from pgferry.apply.replay.read import read_only_results
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
 from pgferry.queue.batches import EventRange

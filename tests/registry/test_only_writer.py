@@ -95,7 +95,7 @@ OWNERS = {
 FEATURES = {
     "ferry.sync_request": "sync/",  # compare's sync points: filed, then served by the worker
     "ferry.sync_tick": "sync/point.py",
-    "ferry.applied_part": "apply/two_connections.py",  # a batch's tables shared out
+    "ferry.applied_part": "apply/replay/two_connections.py",  # a batch's tables shared out
     "ferry.applied_execute": "scripts/execute.py",  # queued scripts run once
     "ferry.failed_event": "scripts/skip.py",  # skip-event
     "ferry.skipped_event": "scripts/skip.py",

@@ -22,8 +22,8 @@ import time
 
 import psycopg
 
-from pgferry.apply.batch import Replayer
-from pgferry.apply.read import set_text_format
+from pgferry.apply.replay.batch import Replayer
+from pgferry.apply.replay.read import set_text_format
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.db import connect, describe, error_text, server_of

@@ -27,12 +27,12 @@ from dataclasses import replace
 import psycopg
 
 from pgferry.apply import handover, positions
-from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copyrun import CopyRun
-from pgferry.apply.one_connection import ApplyStats
-from pgferry.apply.read import set_text_format
-from pgferry.apply.spark_session import WorkerSpark
+from pgferry.apply.replay.batch import Replayer
+from pgferry.apply.replay.one_connection import ApplyStats
+from pgferry.apply.replay.read import set_text_format
+from pgferry.apply.replay.spark_session import WorkerSpark
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.db import connect

@@ -2,7 +2,7 @@
 
 Root: heartbeat and sequence publishing; nothing is read from any queue.
 Branch / leaf: take the next batch from the provider's queue, apply it in one local
-transaction that also records the batch's tick (:mod:`.batch`), commit, and only then
+transaction that also records the batch's tick (:mod:`.replay.batch`), commit, and only then
 finish the batch on the provider: the node's own tick is the truth.  A batch whose tick is already
 recorded was applied before a crash: it is finished without applying it again; a batch
 that does not start at the node's tick makes the provider's position follow the node's.
@@ -15,7 +15,7 @@ main stream.  This module is the loop itself: which step a node takes, the main 
 batch, heartbeats and the idle wait.  Its settings are :mod:`.worker_settings`, its
 connections and the node's lock :mod:`.connections`, what it does for a pending compare
 :mod:`pgferry.sync.serve`, checking and moving positions :mod:`.positions`, the apply of one
-batch :mod:`.batch`, the Spark session :mod:`.spark_session`, what it does while idle
+batch :mod:`.replay.batch`, the Spark session :mod:`.replay.spark_session`, what it does while idle
 :mod:`.idle`.
 """
 
@@ -35,13 +35,13 @@ from pgferry.apply import (
     publish_seqs,
     reconcile,
 )
-from pgferry.apply.batch import Replayer
 from pgferry.apply.connections import WorkerConnections
 from pgferry.apply.copies import Copies
 from pgferry.apply.lake_bound import WHOLE, LakeBound
 from pgferry.apply.loop_state import LoopReads
-from pgferry.apply.one_connection import ApplyStats, log_batch
-from pgferry.apply.spark_session import WorkerSpark
+from pgferry.apply.replay.batch import Replayer
+from pgferry.apply.replay.one_connection import ApplyStats, log_batch
+from pgferry.apply.replay.spark_session import WorkerSpark
 from pgferry.apply.worker_settings import WorkerSettings
 from pgferry.config import Config
 from pgferry.daemon import Service, exc_message

@@ -3,7 +3,7 @@
 Two kinds (docs/replication.md, "Tables without a key"):
 
 * **No key at all** (:attr:`Target.keyless`): the stage holds ``I`` and ``D`` copies of
-  whole row images (``pgferry.apply.unkeyed`` nets them per image); each ``D`` deletes one
+  whole row images (``pgferry.apply.replay.unkeyed`` nets them per image); each ``D`` deletes one
   row equal to it, any of equal ones (they cannot be told apart), then the ``I`` rows are
   inserted.  A delete that finds no row is counted as divergence.
 * **A key the destination does not enforce** (``pkey=`` columns without a unique index

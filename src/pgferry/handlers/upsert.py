@@ -24,7 +24,7 @@ from pgferry.handlers.staged import Applied, Staged, Target
 
 log = logging.getLogger(__name__)
 
-# The ops of a stage row (see pgferry.apply.batch_sql.table_query).  'U' and 'D' are changes
+# The ops of a stage row (see pgferry.apply.replay.batch_sql.table_query).  'U' and 'D' are changes
 # of a key the source had before the rows read: one missing here is divergence.  'I' and
 # 'd' are the insert (possibly updated since) and the delete of a key inserted within the
 # rows read, which the subscriber need not have had.

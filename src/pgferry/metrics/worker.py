@@ -33,7 +33,7 @@ from pgferry.errors import PgferryError
 from pgferry.metrics.server import APPLICATION_NAME, CONNECT_TIMEOUT, scrape_connection
 
 if TYPE_CHECKING:
-    from pgferry.apply.one_connection import ApplyStats
+    from pgferry.apply.replay.one_connection import ApplyStats
     from pgferry.apply.worker import Worker
     from pgferry.queue.batches import Batch
 

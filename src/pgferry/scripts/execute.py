@@ -6,7 +6,7 @@ changes that came before and after it.  Each node runs a script once: it is reco
 ``ferry.applied_execute`` by file name and content hash.
 
 A subscriber replays a queued script at its place in a batch
-(:mod:`pgferry.apply.script_replay`) and runs its statements, as translated for the node,
+(:mod:`pgferry.apply.replay.script_replay`) and runs its statements, as translated for the node,
 with :func:`run_queued`.  A script that ``capture-ddl`` queued (named ``ddl <id>: ...``) is
 checked by :mod:`.ddl_check` before it runs on a subscriber, and runs as the local table's
 owner.

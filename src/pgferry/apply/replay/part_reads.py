@@ -1,24 +1,24 @@
 """Reading the table parts of a planned segment from the provider, ahead of the apply.
 
 A part (one table, or one ev_id range of it: any :class:`Part`, in replay a
-:class:`~pgferry.apply.plan.TableWork`) is read in one of three ways, each an object with
+:class:`~pgferry.apply.replay.plan.TableWork`) is read in one of three ways, each an object with
 the same small interface (:class:`PartReads`, whose ``parts`` hands the applier each part
-with its COPY data), chosen per segment by :mod:`pgferry.apply.ways`:
+with its COPY data), chosen per segment by :mod:`pgferry.apply.replay.ways`:
 
 * inline (:class:`InlineReads`), on the worker's own provider connection, while the part
   is loaded (small segments: a thread costs more than it saves), every part's COPY sent in
-  one message (:func:`pgferry.apply.read.read_many`: one round trip for all of them);
+  one message (:func:`pgferry.apply.replay.read.read_many`: one round trip for all of them);
 * by reader threads of a :class:`ReaderPool`, each on a provider connection of a
   :class:`psycopg_pool.ConnectionPool` kept between batches, ahead of the apply: while the
   subscriber applies one table, the next ones are being read;
 * by Spark tasks, one per part (a :class:`ReaderPool` that
-  :mod:`pgferry.apply.spark_session` makes submits them from the same reader threads);
-  each task runs :func:`pgferry.apply.read.read_part` on an executor.
+  :mod:`pgferry.apply.replay.spark_session` makes submits them from the same reader threads);
+  each task runs :func:`pgferry.apply.replay.read.read_part` on an executor.
 
 Reads may be started before the applier asks for them (:meth:`ReaderPool.start_ahead`:
-the next batch's, :mod:`pgferry.apply.prefetch`); the applier's :meth:`ReaderPool.stream`
+the next batch's, :mod:`pgferry.apply.replay.prefetch`); the applier's :meth:`ReaderPool.stream`
 of the very same queries takes them over.  Every read is a COPY in a read-only
-transaction (:func:`pgferry.apply.read.read_chunks`).
+transaction (:func:`pgferry.apply.replay.read.read_chunks`).
 :meth:`ReaderPool.parts` hands the parts to the applier in the order their reads become
 ready, the ranges of one table in their own order (:meth:`ReaderPool.split_parts`: as two
 streams, for two applying connections).  The parts come from the plan; this module
@@ -37,8 +37,8 @@ from typing import Protocol, TypeVar, cast
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.read import (
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.read import (
     APPLICATION_NAME,
     ReplayError,
     read_chunks,

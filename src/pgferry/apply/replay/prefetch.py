@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.part_reads import ReaderPool
-from pgferry.apply.plan import PlanInputs
-from pgferry.apply.read import APPLICATION_NAME, set_text_format
-from pgferry.apply.summary import count_scripts, summarize
+from pgferry.apply.replay.batch_sql import Segment, SummaryRow
+from pgferry.apply.replay.part_reads import ReaderPool
+from pgferry.apply.replay.plan import PlanInputs
+from pgferry.apply.replay.read import APPLICATION_NAME, set_text_format
+from pgferry.apply.replay.summary import count_scripts, summarize
 from pgferry.db import connect
 from pgferry.queue import batches as queue_batches
 from pgferry.registry.routes import Route
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 READS_WAIT = 60.0  # seconds the next batch's reads wait for the current one's at most
 _ANY = 2**31 - 1  # next_batch_upto's count that no tick closes: the batch ends at its tick
+
 
 def choose_tick(
     conn: psycopg.Connection, queue: str, prev: int, min_events: int

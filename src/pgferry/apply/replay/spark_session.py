@@ -22,13 +22,13 @@ process) is used but never stopped.
 Where the read path runs:
 
 * On the driver (the worker process): everything in this module except the task function.
-  :meth:`WorkerSpark.readers` gives a :class:`~pgferry.apply.part_reads.ReaderPool` whose reader
+  :meth:`WorkerSpark.readers` gives a :class:`~.part_reads.ReaderPool` whose reader
   threads each submit a one-task job per table part and collect its COPY data; the driver
-  loads it into the stage table (:mod:`pgferry.apply.one_connection`).
+  loads it into the stage table (:mod:`pgferry.apply.replay.one_connection`).
 * On executors: the task function made by :func:`_read_task`; it opens a provider
-  connection of its own and runs :func:`pgferry.apply.read.read_part`.
+  connection of its own and runs :func:`pgferry.apply.replay.read.read_part`.
 * Picklable: the task function and what it holds, which is the provider's connection
-  string (a ``str``) and a reference to :mod:`pgferry.apply.read`, imported again on the
+  string (a ``str``) and a reference to :mod:`pgferry.apply.replay.read`, imported again on the
   executor (so ``read_part`` must stay a module-level function there).  Nothing of the
   driver (connections, the session, threads) may be reached from it.
 """
@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pgferry import settings
-from pgferry.apply import read
-from pgferry.apply.part_reads import ReaderPool
-from pgferry.apply.read import ReplayError
+from pgferry.apply.replay import read
+from pgferry.apply.replay.part_reads import ReaderPool
+from pgferry.apply.replay.read import ReplayError
 from pgferry.config import Config
 from pgferry.daemon import exc_message
 from pgferry.pipeline.spark_errors import job_error

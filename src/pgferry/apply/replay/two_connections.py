@@ -37,11 +37,11 @@ from datetime import datetime
 
 import psycopg
 
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.one_connection import ApplyStats, apply_segment_beside, apply_table
-from pgferry.apply.part_reads import ReaderPool
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.stage_tables import StageTables
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.one_connection import ApplyStats, apply_segment_beside, apply_table
+from pgferry.apply.replay.part_reads import ReaderPool
+from pgferry.apply.replay.plan import SegmentPlan, TableWork
+from pgferry.apply.replay.stage_tables import StageTables
 from pgferry.db import connect
 from pgferry.handlers.api import Handler
 from pgferry.registry.routes import Route
@@ -303,7 +303,7 @@ class TwoConnections:
     """A segment's parts read by reader threads (``pool``) as two streams and applied on
     two connections at once: the tables named in ``apart`` on the second one
     (:class:`SecondApply`), the others on the worker's
-    (:func:`pgferry.apply.one_connection.apply_segment_beside`, the caller's transaction,
+    (:func:`pgferry.apply.replay.one_connection.apply_segment_beside`, the caller's transaction,
     still open when the second has committed)."""
 
     def __init__(

@@ -2,9 +2,9 @@
 the batch's transaction.
 
 A segment's replay runs one way through its stages: what the provider has of its tables
-(:func:`pgferry.apply.shapes.plan_inputs`, with the segment's summary), its plan
-(:meth:`~pgferry.apply.plan.PlanInputs.plan`), the way it is replayed, made from the
-batch's :class:`~pgferry.apply.strategy.Strategy` (:meth:`pgferry.apply.ways.Ways.make`:
+(:func:`pgferry.apply.replay.shapes.plan_inputs`, with the segment's summary), its plan
+(:meth:`~pgferry.apply.replay.plan.PlanInputs.plan`), the way it is replayed, made from the
+batch's :class:`~pgferry.apply.replay.strategy.Strategy` (:meth:`.ways.Ways.make`:
 its parts read inline, by reader threads or by Spark tasks, applied on the worker's
 connection or shared with a second one; the next batch's reads started meanwhile), then
 the way's ``read`` and ``apply``.
@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import psycopg
 
-from pgferry.apply import shapes
-from pgferry.apply.batch_sql import Segment, SummaryRow
-from pgferry.apply.one_connection import ApplyStats
-from pgferry.apply.script_shapes import LaterChanges
-from pgferry.apply.ways import Reading, Ways
+from pgferry.apply.replay import shapes
+from pgferry.apply.replay.batch_sql import Segment, SummaryRow
+from pgferry.apply.replay.one_connection import ApplyStats
+from pgferry.apply.replay.script_shapes import LaterChanges
+from pgferry.apply.replay.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.registry.routes import Route
 
 
 class Segments:
     """The segments of the worker's batches: each planned with what was learnt of the
-    tables' shapes, then replayed its strategy's way (:class:`~pgferry.apply.ways.Ways`)."""
+    tables' shapes, then replayed its strategy's way (:class:`~pgferry.apply.replay.ways.Ways`)."""
 
     def __init__(self, table_shapes: shapes.TableShapes, ways: Ways) -> None:
         self.shapes = table_shapes

@@ -6,7 +6,7 @@ handler's statements, the tick record, ``COMMIT``.  Under a steady load each one
 for a core, and together they were about 13 ms of a 33 ms cycle (BENCHMARKS.md).
 
 Here the provider reads each table's collapsed rows (the same queries,
-:meth:`TableWork.query <pgferry.apply.plan.TableWork.query>`) as one array of the rows'
+:meth:`TableWork.query <pgferry.apply.replay.plan.TableWork.query>`) as one array of the rows'
 text forms, all tables in one message and one read-only transaction.  The subscriber then
 gets, in psycopg's pipeline mode and before it is asked for any result: BEGIN, per table
 an INSERT of that array into the table's stage and the default handler's statements
@@ -14,7 +14,7 @@ an INSERT of that array into the table's stage and the default handler's stateme
 result is the first read (one round trip).  The handlers' counts are read then, the
 divergence recorded, and ``COMMIT`` is the second.
 
-With the batch's tick range as parameters (:class:`~pgferry.apply.read.PreparedBatch`),
+With the batch's tick range as parameters (:class:`~pgferry.apply.replay.read.PreparedBatch`),
 the summary and the reads are the same texts at every batch: each is prepared once per
 provider session and run with a generic plan instead of being planned at every batch.
 
@@ -37,22 +37,22 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_end import record_divergence
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.one_connection import (
+from pgferry.apply.replay.batch_end import record_divergence
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.one_connection import (
     ApplyStats,
     applied_stats,
     apply_sequences,
     staged_part,
     tagged_stats,
 )
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import (
+from pgferry.apply.replay.plan import SegmentPlan, TableWork
+from pgferry.apply.replay.read import (
     PreparedBatch,
     provider_named,
     read_only_results,
 )
-from pgferry.apply.stage_tables import StageTables
+from pgferry.apply.replay.stage_tables import StageTables
 from pgferry.handlers import Applied, Handler, upsert
 from pgferry.node import model
 from pgferry.queue.batches import Batch, EventRange
@@ -139,13 +139,13 @@ class ArrayReads:
 
 class SmallBatch:
     """A batch's whole apply in two round trips, as a way with the same two steps as a
-    segment's (:class:`~pgferry.apply.one_connection.SegmentWay`): :meth:`read`, then
+    segment's (:class:`~pgferry.apply.replay.one_connection.SegmentWay`): :meth:`read`, then
     :meth:`apply`, which records the batch's tick and commits.  Either declines (None, with
     nothing done) when the plan does not :func:`qualify <qualifies>`, a table's rows are
     larger than :data:`ARRAY_BYTES`, or after a failure here (rolled back): the caller
     applies the batch table by table, whose error names the table.  ``arrays``: the reads
     made with the summary; ``prepared``: its generic event query
-    (:func:`pgferry.apply.summary.read_summary`)."""
+    (:func:`pgferry.apply.replay.summary.read_summary`)."""
 
     def __init__(
         self,

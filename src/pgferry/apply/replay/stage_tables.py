@@ -4,7 +4,7 @@ one for the events of every table whose handler takes events.
 
 A batch's rows reach the subscriber as COPY data of the provider's read, loaded unchanged
 into a stage with the destination's column types (:func:`load_stage`); the table's handler
-then applies the stage set-based (:mod:`pgferry.apply.one_connection`).  The ranges of a table
+then applies the stage set-based (:mod:`.one_connection`).  The ranges of a table
 read apart are merged into its stage by one statement (:func:`merge_ranges`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.read import copy_options
+from pgferry.apply.replay.read import copy_options
 from pgferry.events import EVENT_COLUMNS
 from pgferry.registry.routes import Route
 

@@ -7,10 +7,10 @@ whether the summary comes with a small batch's reads).  Its answer, a :class:`St
 only describes the ways; the objects that replay hold what they run on:
 
 * ``small``: the whole batch in two round trips first (:class:`~.small_batch.SmallBatch`,
-  made by :mod:`pgferry.apply.batch`); when it declines, table by table as below;
+  made by :mod:`pgferry.apply.replay.batch`); when it declines, table by table as below;
 * ``reads``: how each segment's parts are read, :meth:`Strategy.segment_reads` for a
   segment of so many parts: inline, by reader threads ahead of the apply, or by Spark
-  tasks (:mod:`.part_reads`, the objects :mod:`pgferry.apply.ways` hands out);
+  tasks (:mod:`.part_reads`, the objects :mod:`pgferry.apply.replay.ways` hands out);
 * ``apart``: the parts applied on two connections (:class:`~.two_connections.TwoConnections`)
   instead of one (:class:`~.one_connection.OneConnection`); both are a segment's
   :class:`~.one_connection.SegmentWay`, ``read`` then ``apply``;

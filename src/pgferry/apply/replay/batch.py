@@ -26,22 +26,23 @@ import time
 
 import psycopg
 
-from pgferry.apply import handover, script_replay, strategy
-from pgferry.apply.batch_end import BatchTransaction
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.one_connection import ApplyStats
-from pgferry.apply.prefetch import Ahead, Prefetcher
-from pgferry.apply.read import ReplayError
+from pgferry.apply import handover
+from pgferry.apply.replay import script_replay, strategy
+from pgferry.apply.replay.batch_end import BatchTransaction
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.one_connection import ApplyStats
+from pgferry.apply.replay.prefetch import Ahead, Prefetcher
+from pgferry.apply.replay.read import ReplayError
+from pgferry.apply.replay.script_shapes import later_changes
+from pgferry.apply.replay.segments import Segments
+from pgferry.apply.replay.shapes import TableShapes, plan_inputs
+from pgferry.apply.replay.small_batch import SmallBatch
+from pgferry.apply.replay.spark_session import WorkerSpark
+from pgferry.apply.replay.stage_tables import StageTables
+from pgferry.apply.replay.summary import read_summary, summarize
+from pgferry.apply.replay.two_connections import SecondApply
+from pgferry.apply.replay.ways import Reading, Ways
 from pgferry.apply.routes import RouteCache
-from pgferry.apply.script_shapes import later_changes
-from pgferry.apply.segments import Segments
-from pgferry.apply.shapes import TableShapes, plan_inputs
-from pgferry.apply.small_batch import SmallBatch
-from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_tables import StageTables
-from pgferry.apply.summary import read_summary, summarize
-from pgferry.apply.two_connections import SecondApply
-from pgferry.apply.ways import Reading, Ways
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.handlers.api import HandlerContext
 from pgferry.node import model

@@ -5,7 +5,7 @@ one connection (:class:`OneConnection`), and the apply that another connection s
 
 Each table part's COPY data is loaded unchanged into a temporary stage table with the
 destination's column types, or for a handler that takes events the event columns
-(:class:`~pgferry.apply.stage_tables.StageTables`), then handed to the table's handler
+(:class:`~pgferry.apply.replay.stage_tables.StageTables`), then handed to the table's handler
 (:mod:`pgferry.handlers`), which applies it set-based: the default one with one
 ``DELETE ... USING`` for the deleted keys and one ``INSERT`` (``ON CONFLICT DO UPDATE``, or
 a plain insert when the table saw only inserts).  The ranges of a table merged here
@@ -16,7 +16,7 @@ last; nothing here commits (the caller adds the tick record to the same transact
 Those statements also repair, silently, a subscriber that drifted: an update of a row
 missing here inserts it, a delete of one finds nothing.  Both are counted per table
 (:class:`ApplyStats`) and added to the node's totals at the batch's end
-(:func:`pgferry.apply.batch_end.record_divergence`), so that
+(:func:`pgferry.apply.replay.batch_end.record_divergence`), so that
 drift shows in ``status`` and the log instead of being hidden by the next change.
 """
 
@@ -34,11 +34,11 @@ from typing import Protocol, TypeVar
 import psycopg
 from psycopg import sql
 
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.part_reads import PartReads
-from pgferry.apply.plan import SegmentPlan, TableWork
-from pgferry.apply.read import ReplayError
-from pgferry.apply.stage_tables import StageTables, load_stage, merge_ranges
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.part_reads import PartReads
+from pgferry.apply.replay.plan import SegmentPlan, TableWork
+from pgferry.apply.replay.read import ReplayError
+from pgferry.apply.replay.stage_tables import StageTables, load_stage, merge_ranges
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.handlers import Applied, Staged
@@ -61,7 +61,7 @@ class ApplyStats:
     diverged: dict[str, tuple[int, int]] = field(default_factory=dict)
     tables: set[str] = field(default_factory=set)
     spark: bool = False
-    small: bool = False  # applied in two round trips (pgferry.apply.small_batch)
+    small: bool = False  # applied in two round trips (pgferry.apply.replay.small_batch)
     summary_seconds: float = 0.0  # the provider's summary of the batch
     apply_seconds: float = 0.0  # reading and applying, in the open transaction
     commit_seconds: float = 0.0
@@ -315,10 +315,10 @@ R = TypeVar("R")
 
 class SegmentWay(Protocol[R]):
     """One way of replaying a segment's planned parts (what :mod:`.ways` makes of the
-    batch's :class:`~pgferry.apply.strategy.Strategy`): :meth:`read` gives the parts'
+    batch's :class:`~pgferry.apply.replay.strategy.Strategy`): :meth:`read` gives the parts'
     reads, not yet started, and :meth:`apply` enters them and applies them in the open
     transaction.  :class:`OneConnection` on the worker's connection,
-    :class:`~pgferry.apply.two_connections.TwoConnections` shared with a second one."""
+    :class:`~pgferry.apply.replay.two_connections.TwoConnections` shared with a second one."""
 
     def read(
         self, plan: SegmentPlan, batch_sql: str, segment: Segment
@@ -373,7 +373,7 @@ class Run(Protocol):
 
 class Beside(Protocol):
     """Another connection that applies some of a segment's parts meanwhile
-    (:class:`~pgferry.apply.two_connections.TwoConnections`)."""
+    (:class:`~pgferry.apply.replay.two_connections.TwoConnections`)."""
 
     def start(self, parts: Parts) -> Run: ...
 
@@ -389,7 +389,7 @@ def apply_segment(
     tick_time: datetime | None = None,
 ) -> ApplyStats:
     """Apply ``plan`` of ``queue``'s batch inside the caller's transaction on ``conn``, each
-    of its ``parts`` as its read hands it over (:meth:`pgferry.apply.part_reads.PartReads.parts`:
+    of its ``parts`` as its read hands it over (:meth:`.part_reads.PartReads.parts`:
     inline on the worker's own provider connection, or by threads or Spark tasks reading
     ahead of the apply; entered once the TRUNCATEs are done)."""
     stats = ApplyStats(truncates=apply_truncates(conn, plan.truncate, tick_id))

@@ -1,11 +1,11 @@
 """The plan of one batch segment: what it holds, per table, and in what order to read it.
 
-The segment's summary, read by :func:`pgferry.apply.summary.summarize`, says which tables it
+The segment's summary, read by :func:`pgferry.apply.replay.summary.summarize`, says which tables it
 touches, whether a table saw only inserts, its last TRUNCATE and the sequences' values
-(:class:`~pgferry.apply.batch_sql.SummaryRow`).  :func:`plan_segment` turns those rows into
+(:class:`~pgferry.apply.replay.batch_sql.SummaryRow`).  :func:`plan_segment` turns those rows into
 :class:`TableWork` items (one per table, or one per ev_id range of a large table, read in
 parallel) with the columns both sides share and the types the provider decodes them as,
-from what :class:`~pgferry.apply.shapes.TableShapes` read of the provider.  Nothing here
+from what :class:`~pgferry.apply.replay.shapes.TableShapes` read of the provider.  Nothing here
 reads or writes a database: the planner only decides.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pgferry.apply import unkeyed
-from pgferry.apply.batch_sql import Segment, SummaryRow, events_query, table_query
+from pgferry.apply.replay import unkeyed
+from pgferry.apply.replay.batch_sql import Segment, SummaryRow, events_query, table_query
 from pgferry.registry.routes import Route
 
 log = logging.getLogger(__name__)
@@ -79,9 +79,9 @@ class TableWork:
 @dataclass(frozen=True)
 class PlanInputs:
     """What planning a segment needs besides its summary: the tables' shapes as
-    :class:`~pgferry.apply.shapes.TableShapes` read them and the replay settings (gathered
+    :class:`~pgferry.apply.replay.shapes.TableShapes` read them and the replay settings (gathered
     on the worker's thread, where the shapes are cached, by
-    :func:`pgferry.apply.shapes.plan_inputs`)."""
+    :func:`pgferry.apply.replay.shapes.plan_inputs`)."""
 
     src_cols: dict[str, frozenset[str] | None]
     provider_types: dict[str, bool]

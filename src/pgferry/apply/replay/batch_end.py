@@ -1,7 +1,7 @@
 """One batch's apply transaction on the node, and the batch's end inside it.
 
 :class:`BatchTransaction` is the transaction that applies a batch (:mod:`.batch`): on
-entry it begins, the stage tables learn it (:class:`~pgferry.apply.stage_tables.StageTables`)
+entry it begins, the stage tables learn it (:class:`~pgferry.apply.replay.stage_tables.StageTables`)
 and, for the node's own stream, the node's position is held against a pause or a move
 until it ends (:func:`pgferry.node.model.hold_position`); its exit commits.  Between the
 two the segments and scripts are applied, then :meth:`BatchTransaction.end_batch` closes the
@@ -22,11 +22,11 @@ from types import TracebackType
 import psycopg
 
 from pgferry.apply import forward, handover
-from pgferry.apply import removals as removals_
-from pgferry.apply.one_connection import ApplyStats
-from pgferry.apply.read import RemovalEvent
-from pgferry.apply.stage_tables import StageTables
-from pgferry.apply.two_connections import SecondApply
+from pgferry.apply.replay import removals as removals_
+from pgferry.apply.replay.one_connection import ApplyStats
+from pgferry.apply.replay.read import RemovalEvent
+from pgferry.apply.replay.stage_tables import StageTables
+from pgferry.apply.replay.two_connections import SecondApply
 from pgferry.node import model
 from pgferry.queue.batches import Batch
 from pgferry.registry import copystate

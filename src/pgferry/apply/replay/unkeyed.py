@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from pgferry import expressions
-from pgferry.apply.batch_sql import Segment, table_events
+from pgferry.apply.replay.batch_sql import Segment, table_events
 from pgferry.registry.routes import Route, split_name
 
 

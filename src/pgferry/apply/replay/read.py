@@ -7,7 +7,7 @@
 * The rare events read apart, in ev_id order: queued scripts (:class:`ScriptEvent`) and
   removals of tables and sequences (:class:`RemovalEvent`), read by :mod:`.summary`.
 * A table part's rows as COPY data (:func:`read_chunks`; :func:`read_part` is the body
-  of a Spark task), read inline or ahead of the apply by :mod:`pgferry.apply.part_reads`.
+  of a Spark task), read inline or ahead of the apply by :mod:`pgferry.apply.replay.part_reads`.
 
 Every provider read runs in a read-only transaction: an operator's copy condition runs
 there.  So flow is one way: read, plan, then read the parts while applying them.

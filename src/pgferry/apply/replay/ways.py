@@ -1,23 +1,23 @@
 """The way one segment of a batch is replayed, made from the batch's strategy with what
 replay keeps between batches for it.
 
-:func:`pgferry.apply.strategy.choose` only describes a batch's way (a
-:class:`~pgferry.apply.strategy.Strategy`); :meth:`Ways.make` turns it, once a segment is
+:func:`pgferry.apply.replay.strategy.choose` only describes a batch's way (a
+:class:`~pgferry.apply.replay.strategy.Strategy`); :meth:`Ways.make` turns it, once a segment is
 planned, into the object that carries it out, a
-:class:`~pgferry.apply.one_connection.SegmentWay` whose ``read`` gives the parts' reads and
+:class:`~pgferry.apply.replay.one_connection.SegmentWay` whose ``read`` gives the parts' reads and
 whose ``apply`` enters and applies them.  On its way it takes, in this order:
 
-1. what reads the segment's parts (:meth:`~pgferry.apply.strategy.Strategy.segment_reads`):
-   Spark tasks (:meth:`~pgferry.apply.spark_session.WorkerSpark.readers`), the reader
+1. what reads the segment's parts (:meth:`~pgferry.apply.replay.strategy.Strategy.segment_reads`):
+   Spark tasks (:meth:`~pgferry.apply.replay.spark_session.WorkerSpark.readers`), the reader
    threads kept here, or those the batch before started for this one
    (:mod:`.prefetch`); else the worker's provider connection
-   (:class:`~pgferry.apply.part_reads.InlineReads`);
+   (:class:`~pgferry.apply.replay.part_reads.InlineReads`);
 2. when the next batch is read meanwhile, this segment's reads started first (so that the
    next batch's wait for them), then the next batch's (:class:`~.prefetch.Prefetcher`);
 3. the connections that apply it: the tables the second connection may take
-   (:func:`~pgferry.apply.two_connections.share_out`), applied there and on the worker's
-   (:class:`~pgferry.apply.two_connections.TwoConnections`), or all on the worker's
-   (:class:`~pgferry.apply.one_connection.OneConnection`).
+   (:func:`~pgferry.apply.replay.two_connections.share_out`), applied there and on the worker's
+   (:class:`~pgferry.apply.replay.two_connections.TwoConnections`), or all on the worker's
+   (:class:`~pgferry.apply.replay.one_connection.OneConnection`).
 
 :class:`Ways` keeps the reader threads' pool between batches (:meth:`Ways.close_readers`
 when the provider changes or the worker disconnects).
@@ -31,16 +31,16 @@ from typing import Any
 
 import psycopg
 
-from pgferry.apply import shapes
-from pgferry.apply.batch_sql import Segment
-from pgferry.apply.one_connection import OneConnection, SegmentWay
-from pgferry.apply.part_reads import InlineReads, ReaderPool
-from pgferry.apply.plan import SegmentPlan
-from pgferry.apply.prefetch import NextBatch, Prefetcher
-from pgferry.apply.spark_session import WorkerSpark
-from pgferry.apply.stage_tables import StageTables
-from pgferry.apply.strategy import Strategy
-from pgferry.apply.two_connections import SecondApply, TwoConnections, share_out
+from pgferry.apply.replay import shapes
+from pgferry.apply.replay.batch_sql import Segment
+from pgferry.apply.replay.one_connection import OneConnection, SegmentWay
+from pgferry.apply.replay.part_reads import InlineReads, ReaderPool
+from pgferry.apply.replay.plan import SegmentPlan
+from pgferry.apply.replay.prefetch import NextBatch, Prefetcher
+from pgferry.apply.replay.spark_session import WorkerSpark
+from pgferry.apply.replay.stage_tables import StageTables
+from pgferry.apply.replay.strategy import Strategy
+from pgferry.apply.replay.two_connections import SecondApply, TwoConnections, share_out
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.registry.routes import Route
 

@@ -19,7 +19,7 @@ import logging
 
 import psycopg
 
-from pgferry.apply.read import ScriptEvent
+from pgferry.apply.replay.read import ScriptEvent
 from pgferry.db import error_text
 from pgferry.errors import PgferryError
 from pgferry.events import EXECUTE_EVENT, script_hash

@@ -15,7 +15,7 @@ import logging
 
 import psycopg
 
-from pgferry.apply.read import RemovalEvent
+from pgferry.apply.replay.read import RemovalEvent
 from pgferry.events import REMOVE_SEQ_EVENT
 from pgferry.node import model, seqops, tableops
 from pgferry.registry import copystate

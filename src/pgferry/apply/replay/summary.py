@@ -3,7 +3,7 @@ stage of a batch's replay (:mod:`.batch`).
 
 :func:`read_summary` gives a :class:`BatchSummary` as a pipeline: the queries are
 composed first (a small batch's likely tables' reads, then the summary's,
-:func:`pgferry.apply.batch_sql.segment_summary`), run in one read-only message and
+:func:`pgferry.apply.replay.batch_sql.segment_summary`), run in one read-only message and
 folded into summary rows (one row per table or sequence, and one row that counts the
 queued scripts and the removals); then, only when some were counted, the scripts and
 removals themselves, in ev_id order, in one query (:func:`pgferry.queue.batches.rare_events`).
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pgferry.apply import shapes, small_batch
-from pgferry.apply.batch_sql import Segment, SummaryQuery, SummaryRow, segment_summary
-from pgferry.apply.plan import PlanInputs, TableWork
-from pgferry.apply.read import (
+from pgferry.apply.replay import shapes, small_batch
+from pgferry.apply.replay.batch_sql import Segment, SummaryQuery, SummaryRow, segment_summary
+from pgferry.apply.replay.plan import PlanInputs, TableWork
+from pgferry.apply.replay.read import (
     PreparedBatch,
     RemovalEvent,
     ReplayError,
@@ -80,7 +80,7 @@ def summarize(
     alone_events: int | None = None,
     prepared: PreparedBatch | None = None,
 ) -> list[SummaryRow]:
-    """The summary rows of the segment (see :func:`pgferry.apply.batch_sql.summary_query`);
+    """The summary rows of the segment (see :func:`pgferry.apply.replay.batch_sql.summary_query`);
     ``scripts`` and ``removals`` add the row that counts them.  ``alone_events``: the
     segment's events, estimated, when nothing else of the worker runs beside the summary
     (it may then be read in parallel, :data:`PARALLEL_SUMMARY_EVENTS`).  ``prepared``:
@@ -162,14 +162,14 @@ def read_summary(
 ) -> BatchSummary:
     """One read of the batch's summary (``ahead``: the summary read ahead), then its
     scripts and removals together (the node's own stream only: ``main``).  ``small``: the
-    batch may be applied in two round trips (:func:`pgferry.apply.strategy.may_be_small`),
+    batch may be applied in two round trips (:func:`pgferry.apply.replay.strategy.may_be_small`),
     its likely tables are read with the summary (``recent``: the tables of the last small
     batch), in the same message: one round trip where the summary and the reads took two,
     and a table read for nothing costs a read of the batch's few events."""
     at = time.monotonic()
     prepared = None
     if batch.events is not None and estimate is not None and estimate <= settings.read_ahead_events:
-        # Read inline: with the batch's range as parameters (see pgferry.apply.read).
+        # Read inline: with the batch's range as parameters (see pgferry.apply.replay.read).
         prepared = PreparedBatch(queue_batches.generic_event_sql(provider), batch.events)
     works: list[TableWork] = []
     if ahead is None and small:
@@ -185,7 +185,7 @@ def read_summary(
         if small:  # the likely tables' reads, in the summary's message
             reads = [small_batch.array_query(work.query(text, Segment())) for work in works]
         # The small path counts scripts and removals on every stream, as the summary read
-        # ahead does (pgferry.apply.prefetch).
+        # ahead does (pgferry.apply.replay.prefetch).
         counts = main or small
         query = segment_summary(
             text, routes.values(), seqs, Segment(), scripts=counts, removals=counts
@@ -217,8 +217,8 @@ def _likely_tables(
     recent: frozenset[str] | None,
 ) -> list[TableWork]:
     """The tables a small batch's summary reads beside it, as
-    :meth:`pgferry.apply.small_batch.SmallBatch.read` would read them, whether the batch
-    holds them or not: up to :data:`~pgferry.apply.small_batch.GUESSED_TABLES` of those
+    :meth:`pgferry.apply.replay.small_batch.SmallBatch.read` would read them, whether the batch
+    holds them or not: up to :data:`~pgferry.apply.replay.small_batch.GUESSED_TABLES` of those
     of ``recent`` (the tables of the last batch that had rows), else of every table.  No
     event: no read (an idle node's batches)."""
     active = [r for r in routes.values() if r.applies]

@@ -4,7 +4,7 @@ with: the second stage of a batch segment's replay, between its summary and its 
 :class:`TableShapes` keeps, between batches, the columns the provider has of each
 replayed table and which of the subscriber's own column types it has too.
 :func:`plan_inputs` gives a segment what its plan needs besides its summary
-(:class:`~pgferry.apply.plan.PlanInputs`): those shapes with the columns the segment's
+(:class:`~pgferry.apply.replay.plan.PlanInputs`): those shapes with the columns the segment's
 queued rows carry where they differ (:meth:`TableShapes.carried`, and what a script later
 in the batch takes away, :func:`columns_carried`), and the replay settings.
 :func:`provider_routes` names a table that a later script renames by the name the
@@ -18,10 +18,10 @@ from dataclasses import replace
 
 import psycopg
 
-from pgferry.apply.batch_sql import SummaryRow
-from pgferry.apply.plan import PlanInputs, apply_columns
-from pgferry.apply.read import ReplayError, read_only_rows
-from pgferry.apply.script_shapes import LaterChanges
+from pgferry.apply.replay.batch_sql import SummaryRow
+from pgferry.apply.replay.plan import PlanInputs, apply_columns
+from pgferry.apply.replay.read import ReplayError, read_only_rows
+from pgferry.apply.replay.script_shapes import LaterChanges
 from pgferry.apply.worker_settings import ReplaySettings
 from pgferry.db import error_text
 from pgferry.registry.routes import Route
@@ -55,7 +55,7 @@ class TableShapes:
         self, active: list[Route], src_cols: dict[str, frozenset[str] | None]
     ) -> frozenset[str]:
         """The tables of ``active`` with columns here that the provider's ``src_cols``
-        lack (the plan's rule, :func:`~pgferry.apply.plan.apply_columns`): a column of the
+        lack (the plan's rule, :func:`~pgferry.apply.replay.plan.apply_columns`): a column of the
         subscriber's own, one a later script renamed or dropped on the provider while its
         rows wait here, or the whole table renamed there (no columns).  Decided again only
         for a table whose route or columns changed."""
