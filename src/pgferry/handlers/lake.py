@@ -193,8 +193,8 @@ class Lake(Handler):
 
     def truncated(self, conn, target: Target, tick_id: int) -> None:
         spec = self.spec()
-        module = formats.module(spec.format)
         version = _next_version(self.context.state(LakeMemory), conn, spec.app_id, tick_id)
+        module = formats.module(spec.format)
         done = module.applied_version(spec)
         if done is not None and done >= version:
             return
