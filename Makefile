@@ -49,11 +49,17 @@ demo: $(STAMP)
 	$(BIN)/python -m pgferry.demo $(DEMO_ARGS)
 
 # Every run ends with its 25 slowest test phases (setup, call, teardown): where the suite's
-# time goes is seen in each run, not found later.
+# time goes is seen in each run, not found later.  The tests mostly wait on PostgreSQL, so
+# they run in TEST_WORKERS processes (pytest-xdist, the test extra), each with its own
+# clusters and Spark; tests that share one xdist_group run in one process.  TEST_WORKERS=0,
+# or an environment without pytest-xdist, runs them in this process.
+TEST_WORKERS ?= 2
+XDIST = $(shell [ "$(TEST_WORKERS)" != 0 ] && $(BIN)/python -c 'import xdist' 2> /dev/null \
+	  && printf -- '-n %s --dist loadgroup' $(TEST_WORKERS))
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The fast tier: tests that start no PostgreSQL and no Spark (marked pure).
 quick: $(STAMP)

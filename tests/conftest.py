@@ -30,8 +30,17 @@ SERVER_FIXTURES = frozenset({
 })  # fmt: skip
 
 
+# Before pytest-xdist's hook, which reads the xdist_group marks (--dist loadgroup).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Refuse a ``pure`` test that asks for a server: the fast tier stays fast."""
+    """Refuse a ``pure`` test that asks for a server: the fast tier stays fast.  Under
+    pytest-xdist (``make test``), the tests marked ``timing`` share one process: each
+    process has its own clusters and Spark, but two tests that time a daemon's rounds or a
+    Spark's start side by side would each slow the other."""
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if item.get_closest_marker("timing"):
+                item.add_marker(pytest.mark.xdist_group("timing"))
     wrong = [
         f"{item.nodeid} uses {', '.join(sorted(used))}"
         for item in items

@@ -349,12 +349,12 @@ def _next_tick_after_a_write(conn: psycopg.Connection) -> float:
     return time.monotonic() - start
 
 
-@pytest.mark.timing
 def _next_batch(conn: psycopg.Connection) -> int | None:
     row = conn.execute("select ferry_queue.next_batch('q', 'c')").fetchone()
     return row[0] if row else None
 
 
+@pytest.mark.timing
 def test_active_ticker_ticks_soon_for_a_waiting_consumer(
     pg_a: LocalCluster, tmp_path: Path
 ) -> None:
