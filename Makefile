@@ -50,10 +50,11 @@ demo: $(STAMP)
 
 # Every run ends with its 25 slowest test phases (setup, call, teardown): where the suite's
 # time goes is seen in each run, not found later.  The tests mostly wait on PostgreSQL, so
-# they run in TEST_WORKERS processes (pytest-xdist, the test extra), each with its own
-# clusters and Spark; tests that share one xdist_group run in one process.  TEST_WORKERS=0,
-# or an environment without pytest-xdist, runs them in this process.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs them in two processes (pytest-xdist, the test extra), each with its
+# own clusters and Spark; tests that share one xdist_group run in one process.  The default,
+# 0, runs them in this process, in one fixed order: in two processes the order changes from
+# run to run, and a test that depends on what ran before it on its cluster can fail there.
+TEST_WORKERS ?= 0
 XDIST = $(shell [ "$(TEST_WORKERS)" != 0 ] && $(BIN)/python -c 'import xdist' 2> /dev/null \
 	  && printf -- '-n %s --dist loadgroup' $(TEST_WORKERS))
 test: $(STAMP)
