@@ -398,10 +398,7 @@ def apply_segment(
             stats.add(apply_parts(conn, stages, read, tick_id, tick_time))
     except psycopg.Error as exc:
         raise ReplayError(error_text(exc)) from None
-    # As apply_sequences, written out: the apply runs one way, its sequences last.
-    for seq_name, value in sorted(plan.sequences.items()):
-        entries.advance_seq(conn, queue, seq_name, value)
-    stats.sequences = len(plan.sequences)
+    stats.sequences = apply_sequences(conn, queue, plan.sequences)  # sequences last
     return stats
 
 
@@ -433,8 +430,5 @@ def apply_segment_beside(
         if isinstance(exc, psycopg.Error):
             raise ReplayError(error_text(exc)) from None
         raise
-    # As apply_sequences, written out: the apply runs one way, its sequences last.
-    for seq_name, value in sorted(plan.sequences.items()):
-        entries.advance_seq(conn, queue, seq_name, value)
-    stats.sequences = len(plan.sequences)
+    stats.sequences = apply_sequences(conn, queue, plan.sequences)  # sequences last
     return stats
